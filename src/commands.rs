@@ -1,0 +1,216 @@
+//! Argument parsing and the LOCK.* handlers. Each handler decides with the pure functions of
+//! `lock`, writes through `keyspace` (which replicates), and never blocks where blocking is denied.
+
+use redis_module::{Context, ContextFlags, RedisError, RedisResult, RedisString, RedisValue};
+
+use crate::blocking;
+use crate::clock;
+use crate::data_type::LOCK_TYPE;
+use crate::error::LockError;
+use crate::expiry;
+use crate::fencing;
+use crate::keyspace::{self, LockKey};
+use crate::lock::{self, Acquire, Holder, Millis, Token, Waiter};
+use crate::waiters::{self, Blocked, QueueKey};
+
+/// The reply of a granted acquire: the token, or `[owner, token]` for owner `*`.
+pub fn grant_reply(owner: &[u8], token: Token, with_owner: bool) -> RedisValue {
+    let token = RedisValue::Integer(i64::try_from(token).unwrap_or(i64::MAX));
+    if with_owner {
+        RedisValue::Array(vec![RedisValue::StringBuffer(owner.to_vec()), token])
+    } else {
+        token
+    }
+}
+
+fn parse_i64(arg: &RedisString) -> Result<i64, LockError> {
+    arg.parse_integer().map_err(|_| LockError::NotAnInteger)
+}
+
+fn parse_ttl(arg: &RedisString, now: Millis) -> Result<Millis, LockError> {
+    let ttl = parse_i64(arg)?;
+    lock::deadline(now, ttl)?;
+    Ok(ttl)
+}
+
+fn parse_token(arg: &RedisString) -> Result<Token, LockError> {
+    let token = parse_i64(arg)?;
+    u64::try_from(token)
+        .ok()
+        .filter(|t| *t > 0)
+        .ok_or(LockError::TokenNotPositive)
+}
+
+fn parse_owner(arg: &RedisString) -> Result<&[u8], LockError> {
+    match arg.as_slice() {
+        [] => Err(LockError::EmptyOwner),
+        owner => Ok(owner),
+    }
+}
+
+/// `[WAIT timeout-ms]`: `None` without WAIT, `Some(0)` waits without limit.
+fn parse_wait(options: &[RedisString], now: Millis) -> Result<Option<Millis>, LockError> {
+    match options {
+        [] => Ok(None),
+        [flag, timeout] if flag.as_slice().eq_ignore_ascii_case(b"WAIT") => {
+            let timeout = parse_i64(timeout)?;
+            if timeout < 0 {
+                return Err(LockError::TimeoutNegative);
+            }
+            // Redis adds the timeout to its clock: keep a minute of headroom below overflow.
+            now.checked_add(timeout)
+                .and_then(|t| t.checked_add(60_000))
+                .ok_or(LockError::TimeoutTooLarge)?;
+            Ok(Some(timeout))
+        }
+        _ => Err(LockError::Syntax),
+    }
+}
+
+fn queue_key(ctx: &Context, name: &RedisString) -> QueueKey {
+    QueueKey {
+        db: keyspace::selected_db(ctx),
+        name: name.as_slice().into(),
+    }
+}
+
+/// `LOCK.ACQUIRE key owner ttl-ms [WAIT timeout-ms]`
+pub fn acquire(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
+    if args.len() < 4 {
+        return Err(RedisError::WrongArity);
+    }
+    let now = clock::now_ms();
+    let ttl = parse_ttl(&args[3], now)?;
+    let wait = parse_wait(&args[4..], now)?;
+    let generated;
+    let (owner, with_owner) = if args[2].as_slice() == b"*" {
+        generated = uuid::Uuid::new_v4().hyphenated().to_string();
+        (generated.as_bytes(), true)
+    } else {
+        (parse_owner(&args[2])?, false)
+    };
+
+    let name = &args[1];
+    let key = queue_key(ctx, name);
+    let lock = LockKey::open(ctx, name);
+    let mut holder = lock.holder()?;
+    let mut others_waiting = waiters::has_waiters(&key);
+    if others_waiting && lock::live(holder.as_ref(), now).is_none() {
+        // The lease ran out a moment ago and the timer has not fired yet: the head goes first.
+        expiry::pass_on(&lock, &key, holder.as_ref(), now);
+        holder = lock.holder()?;
+        others_waiting = waiters::has_waiters(&key);
+    }
+
+    let outcome = lock::acquire(holder.as_ref(), others_waiting, owner, ttl, now, || {
+        fencing::issue(clock::now_us())
+    })?;
+    match outcome {
+        Acquire::Granted(granted) | Acquire::Renewed(granted) => {
+            lock.store(&granted)?;
+            if others_waiting {
+                expiry::settle_at(&key, granted.deadline);
+            }
+            Ok(grant_reply(owner, granted.token, with_owner))
+        }
+        Acquire::Busy => match wait {
+            Some(timeout) if blocking::can_block(ctx) => {
+                let Some(handle) = blocking::block(ctx, timeout) else {
+                    return Ok(RedisValue::Null);
+                };
+                let client_id = blocking::client_id(ctx);
+                waiters::join(
+                    key.clone(),
+                    Waiter {
+                        client: Blocked {
+                            client_id,
+                            handle,
+                            with_owner,
+                        },
+                        owner: owner.into(),
+                        ttl,
+                    },
+                );
+                let due = lock::live(holder.as_ref(), now).map_or(now, |h| h.deadline);
+                expiry::settle_at(&key, due);
+                Ok(RedisValue::NoReply)
+            }
+            _ => Ok(RedisValue::Null),
+        },
+    }
+}
+
+/// `LOCK.RELEASE key owner`
+pub fn release(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
+    let [_, name, owner] = &args[..] else {
+        return Err(RedisError::WrongArity);
+    };
+    let owner = parse_owner(owner)?;
+    let now = clock::now_ms();
+    let lock = LockKey::open(ctx, name);
+    let holder = lock.holder()?;
+    if !lock::may_release(holder.as_ref(), owner, now) {
+        return Ok(RedisValue::Integer(0));
+    }
+    expiry::pass_on(&lock, &queue_key(ctx, name), None, now);
+    Ok(RedisValue::Integer(1))
+}
+
+/// `LOCK.EXTEND key owner ttl-ms`
+pub fn extend(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
+    let [_, name, owner, ttl] = &args[..] else {
+        return Err(RedisError::WrongArity);
+    };
+    let owner = parse_owner(owner)?;
+    let now = clock::now_ms();
+    let ttl = parse_ttl(ttl, now)?;
+    let lock = LockKey::open(ctx, name);
+    let holder = lock.holder()?;
+    match lock::extend(holder.as_ref(), owner, ttl, now)? {
+        Some(extended) => {
+            lock.store(&extended)?;
+            Ok(RedisValue::Integer(1))
+        }
+        None => Ok(RedisValue::Integer(0)),
+    }
+}
+
+/// `LOCK.FENCE key [token]`
+pub fn fence(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
+    let (name, token) = match &args[..] {
+        [_, name] => (name, None),
+        [_, name, token] => (name, Some(parse_token(token)?)),
+        _ => return Err(RedisError::WrongArity),
+    };
+    let key = ctx.open_key(name);
+    let holder = key
+        .get_value::<Holder>(&LOCK_TYPE)
+        .map_err(|_| LockError::WrongType)?;
+    let now = clock::now_ms();
+    Ok(match token {
+        Some(token) => RedisValue::Integer(i64::from(lock::token_is_current(holder, token, now))),
+        None => lock::fence(holder, now).map_or(RedisValue::Null, |t| grant_reply(b"", t, false)),
+    })
+}
+
+/// `LOCK.APPLY key owner token deadline-unix-ms`: the effect replicas and the AOF replay.
+pub fn apply(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
+    let [_, name, owner, token, deadline] = &args[..] else {
+        return Err(RedisError::WrongArity);
+    };
+    let flags = ctx.get_flags();
+    if !flags.intersects(ContextFlags::REPLICATED | ContextFlags::LOADING) {
+        return Err(LockError::ApplyNotAllowed.into());
+    }
+    let holder = Holder {
+        owner: parse_owner(owner)?.into(),
+        token: parse_token(token)?,
+        deadline: Some(parse_i64(deadline)?)
+            .filter(|d| *d > 0)
+            .ok_or(LockError::DeadlineNotPositive)?,
+    };
+    fencing::observe(holder.token);
+    LockKey::open(ctx, name).write(&holder)?;
+    ctx.replicate_verbatim();
+    Ok(RedisValue::SimpleStringStatic("OK"))
+}

@@ -1,0 +1,229 @@
+//! The `redislock` module type: RDB save/load (versioned), auxiliary token data, AOF rewrite,
+//! MEMORY USAGE, DEBUG DIGEST, COPY, and the unlink hook that wakes waiters of a deleted lock.
+
+use std::ffi::CString;
+use std::os::raw::{c_char, c_int, c_void};
+
+use redis_module::native_types::RedisType;
+use redis_module::{raw, RedisString};
+
+use crate::fencing;
+use crate::keyspace::APPLY_COMMAND;
+use crate::lock::Holder;
+use crate::waiters::{self, QueueKey};
+
+/// Encoding of a lock value in RDB and DUMP payloads. Version 1: owner, token, deadline.
+/// A newer version is refused (the load fails cleanly instead of misreading bytes).
+pub const ENCODING_VERSION: i32 = 1;
+
+/// Type methods version 4 (Redis 7.0) brings `unlink2`, which names the db and key.
+const TYPE_METHODS_VERSION: u64 = 4;
+
+pub static LOCK_TYPE: RedisType = RedisType::new(
+    "redislock",
+    ENCODING_VERSION,
+    raw::RedisModuleTypeMethods {
+        version: TYPE_METHODS_VERSION,
+        rdb_load: Some(rdb_load),
+        rdb_save: Some(rdb_save),
+        aof_rewrite: Some(aof_rewrite),
+        mem_usage: Some(mem_usage),
+        digest: Some(digest),
+        free: Some(free),
+        aux_load: Some(aux_load),
+        aux_save: Some(aux_save),
+        aux_save_triggers: raw::REDISMODULE_AUX_BEFORE_RDB as c_int,
+        free_effort: None,
+        unlink: None,
+        copy: Some(copy),
+        defrag: None,
+        mem_usage2: None,
+        free_effort2: None,
+        unlink2: Some(unlink2),
+        copy2: None,
+        aux_save2: None,
+    },
+);
+
+/// Borrow the holder behind a value pointer Redis hands to a type callback.
+///
+/// # Safety
+/// `value` must be a pointer this module stored with `set_value` / returned from `rdb_load`.
+unsafe fn holder_of<'a>(value: *const c_void) -> Option<&'a Holder> {
+    value.cast::<Holder>().as_ref()
+}
+
+fn load_holder(rdb: *mut raw::RedisModuleIO) -> Option<Holder> {
+    let owner = raw::load_string_buffer(rdb).ok()?;
+    let token = raw::load_unsigned(rdb).ok()?;
+    let deadline = raw::load_signed(rdb).ok()?;
+    if owner.as_ref().is_empty() || token == 0 {
+        return None;
+    }
+    Some(Holder {
+        owner: owner.as_ref().into(),
+        token,
+        deadline,
+    })
+}
+
+extern "C" fn rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> *mut c_void {
+    if encver > ENCODING_VERSION {
+        log_io_warning(rdb, "refusing a lock value encoded by a newer redis-lock");
+        return std::ptr::null_mut();
+    }
+    match load_holder(rdb) {
+        Some(holder) => {
+            fencing::observe(holder.token);
+            Box::into_raw(Box::new(holder)).cast::<c_void>()
+        }
+        None => {
+            log_io_warning(rdb, "a lock value is truncated or corrupt");
+            std::ptr::null_mut()
+        }
+    }
+}
+
+extern "C" fn rdb_save(rdb: *mut raw::RedisModuleIO, value: *mut c_void) {
+    // SAFETY: Redis passes a value of this type.
+    let Some(holder) = (unsafe { holder_of(value) }) else {
+        return;
+    };
+    raw::save_slice(rdb, &holder.owner);
+    raw::save_unsigned(rdb, holder.token);
+    raw::save_signed(rdb, holder.deadline);
+}
+
+extern "C" fn aof_rewrite(
+    aof: *mut raw::RedisModuleIO,
+    key: *mut raw::RedisModuleString,
+    value: *mut c_void,
+) {
+    // SAFETY: Redis passes a value of this type.
+    let Some(holder) = (unsafe { holder_of(value) }) else {
+        return;
+    };
+    let (Ok(cmd), Ok(fmt)) = (CString::new(APPLY_COMMAND), CString::new("sbll")) else {
+        return;
+    };
+    let token = i64::try_from(holder.token).unwrap_or(i64::MAX);
+    // SAFETY: EmitAOF reads the arguments as the format says: a module string, a buffer with
+    // its length, and two long longs.
+    unsafe {
+        if let Some(emit) = raw::RedisModule_EmitAOF {
+            emit(
+                aof,
+                cmd.as_ptr(),
+                fmt.as_ptr(),
+                key,
+                holder.owner.as_ptr().cast::<c_char>(),
+                holder.owner.len(),
+                token as std::os::raw::c_longlong,
+                holder.deadline as std::os::raw::c_longlong,
+            );
+        }
+    }
+}
+
+extern "C" fn mem_usage(value: *const c_void) -> usize {
+    // SAFETY: Redis passes a value of this type.
+    unsafe { holder_of(value) }.map_or(0, |h| std::mem::size_of::<Holder>() + h.owner.len())
+}
+
+extern "C" fn digest(md: *mut raw::RedisModuleDigest, value: *mut c_void) {
+    // SAFETY: Redis passes a value of this type and a live digest.
+    unsafe {
+        let Some(holder) = holder_of(value) else {
+            return;
+        };
+        if let (Some(add_buf), Some(add_ll), Some(end)) = (
+            raw::RedisModule_DigestAddStringBuffer,
+            raw::RedisModule_DigestAddLongLong,
+            raw::RedisModule_DigestEndSequence,
+        ) {
+            add_buf(
+                md,
+                holder.owner.as_ptr().cast::<c_char>(),
+                holder.owner.len(),
+            );
+            add_ll(md, i64::try_from(holder.token).unwrap_or(i64::MAX));
+            add_ll(md, holder.deadline);
+            end(md);
+        }
+    }
+}
+
+extern "C" fn free(value: *mut c_void) {
+    if !value.is_null() {
+        // SAFETY: the value was made by `Box::into_raw` (set_value, rdb_load or copy).
+        drop(unsafe { Box::from_raw(value.cast::<Holder>()) });
+    }
+}
+
+extern "C" fn copy(
+    _from: *mut raw::RedisModuleString,
+    _to: *mut raw::RedisModuleString,
+    value: *const c_void,
+) -> *mut c_void {
+    // SAFETY: Redis passes a value of this type.
+    match unsafe { holder_of(value) } {
+        Some(holder) => Box::into_raw(Box::new(holder.clone())).cast::<c_void>(),
+        None => std::ptr::null_mut(),
+    }
+}
+
+/// A lock left the keyspace (DEL, UNLINK, expiry, overwrite, RENAME or MOVE away): if anyone
+/// waits for that name, let `settle` hand it over on the next turn of the event loop.
+extern "C" fn unlink2(ctx: *mut raw::RedisModuleKeyOptCtx, _value: *const c_void) {
+    // SAFETY: the option context is valid during the callback; the key name is borrowed only here.
+    let (db, name) = unsafe {
+        let (Some(db_of), Some(name_of)) = (
+            raw::RedisModule_GetDbIdFromOptCtx,
+            raw::RedisModule_GetKeyNameFromOptCtx,
+        ) else {
+            return;
+        };
+        (db_of(ctx), RedisString::string_as_slice(name_of(ctx)))
+    };
+    let key = QueueKey {
+        db,
+        name: name.into(),
+    };
+    if waiters::has_waiters(&key) {
+        crate::expiry::settle_soon(&key);
+    }
+}
+
+extern "C" fn aux_save(rdb: *mut raw::RedisModuleIO, _when: c_int) {
+    raw::save_unsigned(rdb, fencing::last());
+}
+
+extern "C" fn aux_load(rdb: *mut raw::RedisModuleIO, encver: c_int, _when: c_int) -> c_int {
+    if encver > ENCODING_VERSION {
+        log_io_warning(rdb, "refusing token data encoded by a newer redis-lock");
+        return raw::REDISMODULE_ERR as c_int;
+    }
+    match raw::load_unsigned(rdb) {
+        Ok(last) => {
+            fencing::observe(last);
+            raw::REDISMODULE_OK as c_int
+        }
+        Err(_) => raw::REDISMODULE_ERR as c_int,
+    }
+}
+
+fn log_io_warning(rdb: *mut raw::RedisModuleIO, msg: &str) {
+    let (Ok(level), Ok(fmt), Ok(msg)) = (
+        CString::new("warning"),
+        CString::new("%s"),
+        CString::new(msg),
+    ) else {
+        return;
+    };
+    // SAFETY: LogIOError formats `msg` through "%s".
+    unsafe {
+        if let Some(log) = raw::RedisModule_LogIOError {
+            log(rdb, level.as_ptr(), fmt.as_ptr(), msg.as_ptr());
+        }
+    }
+}

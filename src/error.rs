@@ -1,0 +1,98 @@
+//! Every error the module sends to a client, with its exact wire string in one place.
+
+use redis_module::RedisError;
+
+/// An error reply of a LOCK.* command. `as_wire` is the exact string clients see.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LockError {
+    /// A number argument is not a 64-bit integer.
+    NotAnInteger,
+    /// `ttl-ms` is zero or negative.
+    TtlNotPositive,
+    /// `now + ttl-ms` does not fit a 64-bit unix-ms deadline.
+    TtlTooLarge,
+    /// `WAIT` was given a negative timeout.
+    TimeoutNegative,
+    /// `WAIT` timeout too large to represent.
+    TimeoutTooLarge,
+    /// The owner argument is the empty string.
+    EmptyOwner,
+    /// A token argument is zero or negative.
+    TokenNotPositive,
+    /// An unknown option or a malformed option list.
+    Syntax,
+    /// The key holds a value of another type.
+    WrongType,
+    /// LOCK.APPLY sent by an ordinary client.
+    ApplyNotAllowed,
+    /// A deadline argument of LOCK.APPLY is not a positive unix-ms time.
+    DeadlineNotPositive,
+    /// A waiter was blocked on a master that became a replica.
+    Demoted,
+}
+
+impl LockError {
+    pub const fn as_wire(self) -> &'static str {
+        match self {
+            Self::NotAnInteger => "ERR value is not an integer or out of range",
+            Self::TtlNotPositive => "ERR invalid ttl: must be a positive integer of milliseconds",
+            Self::TtlTooLarge => "ERR invalid ttl: the deadline would overflow",
+            Self::TimeoutNegative => "ERR timeout is negative",
+            Self::TimeoutTooLarge => "ERR timeout is out of range",
+            Self::EmptyOwner => "ERR invalid owner: must not be empty",
+            Self::TokenNotPositive => "ERR invalid token: must be a positive integer",
+            Self::Syntax => "ERR syntax error",
+            Self::WrongType => "WRONGTYPE Operation against a key holding the wrong kind of value",
+            Self::ApplyNotAllowed => {
+                "ERR LOCK.APPLY is internal: it is accepted only from the master link or the AOF"
+            }
+            Self::DeadlineNotPositive => "ERR invalid deadline: must be a positive unix time in milliseconds",
+            Self::Demoted => {
+                "UNBLOCKED force unblock from blocking operation, instance state changed (master -> replica?)"
+            }
+        }
+    }
+}
+
+impl From<LockError> for RedisError {
+    fn from(err: LockError) -> Self {
+        RedisError::Str(err.as_wire())
+    }
+}
+
+impl std::fmt::Display for LockError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_wire())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_wire_string_has_a_redis_error_prefix() {
+        use LockError::*;
+        for e in [
+            NotAnInteger,
+            TtlNotPositive,
+            TtlTooLarge,
+            TimeoutNegative,
+            TimeoutTooLarge,
+            EmptyOwner,
+            TokenNotPositive,
+            Syntax,
+            WrongType,
+            ApplyNotAllowed,
+            DeadlineNotPositive,
+            Demoted,
+        ] {
+            let prefix = e.as_wire().split(' ').next().unwrap_or("");
+            assert!(
+                matches!(prefix, "ERR" | "WRONGTYPE" | "UNBLOCKED"),
+                "{e:?} has prefix {prefix}"
+            );
+            assert!(!e.as_wire().contains('\n') && !e.as_wire().contains('\r'));
+        }
+    }
+}

@@ -1,0 +1,417 @@
+//! The pure lock state machine: holder, fencing token, deadline and the FIFO wait queue.
+//!
+//! No FFI here. The Redis layer keeps the holder in the keyspace (it is data: persisted and
+//! replicated) and the queue beside it (waiters are connections: neither persisted nor
+//! replicated), and asks these functions what each command does.
+
+use std::collections::VecDeque;
+
+use crate::error::LockError;
+
+/// Unix time or a duration, in milliseconds.
+pub type Millis = i64;
+/// A fencing token: positive, strictly increasing per server (see `fencing`).
+pub type Token = u64;
+
+/// Who holds a lock, under which token, until when.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Holder {
+    pub owner: Box<[u8]>,
+    pub token: Token,
+    /// The lease ends at this unix-ms instant: the holder is live while `now < deadline`.
+    pub deadline: Millis,
+}
+
+impl Holder {
+    pub fn is_live(&self, now: Millis) -> bool {
+        now < self.deadline
+    }
+
+    /// Milliseconds left on the lease (0 once it ran out).
+    pub fn remaining(&self, now: Millis) -> Millis {
+        self.deadline.saturating_sub(now).max(0)
+    }
+}
+
+/// The holder, if its lease is still running.
+pub fn live(holder: Option<&Holder>, now: Millis) -> Option<&Holder> {
+    holder.filter(|h| h.is_live(now))
+}
+
+/// The deadline of a lease of `ttl` ms that starts `now`; an error if it does not fit.
+pub fn deadline(now: Millis, ttl: Millis) -> Result<Millis, LockError> {
+    if ttl <= 0 {
+        return Err(LockError::TtlNotPositive);
+    }
+    now.checked_add(ttl).ok_or(LockError::TtlTooLarge)
+}
+
+/// What an acquire attempt does.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Acquire {
+    /// The lock was free and nobody waited: a new holder with a fresh token.
+    Granted(Holder),
+    /// The caller already held it: same token, the lease restarts.
+    Renewed(Holder),
+    /// Someone else holds it, or others wait for it first.
+    Busy,
+}
+
+/// Decide `owner`'s attempt to take the lock for `ttl` ms. `others_waiting` keeps the queue fair:
+/// a free lock with waiters belongs to the head of the queue, never to a newcomer.
+pub fn acquire(
+    holder: Option<&Holder>,
+    others_waiting: bool,
+    owner: &[u8],
+    ttl: Millis,
+    now: Millis,
+    issue_token: impl FnOnce() -> Token,
+) -> Result<Acquire, LockError> {
+    let deadline = deadline(now, ttl)?;
+    Ok(match live(holder, now) {
+        Some(h) if *h.owner == *owner => Acquire::Renewed(Holder {
+            owner: h.owner.clone(),
+            token: h.token,
+            deadline,
+        }),
+        Some(_) => Acquire::Busy,
+        None if others_waiting => Acquire::Busy,
+        None => Acquire::Granted(Holder {
+            owner: owner.into(),
+            token: issue_token(),
+            deadline,
+        }),
+    })
+}
+
+/// Whether `owner` may release: only the live holder can.
+pub fn may_release(holder: Option<&Holder>, owner: &[u8], now: Millis) -> bool {
+    live(holder, now).is_some_and(|h| *h.owner == *owner)
+}
+
+/// The extended holder if `owner` holds the lock, `None` otherwise.
+pub fn extend(
+    holder: Option<&Holder>,
+    owner: &[u8],
+    ttl: Millis,
+    now: Millis,
+) -> Result<Option<Holder>, LockError> {
+    let deadline = deadline(now, ttl)?;
+    Ok(live(holder, now)
+        .filter(|h| *h.owner == *owner)
+        .map(|h| Holder {
+            owner: h.owner.clone(),
+            token: h.token,
+            deadline,
+        }))
+}
+
+/// The live holder's token.
+pub fn fence(holder: Option<&Holder>, now: Millis) -> Option<Token> {
+    live(holder, now).map(|h| h.token)
+}
+
+/// Whether `token` belongs to the live holder.
+pub fn token_is_current(holder: Option<&Holder>, token: Token, now: Millis) -> bool {
+    fence(holder, now) == Some(token)
+}
+
+/// A connection blocked in `LOCK.ACQUIRE ... WAIT`. `C` identifies it to the Redis layer.
+#[derive(Debug)]
+pub struct Waiter<C> {
+    pub client: C,
+    pub owner: Box<[u8]>,
+    /// The lease it asked for; it starts when the lock is handed over.
+    pub ttl: Millis,
+}
+
+/// The FIFO queue of one lock.
+#[derive(Debug)]
+pub struct WaitQueue<C> {
+    waiters: VecDeque<Waiter<C>>,
+}
+
+impl<C> Default for WaitQueue<C> {
+    fn default() -> Self {
+        Self {
+            waiters: VecDeque::new(),
+        }
+    }
+}
+
+impl<C> WaitQueue<C> {
+    pub fn push(&mut self, waiter: Waiter<C>) {
+        self.waiters.push_back(waiter);
+    }
+
+    /// Take a waiter out wherever it stands (timeout, disconnect).
+    pub fn remove_where(&mut self, is_it: impl Fn(&C) -> bool) -> Option<Waiter<C>> {
+        let at = self.waiters.iter().position(|w| is_it(&w.client))?;
+        self.waiters.remove(at)
+    }
+
+    pub fn len(&self) -> usize {
+        self.waiters.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.waiters.is_empty()
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = &Waiter<C>> {
+        self.waiters.iter()
+    }
+
+    pub fn drain(&mut self) -> impl Iterator<Item = Waiter<C>> + '_ {
+        self.waiters.drain(..)
+    }
+
+    /// If nobody holds the lock, give it to the head of the queue: its lease starts `now`.
+    pub fn hand_off(
+        &mut self,
+        holder: Option<&Holder>,
+        now: Millis,
+        issue_token: impl FnOnce() -> Token,
+    ) -> Option<(Waiter<C>, Holder)> {
+        if live(holder, now).is_some() {
+            return None;
+        }
+        let waiter = self.waiters.pop_front()?;
+        let granted = Holder {
+            owner: waiter.owner.clone(),
+            token: issue_token(),
+            // The ttl was checked when the waiter queued; saturate rather than fail later.
+            deadline: now.saturating_add(waiter.ttl),
+        };
+        Some((waiter, granted))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fencing::TokenSource;
+    use proptest::prelude::*;
+
+    fn holder(owner: &str, token: Token, deadline: Millis) -> Holder {
+        Holder {
+            owner: owner.as_bytes().into(),
+            token,
+            deadline,
+        }
+    }
+
+    #[test]
+    fn free_lock_is_granted_with_a_fresh_token() {
+        let got = acquire(None, false, b"a", 100, 1_000, || 7).unwrap();
+        assert_eq!(got, Acquire::Granted(holder("a", 7, 1_100)));
+    }
+
+    #[test]
+    fn same_owner_renews_with_the_same_token() {
+        let h = holder("a", 7, 1_100);
+        let got = acquire(Some(&h), true, b"a", 500, 1_050, || unreachable!()).unwrap();
+        assert_eq!(got, Acquire::Renewed(holder("a", 7, 1_550)));
+    }
+
+    #[test]
+    fn other_owner_is_busy_until_the_deadline() {
+        let h = holder("a", 7, 1_100);
+        assert_eq!(
+            acquire(Some(&h), false, b"b", 10, 1_099, || 8).unwrap(),
+            Acquire::Busy
+        );
+        assert_eq!(
+            acquire(Some(&h), false, b"b", 10, 1_100, || 8).unwrap(),
+            Acquire::Granted(holder("b", 8, 1_110))
+        );
+    }
+
+    #[test]
+    fn newcomer_never_overtakes_the_queue() {
+        assert_eq!(
+            acquire(None, true, b"b", 10, 0, || 1).unwrap(),
+            Acquire::Busy
+        );
+        let expired = holder("a", 1, 5);
+        assert_eq!(
+            acquire(Some(&expired), true, b"b", 10, 9, || 2).unwrap(),
+            Acquire::Busy
+        );
+    }
+
+    #[test]
+    fn ttl_must_be_positive_and_fit() {
+        assert_eq!(
+            acquire(None, false, b"a", 0, 0, || 1),
+            Err(LockError::TtlNotPositive)
+        );
+        assert_eq!(
+            acquire(None, false, b"a", -5, 0, || 1),
+            Err(LockError::TtlNotPositive)
+        );
+        assert_eq!(
+            acquire(None, false, b"a", i64::MAX, 10, || 1),
+            Err(LockError::TtlTooLarge)
+        );
+        assert_eq!(
+            extend(None, b"a", i64::MAX, 10),
+            Err(LockError::TtlTooLarge)
+        );
+    }
+
+    #[test]
+    fn only_the_live_holder_releases_or_extends() {
+        let h = holder("a", 3, 100);
+        assert!(may_release(Some(&h), b"a", 99));
+        assert!(!may_release(Some(&h), b"b", 99));
+        assert!(!may_release(Some(&h), b"a", 100));
+        assert!(!may_release(None, b"a", 0));
+        assert_eq!(
+            extend(Some(&h), b"a", 50, 60).unwrap(),
+            Some(holder("a", 3, 110))
+        );
+        assert_eq!(extend(Some(&h), b"b", 50, 60).unwrap(), None);
+        assert_eq!(extend(Some(&h), b"a", 50, 100).unwrap(), None);
+    }
+
+    #[test]
+    fn fence_reports_only_the_live_token() {
+        let h = holder("a", 3, 100);
+        assert_eq!(fence(Some(&h), 99), Some(3));
+        assert_eq!(fence(Some(&h), 100), None);
+        assert!(token_is_current(Some(&h), 3, 0));
+        assert!(!token_is_current(Some(&h), 2, 0));
+        assert!(!token_is_current(None, 3, 0));
+    }
+
+    #[test]
+    fn hand_off_goes_to_the_head_and_the_lease_starts_then() {
+        let mut q = WaitQueue::default();
+        q.push(Waiter {
+            client: 1,
+            owner: b"x".as_slice().into(),
+            ttl: 10,
+        });
+        q.push(Waiter {
+            client: 2,
+            owner: b"y".as_slice().into(),
+            ttl: 20,
+        });
+        let h = holder("a", 3, 100);
+        assert!(q.hand_off(Some(&h), 50, || 4).is_none());
+        let (w, granted) = q.hand_off(Some(&h), 100, || 4).unwrap();
+        assert_eq!(w.client, 1);
+        assert_eq!(granted, holder("x", 4, 110));
+        assert_eq!(q.len(), 1);
+        assert!(q.remove_where(|c| *c == 2).is_some());
+        assert!(q.remove_where(|c| *c == 2).is_none());
+        assert!(q.hand_off(None, 0, || 5).is_none());
+    }
+
+    /// One lock driven by random operations, checked against the properties the README promises.
+    #[derive(Debug, Clone)]
+    enum Op {
+        Advance(i64),
+        Acquire { owner: u8, ttl: i64, wait: bool },
+        Release(u8),
+        Extend(u8, i64),
+        Leave(u8),
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        prop_oneof![
+            (0i64..50).prop_map(Op::Advance),
+            (0u8..4, -2i64..40, any::<bool>()).prop_map(|(owner, ttl, wait)| Op::Acquire {
+                owner,
+                ttl,
+                wait
+            }),
+            (0u8..4).prop_map(Op::Release),
+            (0u8..4, -2i64..40).prop_map(|(o, t)| Op::Extend(o, t)),
+            (0u8..8).prop_map(Op::Leave),
+        ]
+    }
+
+    proptest! {
+        #[test]
+        fn random_histories_keep_the_lock_safe_and_fair(ops in proptest::collection::vec(op(), 1..120)) {
+            let mut now: Millis = 1_000;
+            let mut tokens = TokenSource::default();
+            let mut holder: Option<Holder> = None;
+            let mut queue: WaitQueue<u32> = WaitQueue::default();
+            let mut next_client = 0u32;
+            let mut enqueued: Vec<u32> = Vec::new();
+            let mut served: Vec<u32> = Vec::new();
+            let mut last_token = 0;
+
+            for op in ops {
+                // The Redis layer hands a free lock to the queue head before anything else.
+                while let Some((w, h)) = queue.hand_off(holder.as_ref(), now, || tokens.issue(0)) {
+                    prop_assert!(h.token > last_token);
+                    prop_assert_eq!(h.deadline, now + w.ttl);
+                    last_token = h.token;
+                    served.push(w.client);
+                    holder = Some(h);
+                }
+                let before = holder.clone();
+                match op {
+                    Op::Advance(ms) => now += ms,
+                    Op::Acquire { owner, ttl, wait } => {
+                        let name = [owner];
+                        match acquire(holder.as_ref(), !queue.is_empty(), &name, ttl, now, || tokens.issue(0)) {
+                            Err(_) => { prop_assert!(ttl <= 0); prop_assert_eq!(&holder, &before); }
+                            Ok(Acquire::Granted(h)) => {
+                                prop_assert!(live(before.as_ref(), now).is_none() && queue.is_empty());
+                                prop_assert!(h.token > last_token);
+                                last_token = h.token;
+                                holder = Some(h);
+                            }
+                            Ok(Acquire::Renewed(h)) => {
+                                let b = before.as_ref().unwrap();
+                                prop_assert_eq!(h.token, b.token);
+                                prop_assert_eq!(&*h.owner, &name[..]);
+                                holder = Some(h);
+                            }
+                            Ok(Acquire::Busy) => {
+                                prop_assert!(live(before.as_ref(), now).is_some() || !queue.is_empty());
+                                if wait {
+                                    next_client += 1;
+                                    enqueued.push(next_client);
+                                    queue.push(Waiter { client: next_client, owner: name.into(), ttl });
+                                }
+                            }
+                        }
+                    }
+                    Op::Release(owner) => {
+                        if may_release(holder.as_ref(), &[owner], now) {
+                            holder = None;
+                        }
+                        if holder.is_some() && before.is_some() {
+                            prop_assert_eq!(&holder, &before);
+                        }
+                    }
+                    Op::Extend(owner, ttl) => {
+                        if let Ok(Some(h)) = extend(holder.as_ref(), &[owner], ttl, now) {
+                            prop_assert_eq!(h.token, before.as_ref().unwrap().token);
+                            holder = Some(h);
+                        } else {
+                            prop_assert_eq!(&holder, &before);
+                        }
+                    }
+                    Op::Leave(which) => {
+                        if let Some(&client) = enqueued.get(which as usize) {
+                            if queue.remove_where(|c| *c == client).is_some() {
+                                enqueued.retain(|c| *c != client);
+                            }
+                        }
+                    }
+                }
+            }
+            // FIFO: waiters were served in the order they queued.
+            let mut sorted = served.clone();
+            sorted.sort_unstable();
+            prop_assert_eq!(served, sorted);
+        }
+    }
+}

@@ -1,0 +1,175 @@
+//! The wait queues of all locks on this server: connections, not data.
+//!
+//! Queues are keyed by (db, key name), not stored in the lock value: a queue belongs to the
+//! name its waiters asked for, so DEL, RENAME, SWAPDB or FLUSHALL move or drop the holder but
+//! leave the waiters where they were, and `expiry::settle` decides what they get.
+//!
+//! Everything runs on Redis's main thread. The mutex is never held while calling into Redis
+//! (a key lookup can expire a key and re-enter us through the unlink callback).
+
+use std::collections::HashMap;
+use std::sync::{LazyLock, Mutex, MutexGuard};
+
+use crate::blocking::BlockedClient;
+use crate::lock::{Holder, Millis, WaitQueue, Waiter};
+
+/// The name a queue belongs to.
+#[derive(Clone, Debug, Hash, PartialEq, Eq)]
+pub struct QueueKey {
+    pub db: i32,
+    pub name: Box<[u8]>,
+}
+
+/// A blocked `LOCK.ACQUIRE ... WAIT`.
+#[derive(Debug)]
+pub struct Blocked {
+    pub client_id: u64,
+    pub handle: BlockedClient,
+    /// Asked with owner `*`: the reply carries the generated owner.
+    pub with_owner: bool,
+}
+
+pub type BlockedWaiter = Waiter<Blocked>;
+
+#[derive(Default)]
+struct Entry {
+    queue: WaitQueue<Blocked>,
+    /// When the earliest pending settle timer of this queue fires.
+    timer_due: Option<Millis>,
+}
+
+#[derive(Default)]
+struct Registry {
+    queues: HashMap<QueueKey, Entry>,
+    client_queue: HashMap<u64, QueueKey>,
+}
+
+static REGISTRY: LazyLock<Mutex<Registry>> = LazyLock::new(Mutex::default);
+
+fn registry() -> MutexGuard<'static, Registry> {
+    // A panic elsewhere must not wedge every later command: take the data as it is.
+    REGISTRY
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// Queue a blocked client at the tail.
+pub fn join(key: QueueKey, waiter: BlockedWaiter) {
+    let mut reg = registry();
+    reg.client_queue
+        .insert(waiter.client.client_id, key.clone());
+    reg.queues.entry(key).or_default().queue.push(waiter);
+}
+
+/// Take a client out of whatever queue it is in (timeout, disconnect). The handle is dropped:
+/// Redis is already answering that client.
+pub fn leave(client_id: u64) -> bool {
+    let mut reg = registry();
+    let Some(key) = reg.client_queue.remove(&client_id) else {
+        return false;
+    };
+    let Some(entry) = reg.queues.get_mut(&key) else {
+        return false;
+    };
+    let removed = entry
+        .queue
+        .remove_where(|c| c.client_id == client_id)
+        .is_some();
+    if entry.queue.is_empty() {
+        reg.queues.remove(&key);
+    }
+    removed
+}
+
+pub fn has_waiters(key: &QueueKey) -> bool {
+    registry()
+        .queues
+        .get(key)
+        .is_some_and(|e| !e.queue.is_empty())
+}
+
+pub fn waiting(key: &QueueKey) -> usize {
+    registry().queues.get(key).map_or(0, |e| e.queue.len())
+}
+
+/// If `holder` is not live, pop the head of the queue and make it the holder.
+pub fn hand_off(
+    key: &QueueKey,
+    holder: Option<&Holder>,
+    now: Millis,
+) -> Option<(BlockedWaiter, Holder)> {
+    let mut reg = registry();
+    let entry = reg.queues.get_mut(key)?;
+    let handed = entry.queue.hand_off(
+        holder,
+        now,
+        || crate::fencing::issue(crate::clock::now_us()),
+    );
+    if entry.queue.is_empty() {
+        reg.queues.remove(key);
+    }
+    if let Some((waiter, _)) = &handed {
+        reg.client_queue.remove(&waiter.client.client_id);
+    }
+    handed
+}
+
+/// Remove and return every waiter of one queue.
+pub fn take_all(key: &QueueKey) -> Vec<BlockedWaiter> {
+    let mut reg = registry();
+    let waiters: Vec<_> = reg
+        .queues
+        .remove(key)
+        .map(|mut e| e.queue.drain().collect())
+        .unwrap_or_default();
+    for w in &waiters {
+        reg.client_queue.remove(&w.client.client_id);
+    }
+    waiters
+}
+
+/// Remove and return every waiter of every queue.
+pub fn take_everyone() -> Vec<BlockedWaiter> {
+    let mut reg = registry();
+    reg.client_queue.clear();
+    reg.queues
+        .drain()
+        .flat_map(|(_, mut e)| e.queue.drain().collect::<Vec<_>>())
+        .collect()
+}
+
+/// The queues of one db (`None`: of every db).
+pub fn queues_in(db: Option<i32>) -> Vec<QueueKey> {
+    registry()
+        .queues
+        .keys()
+        .filter(|k| db.is_none_or(|d| d == k.db))
+        .cloned()
+        .collect()
+}
+
+/// Record that a settle timer for `key` is due at `due`. Returns false when one at least as
+/// early is already pending (or nobody waits), so no new timer is needed.
+pub fn want_timer(key: &QueueKey, due: Millis) -> bool {
+    let mut reg = registry();
+    let Some(entry) = reg.queues.get_mut(key) else {
+        return false;
+    };
+    match entry.timer_due {
+        Some(pending) if pending <= due => false,
+        _ => {
+            entry.timer_due = Some(due);
+            true
+        }
+    }
+}
+
+/// A settle timer for `key` fired: forget the pending due time.
+pub fn timer_fired(key: &QueueKey, due: Millis) {
+    let mut reg = registry();
+    if let Some(entry) = reg.queues.get_mut(key) {
+        if entry.timer_due == Some(due) {
+            entry.timer_due = None;
+        }
+    }
+}
