@@ -1,0 +1,350 @@
+//! The shared harness: real redis-server / valkey-server processes on free loopback ports,
+//! loaded with the freshly built module, stopped by PID.
+//!
+//! `LOCK_TEST_SERVER` picks the server binary (default `redis-server`); `LOCK_MODULE` the module
+//! (default `target/debug/libredis_lock.so`, built by `make test`).
+
+#![allow(dead_code)]
+
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+pub use redis::{Connection, Value};
+
+static NEXT_DIR: AtomicUsize = AtomicUsize::new(0);
+
+pub fn server_binary() -> String {
+    std::env::var("LOCK_TEST_SERVER").unwrap_or_else(|_| "redis-server".to_string())
+}
+
+pub fn module_path() -> PathBuf {
+    let path = std::env::var("LOCK_MODULE")
+        .map(PathBuf::from)
+        .unwrap_or_else(|_| {
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("target/debug/libredis_lock.so")
+        });
+    assert!(
+        path.exists(),
+        "module {} is missing: run `cargo build` (or `make test`) first",
+        path.display()
+    );
+    path
+}
+
+fn free_port() -> u16 {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind a free port");
+    listener.local_addr().expect("local addr").port()
+}
+
+fn fresh_dir(tag: &str) -> PathBuf {
+    let n = NEXT_DIR.fetch_add(1, Ordering::Relaxed);
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("target/test-servers")
+        .join(format!("{tag}-{}-{n}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("create server dir");
+    dir
+}
+
+/// A server process owned by one test.
+pub struct Server {
+    pub port: u16,
+    pub dir: PathBuf,
+    extra: Vec<String>,
+    child: Option<Child>,
+}
+
+impl Server {
+    pub fn start() -> Self {
+        Self::start_with(&[])
+    }
+
+    /// Start with extra `--option value` arguments.
+    pub fn start_with(extra: &[&str]) -> Self {
+        let mut server = Server {
+            port: 0,
+            dir: fresh_dir("srv"),
+            extra: extra.iter().map(|s| s.to_string()).collect(),
+            child: None,
+        };
+        server.launch();
+        server
+    }
+
+    fn launch(&mut self) {
+        for _attempt in 0..5 {
+            if self.port == 0 {
+                self.port = free_port();
+            }
+            let mut cmd = Command::new(server_binary());
+            cmd.arg("--port")
+                .arg(self.port.to_string())
+                .args(["--bind", "127.0.0.1", "--daemonize", "no", "--save", ""])
+                .arg("--dir")
+                .arg(&self.dir)
+                .args(["--logfile", "server.log", "--enable-debug-command", "yes"])
+                .args(["--repl-diskless-sync-delay", "0", "--protected-mode", "no"])
+                .arg("--loadmodule")
+                .arg(module_path())
+                .args(&self.extra)
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null());
+            let child = cmd
+                .spawn()
+                .expect("spawn the server (is LOCK_TEST_SERVER right?)");
+            self.child = Some(child);
+            if self.wait_ready() {
+                return;
+            }
+            self.kill9();
+            self.port = 0; // the port may have been taken: try another
+        }
+        panic!("server did not start; log:\n{}", self.log());
+    }
+
+    fn wait_ready(&mut self) -> bool {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while Instant::now() < deadline {
+            if let Some(child) = self.child.as_mut() {
+                if let Ok(Some(_)) = child.try_wait() {
+                    return false;
+                }
+            }
+            if let Ok(mut con) = self.try_con() {
+                if let Ok(Value::SimpleString(s)) = redis::cmd("PING").query::<Value>(&mut con) {
+                    if s == "PONG" {
+                        return true;
+                    }
+                }
+                // LOADING: keep waiting.
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        false
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.join("server.log")).unwrap_or_default()
+    }
+
+    pub fn pid(&self) -> i32 {
+        self.child.as_ref().map_or(0, |c| c.id() as i32)
+    }
+
+    fn try_con(&self) -> redis::RedisResult<Connection> {
+        let client = redis::Client::open(format!("redis://127.0.0.1:{}/", self.port))?;
+        client.get_connection_with_timeout(Duration::from_secs(5))
+    }
+
+    /// A RESP2 connection.
+    pub fn con(&self) -> Connection {
+        let con = self.try_con().expect("connect");
+        con.set_read_timeout(Some(Duration::from_secs(30)))
+            .expect("timeout");
+        con
+    }
+
+    /// A RESP3 connection.
+    pub fn con3(&self) -> Connection {
+        let client =
+            redis::Client::open(format!("redis://127.0.0.1:{}/?protocol=resp3", self.port))
+                .expect("client");
+        let con = client.get_connection().expect("connect");
+        con.set_read_timeout(Some(Duration::from_secs(30)))
+            .expect("timeout");
+        con
+    }
+
+    pub fn signal(&self, sig: i32) {
+        let pid = self.pid();
+        if pid > 0 {
+            // SAFETY: sending a signal to our own child process by PID.
+            unsafe {
+                libc::kill(pid, sig);
+            }
+        }
+    }
+
+    /// `kill -9` the server and reap it.
+    pub fn kill9(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Stop gracefully (SIGTERM: Redis saves if persistence is configured) and reap it.
+    pub fn stop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            // SAFETY: signalling our own child.
+            unsafe {
+                libc::kill(child.id() as i32, libc::SIGTERM);
+            }
+            let deadline = Instant::now() + Duration::from_secs(30);
+            while Instant::now() < deadline {
+                if let Ok(Some(_)) = child.try_wait() {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Start again on the same port and directory (with the same options).
+    pub fn restart(&mut self) {
+        self.kill9();
+        self.launch();
+    }
+
+    /// Start again with other options.
+    pub fn restart_with(&mut self, extra: &[&str]) {
+        self.kill9();
+        self.extra = extra.iter().map(|s| s.to_string()).collect();
+        self.launch();
+    }
+
+    pub fn is_valkey(&self) -> bool {
+        server_binary().contains("valkey")
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.kill9();
+        if !std::thread::panicking() {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
+}
+
+/// Run a command; server errors come back as `Err("CODE detail")`.
+pub fn run(con: &mut Connection, args: &[&[u8]]) -> Result<Value, String> {
+    let mut cmd = redis::cmd(std::str::from_utf8(args[0]).expect("command name"));
+    for a in &args[1..] {
+        cmd.arg(*a);
+    }
+    match cmd.query::<Value>(con) {
+        Ok(Value::ServerError(e)) => Err(format!("{} {}", e.code(), e.details().unwrap_or(""))),
+        Ok(v) => Ok(v),
+        Err(e) => match (e.code(), e.detail()) {
+            (Some(code), Some(detail)) => Err(format!("{code} {detail}")),
+            (Some(code), None) => Err(code.to_string()),
+            _ => panic!("transport error: {e}"),
+        },
+    }
+}
+
+/// Run a command given as text words.
+pub fn cmd(con: &mut Connection, words: &[&str]) -> Result<Value, String> {
+    let args: Vec<&[u8]> = words.iter().map(|w| w.as_bytes()).collect();
+    run(con, &args)
+}
+
+/// Run and expect success.
+pub fn ok(con: &mut Connection, words: &[&str]) -> Value {
+    cmd(con, words).unwrap_or_else(|e| panic!("{words:?} failed: {e}"))
+}
+
+pub fn int(v: &Value) -> i64 {
+    match v {
+        Value::Int(i) => *i,
+        other => panic!("expected an integer, got {other:?}"),
+    }
+}
+
+/// `LOCK.ACQUIRE key owner ttl` → Some(token) or None.
+pub fn acquire(con: &mut Connection, key: &str, owner: &str, ttl: i64) -> Option<i64> {
+    match ok(con, &["LOCK.ACQUIRE", key, owner, &ttl.to_string()]) {
+        Value::Int(t) => Some(t),
+        Value::Nil => None,
+        other => panic!("unexpected acquire reply {other:?}"),
+    }
+}
+
+pub fn release(con: &mut Connection, key: &str, owner: &str) -> i64 {
+    int(&ok(con, &["LOCK.RELEASE", key, owner]))
+}
+
+pub fn fence(con: &mut Connection, key: &str) -> Option<i64> {
+    match ok(con, &["LOCK.FENCE", key]) {
+        Value::Int(t) => Some(t),
+        Value::Nil => None,
+        other => panic!("unexpected fence reply {other:?}"),
+    }
+}
+
+/// Poll `cond` until it holds or `timeout` passes (for things that happen asynchronously).
+pub fn eventually(timeout: Duration, mut cond: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if cond() {
+            return true;
+        }
+        if Instant::now() > deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// Number of clients blocked on the server (from INFO clients).
+pub fn blocked_clients(con: &mut Connection) -> i64 {
+    info_field(con, "clients", "blocked_clients")
+        .parse()
+        .unwrap_or(-1)
+}
+
+pub fn info_field(con: &mut Connection, section: &str, field: &str) -> String {
+    let info = match ok(con, &["INFO", section]) {
+        Value::BulkString(b) => String::from_utf8_lossy(&b).into_owned(),
+        Value::VerbatimString { text, .. } => text,
+        other => panic!("unexpected INFO reply {other:?}"),
+    };
+    info.lines()
+        .find_map(|l| {
+            l.strip_prefix(&format!("{field}:"))
+                .map(|v| v.trim().to_string())
+        })
+        .unwrap_or_default()
+}
+
+/// Start `LOCK.ACQUIRE key owner ttl WAIT timeout` on its own connection and thread.
+pub fn spawn_wait(
+    server: &Server,
+    key: &str,
+    owner: &str,
+    ttl: i64,
+    timeout: i64,
+) -> std::thread::JoinHandle<Result<Value, String>> {
+    let mut con = server.con();
+    let args: Vec<String> = [
+        "LOCK.ACQUIRE",
+        key,
+        owner,
+        &ttl.to_string(),
+        "WAIT",
+        &timeout.to_string(),
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    std::thread::spawn(move || {
+        let words: Vec<&str> = args.iter().map(String::as_str).collect();
+        cmd(&mut con, &words)
+    })
+}
+
+/// Wait until `n` clients are blocked.
+pub fn wait_blocked(con: &mut Connection, n: i64) {
+    assert!(
+        eventually(Duration::from_secs(10), || blocked_clients(con) == n),
+        "expected {n} blocked clients, have {}",
+        blocked_clients(con)
+    );
+}
