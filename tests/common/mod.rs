@@ -223,7 +223,7 @@ impl Drop for Server {
     }
 }
 
-/// Run a command; server errors come back as `Err("CODE detail")`.
+/// Run a command; server errors come back as `Err("CODE detail")`, a lost connection as `Err("IO ...")`.
 pub fn run(con: &mut Connection, args: &[&[u8]]) -> Result<Value, String> {
     let mut cmd = redis::cmd(std::str::from_utf8(args[0]).expect("command name"));
     for a in &args[1..] {
@@ -235,7 +235,7 @@ pub fn run(con: &mut Connection, args: &[&[u8]]) -> Result<Value, String> {
         Err(e) => match (e.code(), e.detail()) {
             (Some(code), Some(detail)) => Err(format!("{code} {detail}")),
             (Some(code), None) => Err(code.to_string()),
-            _ => panic!("transport error: {e}"),
+            _ => Err(format!("IO {e}")),
         },
     }
 }

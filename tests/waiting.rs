@@ -1,0 +1,393 @@
+//! Blocking and fairness: FIFO handoff, WAIT timeouts, disconnects, expiry handoff, MULTI and
+//! Lua, what DEL/UNLINK/FLUSHALL/RENAME/SWAPDB/SET do to waiters, and the oversell case.
+
+mod common;
+use common::*;
+use std::time::{Duration, Instant};
+
+fn token_of(r: Result<Value, String>) -> i64 {
+    match r {
+        Ok(Value::Int(t)) => t,
+        other => panic!("expected a token, got {other:?}"),
+    }
+}
+
+#[test]
+fn waiters_are_served_in_fifo_order_on_release() {
+    let s = Server::start();
+    let mut c = s.con();
+    let t0 = acquire(&mut c, "k", "holder", 60_000).unwrap();
+    let mut handles = Vec::new();
+    for i in 0..5 {
+        handles.push(spawn_wait(&s, "k", &format!("w{i}"), 60_000, 0));
+        wait_blocked(&mut c, i + 1); // queue them in a known order
+    }
+    let mut last = t0;
+    let mut prev_owner = "holder".to_string();
+    for (i, h) in handles.into_iter().enumerate() {
+        assert_eq!(release(&mut c, "k", &prev_owner), 1);
+        let t = token_of(h.join().unwrap());
+        assert!(t > last, "tokens increase along the queue");
+        assert_eq!(fence(&mut c, "k"), Some(t), "waiter {i} holds the lock");
+        // A newcomer cannot take it while the holder is live.
+        assert_eq!(acquire(&mut c, "k", "newcomer", 1_000), None);
+        last = t;
+        prev_owner = format!("w{i}");
+    }
+    assert_eq!(release(&mut c, "k", &prev_owner), 1);
+    assert_eq!(int(&ok(&mut c, &["EXISTS", "k"])), 0);
+}
+
+#[test]
+fn newcomers_queue_behind_waiters_even_when_the_lock_just_freed() {
+    let s = Server::start();
+    let mut c = s.con();
+    acquire(&mut c, "k", "h", 60_000).unwrap();
+    let w = spawn_wait(&s, "k", "waiter", 60_000, 0);
+    wait_blocked(&mut c, 1);
+    // Release and try to grab it in one MULTI: the queued waiter must still win.
+    ok(&mut c, &["MULTI"]);
+    ok(&mut c, &["LOCK.RELEASE", "k", "h"]);
+    ok(&mut c, &["LOCK.ACQUIRE", "k", "newcomer", "1000"]);
+    let exec = ok(&mut c, &["EXEC"]);
+    assert_eq!(
+        exec,
+        Value::Array(vec![Value::Int(1), Value::Nil]),
+        "newcomer did not overtake"
+    );
+    let t = token_of(w.join().unwrap());
+    assert_eq!(fence(&mut c, "k"), Some(t));
+}
+
+#[test]
+fn wait_times_out_with_nil_and_leaves_the_queue() {
+    let s = Server::start();
+    let mut c = s.con();
+    acquire(&mut c, "k", "h", 60_000).unwrap();
+    let started = Instant::now();
+    let r = cmd(
+        &mut s.con(),
+        &["LOCK.ACQUIRE", "k", "w", "1000", "WAIT", "200"],
+    );
+    let waited = started.elapsed();
+    assert_eq!(r, Ok(Value::Nil));
+    assert!(waited >= Duration::from_millis(190), "waited {waited:?}");
+    assert_eq!(blocked_clients(&mut c), 0);
+    // The timed-out waiter is gone: a release leaves the lock free.
+    assert_eq!(release(&mut c, "k", "h"), 1);
+    assert_eq!(fence(&mut c, "k"), None);
+    assert_eq!(int(&ok(&mut c, &["EXISTS", "k"])), 0);
+}
+
+#[test]
+fn a_disconnected_waiter_is_skipped() {
+    let s = Server::start();
+    let mut c = s.con();
+    acquire(&mut c, "k", "h", 60_000).unwrap();
+    let ghost = spawn_wait(&s, "k", "ghost", 60_000, 0);
+    wait_blocked(&mut c, 1);
+    let live = spawn_wait(&s, "k", "live", 60_000, 0);
+    wait_blocked(&mut c, 2);
+    // Kill the first waiter's connection.
+    let list = match ok(&mut c, &["CLIENT", "LIST"]) {
+        Value::BulkString(b) => String::from_utf8(b).unwrap(),
+        Value::VerbatimString { text, .. } => text,
+        other => panic!("{other:?}"),
+    };
+    let ghost_id = list
+        .lines()
+        .filter(|l| l.contains("cmd=lock.acquire"))
+        .filter_map(|l| l.split(' ').find_map(|f| f.strip_prefix("id=")))
+        .filter_map(|id| id.parse::<u64>().ok())
+        .min()
+        .expect("a blocked client");
+    ok(&mut c, &["CLIENT", "KILL", "ID", &ghost_id.to_string()]);
+    assert!(
+        ghost.join().unwrap().is_err(),
+        "the killed connection got no grant"
+    );
+    wait_blocked(&mut c, 1);
+    assert_eq!(release(&mut c, "k", "h"), 1);
+    let t = token_of(live.join().unwrap());
+    assert_eq!(fence(&mut c, "k"), Some(t));
+    assert_eq!(release(&mut c, "k", "ghost"), 0, "the ghost never held it");
+}
+
+#[test]
+fn expiry_hands_the_lock_to_the_head_promptly() {
+    let s = Server::start();
+    let mut c = s.con();
+    let t0 = acquire(&mut c, "k", "crashed", 300).unwrap();
+    let deadline = Instant::now() + Duration::from_millis(300);
+    let w = spawn_wait(&s, "k", "next", 60_000, 0);
+    let t = token_of(w.join().unwrap());
+    let late = Instant::now().saturating_duration_since(deadline);
+    assert!(t > t0);
+    assert_eq!(fence(&mut c, "k"), Some(t));
+    // Generous bound (the benchmark measures the real figure): far below the 100 ms sweep.
+    assert!(
+        late < Duration::from_millis(90),
+        "handoff {late:?} after the deadline"
+    );
+    assert_eq!(release(&mut c, "crashed", "crashed"), 0);
+}
+
+#[test]
+fn wait_zero_blocks_until_released() {
+    let s = Server::start();
+    let mut c = s.con();
+    acquire(&mut c, "k", "h", 60_000).unwrap();
+    let w = spawn_wait(&s, "k", "w", 1_000, 0);
+    wait_blocked(&mut c, 1);
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(!w.is_finished(), "WAIT 0 waits without limit");
+    release(&mut c, "k", "h");
+    token_of(w.join().unwrap());
+}
+
+#[test]
+fn the_lease_of_a_waiter_starts_when_it_is_granted() {
+    let s = Server::start();
+    let mut c = s.con();
+    acquire(&mut c, "k", "h", 60_000).unwrap();
+    let w = spawn_wait(&s, "k", "w", 2_000, 0);
+    wait_blocked(&mut c, 1);
+    std::thread::sleep(Duration::from_millis(700));
+    release(&mut c, "k", "h");
+    token_of(w.join().unwrap());
+    let pttl = int(&ok(&mut c, &["PTTL", "k"]));
+    assert!(
+        pttl > 1_500,
+        "lease counted from the grant, not the request: {pttl}"
+    );
+}
+
+#[test]
+fn wait_never_blocks_inside_multi_or_lua() {
+    let s = Server::start();
+    let mut c = s.con();
+    acquire(&mut c, "k", "h", 60_000).unwrap();
+    ok(&mut c, &["MULTI"]);
+    ok(&mut c, &["LOCK.ACQUIRE", "k", "w", "1000", "WAIT", "0"]);
+    ok(&mut c, &["LOCK.ACQUIRE", "free", "w", "1000", "WAIT", "0"]);
+    let Value::Array(replies) = ok(&mut c, &["EXEC"]) else {
+        panic!()
+    };
+    assert_eq!(replies[0], Value::Nil);
+    assert!(matches!(replies[1], Value::Int(_)));
+    let script = "return redis.call('LOCK.ACQUIRE', KEYS[1], ARGV[1], 1000, 'WAIT', 0)";
+    assert_eq!(ok(&mut c, &["EVAL", script, "1", "k", "lua"]), Value::Nil);
+    let Value::Int(t) = ok(&mut c, &["EVAL", script, "1", "free2", "lua"]) else {
+        panic!()
+    };
+    // A fencing check inside a script, as a store would do it before a write.
+    let check = "if redis.call('LOCK.FENCE', KEYS[1], ARGV[1]) == 1 then return 'ok' else return 'stale' end";
+    assert_eq!(
+        ok(&mut c, &["EVAL", check, "1", "free2", &t.to_string()]),
+        Value::BulkString(b"ok".to_vec())
+    );
+    assert_eq!(
+        ok(&mut c, &["EVAL", check, "1", "free2", &(t - 1).to_string()]),
+        Value::BulkString(b"stale".to_vec())
+    );
+    assert_eq!(blocked_clients(&mut c), 0);
+}
+
+#[test]
+fn del_unlink_and_flushall_free_the_lock_for_the_next_waiter() {
+    let s = Server::start();
+    let mut c = s.con();
+    for del in [
+        vec!["DEL", "k"],
+        vec!["UNLINK", "k"],
+        vec!["FLUSHALL"],
+        vec!["FLUSHDB", "ASYNC"],
+    ] {
+        let t0 = acquire(&mut c, "k", "h", 60_000).unwrap();
+        let w = spawn_wait(&s, "k", "w", 60_000, 0);
+        wait_blocked(&mut c, 1);
+        ok(&mut c, &del);
+        let t = token_of(w.join().unwrap());
+        assert!(t > t0, "{del:?}");
+        assert_eq!(fence(&mut c, "k"), Some(t), "{del:?}: the head holds it");
+        release(&mut c, "k", "w");
+    }
+}
+
+#[test]
+fn rename_moves_the_holder_and_leaves_waiters_with_the_name() {
+    let s = Server::start();
+    let mut c = s.con();
+    let t0 = acquire(&mut c, "old", "h", 60_000).unwrap();
+    let w = spawn_wait(&s, "old", "w", 60_000, 0);
+    wait_blocked(&mut c, 1);
+    ok(&mut c, &["RENAME", "old", "new"]);
+    let t = token_of(w.join().unwrap());
+    assert!(t > t0);
+    assert_eq!(
+        fence(&mut c, "old"),
+        Some(t),
+        "the waiter got the name it asked for"
+    );
+    assert_eq!(
+        fence(&mut c, "new"),
+        Some(t0),
+        "the holder moved with the value"
+    );
+    assert_eq!(release(&mut c, "new", "h"), 1);
+}
+
+#[test]
+fn swapdb_serves_waiters_with_what_their_db_now_holds() {
+    let s = Server::start();
+    let mut c = s.con();
+    acquire(&mut c, "k", "h", 60_000).unwrap(); // db 0 holds k; db 1 is empty
+    let w = spawn_wait(&s, "k", "w", 60_000, 0);
+    wait_blocked(&mut c, 1);
+    ok(&mut c, &["SWAPDB", "0", "1"]);
+    let t = token_of(w.join().unwrap());
+    assert_eq!(
+        fence(&mut c, "k"),
+        Some(t),
+        "db 0 is now free: the waiter got it"
+    );
+    ok(&mut c, &["SELECT", "1"]);
+    assert!(
+        fence(&mut c, "k").is_some(),
+        "the old holder lives on in db 1"
+    );
+}
+
+#[test]
+fn overwriting_a_waited_lock_with_another_type_fails_its_waiters() {
+    let s = Server::start();
+    let mut c = s.con();
+    acquire(&mut c, "k", "h", 60_000).unwrap();
+    let w = spawn_wait(&s, "k", "w", 60_000, 0);
+    wait_blocked(&mut c, 1);
+    ok(&mut c, &["SET", "k", "plain string"]);
+    assert!(w.join().unwrap().unwrap_err().starts_with("WRONGTYPE"));
+    assert_eq!(blocked_clients(&mut c), 0);
+}
+
+#[test]
+fn waiters_on_different_dbs_and_keys_are_independent() {
+    let s = Server::start();
+    let mut c = s.con();
+    acquire(&mut c, "a", "h", 60_000).unwrap();
+    acquire(&mut c, "b", "h", 60_000).unwrap();
+    let wa = spawn_wait(&s, "a", "wa", 60_000, 0);
+    let wb = spawn_wait(&s, "b", "wb", 60_000, 0);
+    wait_blocked(&mut c, 2);
+    release(&mut c, "b", "h");
+    token_of(wb.join().unwrap());
+    assert!(!wa.is_finished());
+    release(&mut c, "a", "h");
+    token_of(wa.join().unwrap());
+}
+
+/// 100 items, 20 concurrent buyers that lock, read, decrement, release: exactly 100 sold.
+#[test]
+fn no_oversell_with_twenty_concurrent_buyers() {
+    let s = Server::start();
+    ok(&mut s.con(), &["SET", "stock", "100"]);
+    let buyers: Vec<_> = (0..20)
+        .map(|i| {
+            let mut con = s.con();
+            std::thread::spawn(move || {
+                let owner = format!("buyer-{i}");
+                let mut bought = 0;
+                loop {
+                    let r = cmd(
+                        &mut con,
+                        &[
+                            "LOCK.ACQUIRE",
+                            "stock-lock",
+                            &owner,
+                            "5000",
+                            "WAIT",
+                            "10000",
+                        ],
+                    );
+                    assert!(matches!(r, Ok(Value::Int(_))), "acquire: {r:?}");
+                    let stock: i64 = match ok(&mut con, &["GET", "stock"]) {
+                        Value::BulkString(b) => String::from_utf8(b).unwrap().parse().unwrap(),
+                        other => panic!("{other:?}"),
+                    };
+                    let sold_out = stock == 0;
+                    if !sold_out {
+                        std::thread::yield_now(); // widen the read-modify-write window
+                        ok(&mut con, &["SET", "stock", &(stock - 1).to_string()]);
+                        bought += 1;
+                    }
+                    assert_eq!(
+                        int(&ok(&mut con, &["LOCK.RELEASE", "stock-lock", &owner])),
+                        1
+                    );
+                    if sold_out {
+                        return bought;
+                    }
+                }
+            })
+        })
+        .collect();
+    let sold: i64 = buyers.into_iter().map(|b| b.join().unwrap()).sum();
+    assert_eq!(sold, 100);
+    assert_eq!(
+        ok(&mut s.con(), &["GET", "stock"]),
+        Value::BulkString(b"0".to_vec())
+    );
+}
+
+fn blocked_ids(c: &mut Connection) -> Vec<u64> {
+    let list = match ok(c, &["CLIENT", "LIST"]) {
+        Value::BulkString(b) => String::from_utf8(b).unwrap(),
+        Value::VerbatimString { text, .. } => text,
+        other => panic!("{other:?}"),
+    };
+    let mut ids: Vec<u64> = list
+        .lines()
+        .filter(|l| l.contains("flags=b"))
+        .filter_map(|l| l.split(' ').find_map(|f| f.strip_prefix("id=")))
+        .filter_map(|id| id.parse().ok())
+        .collect();
+    ids.sort_unstable();
+    ids
+}
+
+/// The waiter is granted, then its connection dies before the reply goes out (same EXEC):
+/// the grant is revoked and the lock goes on to the next waiter, or becomes free.
+#[test]
+fn a_grant_to_a_connection_that_closed_before_the_reply_is_revoked() {
+    let s = Server::start();
+    let mut c = s.con();
+    let t0 = acquire(&mut c, "k", "h", 60_000).unwrap();
+    let ghost = spawn_wait(&s, "k", "ghost", 60_000, 0);
+    wait_blocked(&mut c, 1);
+    let live = spawn_wait(&s, "k", "live", 60_000, 10_000);
+    wait_blocked(&mut c, 2);
+    let ghost_id = blocked_ids(&mut c)[0].to_string();
+    ok(&mut c, &["MULTI"]);
+    ok(&mut c, &["LOCK.RELEASE", "k", "h"]);
+    ok(&mut c, &["CLIENT", "KILL", "ID", &ghost_id]);
+    ok(&mut c, &["EXEC"]);
+    assert!(ghost.join().unwrap().is_err());
+    let t = token_of(live.join().unwrap());
+    assert!(t > t0);
+    assert_eq!(fence(&mut c, "k"), Some(t));
+    assert_eq!(release(&mut c, "k", "ghost"), 0);
+
+    // Same with nobody behind: the lock ends up free.
+    let ghost = spawn_wait(&s, "k", "ghost2", 60_000, 0);
+    wait_blocked(&mut c, 1);
+    let ghost_id = blocked_ids(&mut c)[0].to_string();
+    ok(&mut c, &["MULTI"]);
+    ok(&mut c, &["LOCK.RELEASE", "k", "live"]);
+    ok(&mut c, &["CLIENT", "KILL", "ID", &ghost_id]);
+    ok(&mut c, &["EXEC"]);
+    assert!(ghost.join().unwrap().is_err());
+    assert!(eventually(Duration::from_secs(5), || int(&ok(
+        &mut c,
+        &["EXISTS", "k"]
+    )) == 0));
+}
