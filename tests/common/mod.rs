@@ -348,3 +348,85 @@ pub fn wait_blocked(con: &mut Connection, n: i64) {
         blocked_clients(con)
     );
 }
+
+/// CRC-64/Jones as DUMP payloads use it (reflected, poly 0xad93d23594c935a9).
+pub fn crc64(data: &[u8]) -> u64 {
+    let mut crc = 0u64;
+    for &b in data {
+        crc ^= u64::from(b);
+        for _ in 0..8 {
+            crc = if crc & 1 == 1 {
+                (crc >> 1) ^ 0x95AC_9329_AC4B_C9B5
+            } else {
+                crc >> 1
+            };
+        }
+    }
+    crc
+}
+
+/// Re-seal a DUMP payload whose body was edited: recompute the trailing CRC.
+pub fn reseal(mut payload: Vec<u8>) -> Vec<u8> {
+    let body = payload.len() - 8;
+    let crc = crc64(&payload[..body]);
+    payload[body..].copy_from_slice(&crc.to_le_bytes());
+    payload
+}
+
+pub fn dump(con: &mut Connection, key: &str) -> Vec<u8> {
+    match ok(con, &["DUMP", key]) {
+        Value::BulkString(b) => {
+            let body = b.len() - 8;
+            assert_eq!(
+                crc64(&b[..body]).to_le_bytes(),
+                b[body..],
+                "crc64 helper agrees with the server"
+            );
+            b
+        }
+        other => panic!("DUMP gave {other:?}"),
+    }
+}
+
+/// Put a lock on `key` whose token is `token` (possibly far ahead of the clock), by editing a
+/// DUMP payload: the server's only way in for such a token is loading it.
+pub fn restore_lock_with_token(con: &mut Connection, key: &str, token: i64) {
+    let tmp = format!("{key}:tmp-for-dump");
+    let real = acquire(con, &tmp, "forged", 600_000).expect("tmp lock");
+    let payload = dump(con, &tmp);
+    release(con, &tmp, "forged");
+    let needle = real.to_be_bytes();
+    let at = payload
+        .windows(8)
+        .position(|w| w == needle)
+        .expect("the token is in the payload");
+    let mut edited = payload.clone();
+    edited[at..at + 8].copy_from_slice(&token.to_be_bytes());
+    let edited = reseal(edited);
+    let r = run(
+        con,
+        &[b"RESTORE", key.as_bytes(), b"0", &edited, b"REPLACE"],
+    );
+    assert_eq!(r, Ok(Value::Okay), "restore the forged lock");
+}
+
+/// Microseconds since the epoch (the scale tokens live on).
+pub fn now_us() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_micros() as i64)
+        .unwrap_or(0)
+}
+
+/// A token far ahead of any clock-derived one, so only persisted state can explain later tokens.
+pub fn future_token() -> i64 {
+    now_us() + 10_000_000_000_000
+}
+
+pub fn wait_persistence_idle(con: &mut Connection) {
+    assert!(eventually(Duration::from_secs(30), || {
+        info_field(con, "persistence", "rdb_bgsave_in_progress") == "0"
+            && info_field(con, "persistence", "aof_rewrite_in_progress") == "0"
+            && info_field(con, "persistence", "aof_rewrite_scheduled") == "0"
+    }));
+}
