@@ -1,0 +1,163 @@
+//! Replicas follow their master through deterministic effects; promotion never reuses tokens,
+//! even after losing the master's last grants; a demoted master's waiters are answered.
+
+mod common;
+use common::*;
+use std::time::Duration;
+
+fn replica_of(master: &Server, extra: &[&str]) -> Server {
+    let port = master.port.to_string();
+    let mut args = vec!["--replicaof", "127.0.0.1", &port];
+    args.extend_from_slice(extra);
+    let replica = Server::start_with(&args);
+    let mut r = replica.con();
+    assert!(
+        eventually(Duration::from_secs(20), || info_field(
+            &mut r,
+            "replication",
+            "master_link_status"
+        ) == "up"),
+        "replica never synced"
+    );
+    replica
+}
+
+/// Wait until every replica acknowledged everything the master wrote.
+fn sync(m: &mut Connection) {
+    assert_eq!(
+        int(&ok(m, &["WAIT", "1", "5000"])),
+        1,
+        "replica acknowledged"
+    );
+}
+
+#[test]
+fn replica_follows_grants_extends_handoffs_expiry_and_releases() {
+    let master = Server::start();
+    let replica = replica_of(&master, &[]);
+    let mut m = master.con();
+    let mut r = replica.con();
+
+    let t1 = acquire(&mut m, "a", "alice", 60_000).unwrap();
+    let short = acquire(&mut m, "b", "bob", 300).unwrap();
+    let w = spawn_wait(&master, "a", "carol", 60_000, 0);
+    let wb = spawn_wait(&master, "b", "dave", 60_000, 0); // gets b when bob's lease runs out
+    wait_blocked(&mut m, 2);
+    assert_eq!(release(&mut m, "a", "alice"), 1);
+    let t2 = int(&w.join().unwrap().unwrap());
+    let t3 = int(&wb.join().unwrap().unwrap());
+    assert!(t3 > short);
+    assert_eq!(int(&ok(&mut m, &["LOCK.EXTEND", "a", "carol", "90000"])), 1);
+    acquire(&mut m, "c", "erin", 60_000).unwrap();
+    release(&mut m, "c", "erin");
+    sync(&mut m);
+
+    assert_eq!(fence(&mut r, "a"), Some(t2));
+    assert_eq!(
+        fence(&mut r, "b"),
+        Some(t3),
+        "the expiry handoff reached the replica"
+    );
+    assert_eq!(fence(&mut r, "c"), None);
+    assert_eq!(int(&ok(&mut r, &["EXISTS", "c"])), 0);
+    assert!(
+        int(&ok(&mut r, &["PTTL", "a"])) > 80_000,
+        "extend replicated as a deadline"
+    );
+    assert_eq!(
+        ok(&mut r, &["DEBUG", "DIGEST"]),
+        ok(&mut m, &["DEBUG", "DIGEST"])
+    );
+    for key in ["a", "b"] {
+        assert_eq!(
+            ok(&mut r, &["DEBUG", "DIGEST-VALUE", key]),
+            ok(&mut m, &["DEBUG", "DIGEST-VALUE", key])
+        );
+    }
+    // Replicas refuse writes and never grant on their own.
+    let err = cmd(&mut r, &["LOCK.ACQUIRE", "z", "x", "100"]).unwrap_err();
+    assert!(err.starts_with("READONLY"), "{err}");
+    let err = cmd(&mut r, &["LOCK.RELEASE", "a", "carol"]).unwrap_err();
+    assert!(err.starts_with("READONLY"), "{err}");
+    assert!(t1 < t2);
+}
+
+#[test]
+fn replica_aof_keeps_what_the_master_replicated() {
+    let master = Server::start();
+    let mut replica = replica_of(&master, &["--appendonly", "yes", "--appendfsync", "always"]);
+    let mut m = master.con();
+    // After the full sync the replica rewrites its AOF; let that finish first.
+    wait_persistence_idle(&mut replica.con());
+    let t = acquire(&mut m, "k", "alice", 60_000).unwrap();
+    acquire(&mut m, "gone", "bob", 60_000).unwrap();
+    release(&mut m, "gone", "bob");
+    sync(&mut m);
+    wait_persistence_idle(&mut replica.con());
+    replica.restart_with(&["--appendonly", "yes"]); // standalone now, from its own AOF
+    let mut r = replica.con();
+    assert_eq!(fence(&mut r, "k"), Some(t));
+    assert_eq!(fence(&mut r, "gone"), None);
+}
+
+/// The replica learns the counter from replicated grants: after promotion its tokens are
+/// above every token the master issued, even ones far ahead of the clock.
+#[test]
+fn promoted_replica_continues_above_replicated_tokens() {
+    let master = Server::start();
+    let replica = replica_of(&master, &[]);
+    let mut m = master.con();
+    restore_lock_with_token(&mut m, "forged", future_token());
+    let from_counter = acquire(&mut m, "k", "a", 60_000).unwrap();
+    ok(&mut m, &["DEL", "forged", "k"]);
+    sync(&mut m);
+    let mut r = replica.con();
+    ok(&mut r, &["REPLICAOF", "NO", "ONE"]);
+    let next = acquire(&mut r, "k", "b", 60_000).unwrap();
+    assert!(next > from_counter, "{next} > {from_counter}");
+}
+
+/// Stop the replica and cut its link, grant on the master (the replica never sees it), kill -9 the master,
+/// resume and promote the replica: its next token is larger than any the old master issued.
+#[test]
+fn promotion_after_lost_grants_never_reuses_a_token() {
+    let mut master = Server::start();
+    let replica = replica_of(&master, &[]);
+    let mut m = master.con();
+    acquire(&mut m, "seen", "a", 60_000).unwrap();
+    sync(&mut m);
+    replica.signal(libc::SIGSTOP);
+    // Cut the link while the replica sleeps, so what follows never reaches its socket.
+    ok(&mut m, &["CLIENT", "KILL", "TYPE", "replica"]);
+    let mut lost = Vec::new();
+    for i in 0..50 {
+        lost.push(acquire(&mut m, &format!("lost:{i}"), "a", 60_000).unwrap());
+    }
+    master.signal(libc::SIGKILL);
+    master.kill9();
+    replica.signal(libc::SIGCONT);
+    let mut r = replica.con();
+    assert_eq!(
+        fence(&mut r, "lost:0"),
+        None,
+        "the replica missed these grants"
+    );
+    ok(&mut r, &["REPLICAOF", "NO", "ONE"]);
+    let next = acquire(&mut r, "lost:0", "b", 60_000).unwrap();
+    let max_lost = *lost.iter().max().unwrap();
+    assert!(next > max_lost, "{next} > {max_lost}");
+}
+
+#[test]
+fn waiters_of_a_demoted_master_get_an_error_at_once() {
+    let other = Server::start();
+    let old = Server::start();
+    let mut c = old.con();
+    acquire(&mut c, "k", "h", 60_000).unwrap();
+    let w = spawn_wait(&old, "k", "w", 60_000, 0);
+    wait_blocked(&mut c, 1);
+    ok(&mut c, &["REPLICAOF", "127.0.0.1", &other.port.to_string()]);
+    let err = w.join().unwrap().unwrap_err();
+    assert!(err.starts_with("UNBLOCKED"), "{err}");
+    assert_eq!(blocked_clients(&mut c), 0);
+}
