@@ -1,0 +1,51 @@
+# redis-lock: `make run` starts a server with the module, `make test` runs every test.
+MODULE_DEBUG   := target/debug/libredis_lock.so
+MODULE_RELEASE := target/release/libredis_lock.so
+VALKEY         := target/valkey/valkey-server
+PORT           ?= 6379
+# Integration tests start many short-lived servers; two at a time suits a 2-core machine.
+TEST_THREADS   ?= 2
+
+.PHONY: all deps build release run test unit test-redis test-valkey valkey clippy fmt clean
+
+all: build
+
+deps:
+	@scripts/deps.sh
+
+build: deps
+	cargo build
+
+release: deps
+	cargo build --release
+
+## Build in release mode and run redis-server in the foreground with ./redis.conf.
+run: release
+	mkdir -p target/redis-data
+	redis-server ./redis.conf --port $(PORT)
+
+valkey:
+	@scripts/valkey.sh
+
+## Unit and property tests, then the integration suite on Redis and on Valkey 9.
+test: build valkey unit test-redis test-valkey
+
+unit:
+	cargo test --lib
+
+test-redis: build
+	LOCK_TEST_SERVER=redis-server LOCK_MODULE=$(CURDIR)/$(MODULE_DEBUG) \
+		cargo test --test '*' --no-fail-fast -- --test-threads=$(TEST_THREADS)
+
+test-valkey: build valkey
+	LOCK_TEST_SERVER=$(CURDIR)/$(VALKEY) LOCK_MODULE=$(CURDIR)/$(MODULE_DEBUG) \
+		cargo test --test '*' --no-fail-fast -- --test-threads=$(TEST_THREADS)
+
+clippy:
+	cargo clippy --all-targets -- -D warnings
+
+fmt:
+	cargo fmt --all
+
+clean:
+	cargo clean

@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Make sure what building and testing need is installed: cargo, libclang (bindgen), redis-server.
+# Installs with apt when run as root on Debian/Ubuntu; otherwise prints the exact command.
+set -euo pipefail
+
+missing_pkgs=()
+command -v cargo >/dev/null 2>&1 || {
+    echo "cargo is missing: install Rust with rustup (https://rustup.rs), then re-run." >&2
+    exit 1
+}
+if ! ldconfig -p 2>/dev/null | grep -q 'libclang.*\.so' && ! ls /usr/lib/llvm-*/lib/libclang*.so* >/dev/null 2>&1; then
+    missing_pkgs+=(libclang-dev)
+fi
+command -v redis-server >/dev/null 2>&1 || missing_pkgs+=(redis-server)
+command -v redis-cli >/dev/null 2>&1 || missing_pkgs+=(redis-tools)
+command -v python3 >/dev/null 2>&1 || missing_pkgs+=(python3)
+python3 -m pip --version >/dev/null 2>&1 || missing_pkgs+=(python3-pip)
+
+if [ ${#missing_pkgs[@]} -eq 0 ]; then
+    exit 0
+fi
+if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    echo "installing: ${missing_pkgs[*]}"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq
+    apt-get install -y -qq --no-install-recommends "${missing_pkgs[@]}"
+    # The Debian package may start a service on 6379; our tests never use that port.
+else
+    echo "missing packages: ${missing_pkgs[*]}" >&2
+    echo "install them with:  sudo apt-get install -y ${missing_pkgs[*]}" >&2
+    exit 1
+fi
