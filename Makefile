@@ -21,7 +21,6 @@ release: deps
 
 ## Build in release mode and run redis-server in the foreground with ./redis.conf.
 run: release
-	mkdir -p target/redis-data
 	redis-server ./redis.conf --port $(PORT)
 
 valkey:
