@@ -391,3 +391,17 @@ fn a_grant_to_a_connection_that_closed_before_the_reply_is_revoked() {
         &["EXISTS", "k"]
     )) == 0));
 }
+
+#[test]
+fn client_unblock_answers_nil_and_leaves_the_queue() {
+    let s = Server::start();
+    let mut c = s.con();
+    acquire(&mut c, "k", "h", 60_000).unwrap();
+    let w = spawn_wait(&s, "k", "w", 60_000, 0);
+    wait_blocked(&mut c, 1);
+    let id = blocked_ids(&mut c)[0].to_string();
+    assert_eq!(int(&ok(&mut c, &["CLIENT", "UNBLOCK", &id])), 1);
+    assert_eq!(w.join().unwrap(), Ok(Value::Nil));
+    assert_eq!(release(&mut c, "k", "h"), 1);
+    assert_eq!(int(&ok(&mut c, &["EXISTS", "k"])), 0, "nobody was left in the queue");
+}
