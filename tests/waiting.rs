@@ -405,3 +405,20 @@ fn client_unblock_answers_nil_and_leaves_the_queue() {
     assert_eq!(release(&mut c, "k", "h"), 1);
     assert_eq!(int(&ok(&mut c, &["EXISTS", "k"])), 0, "nobody was left in the queue");
 }
+
+#[test]
+fn move_frees_the_name_and_copy_duplicates_the_holder() {
+    let s = Server::start();
+    let mut c = s.con();
+    let t0 = acquire(&mut c, "k", "h", 60_000).unwrap();
+    ok(&mut c, &["COPY", "k", "k2"]);
+    assert_eq!(fence(&mut c, "k2"), Some(t0), "COPY keeps holder and token");
+    let w = spawn_wait(&s, "k", "w", 60_000, 0);
+    wait_blocked(&mut c, 1);
+    assert_eq!(int(&ok(&mut c, &["MOVE", "k", "3"])), 1);
+    let t = token_of(w.join().unwrap());
+    assert!(t > t0);
+    assert_eq!(fence(&mut c, "k"), Some(t));
+    ok(&mut c, &["SELECT", "3"]);
+    assert_eq!(fence(&mut c, "k"), Some(t0), "the holder moved to db 3");
+}
