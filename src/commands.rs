@@ -84,7 +84,7 @@ pub fn acquire(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     let wait = parse_wait(&args[4..], now)?;
     let generated;
     let (owner, with_owner) = if args[2].as_slice() == b"*" {
-        generated = uuid::Uuid::new_v4().hyphenated().to_string();
+        generated = crate::owner::generate();
         (generated.as_bytes(), true)
     } else {
         (parse_owner(&args[2])?, false)

@@ -14,6 +14,7 @@ pub mod expiry;
 pub mod fencing;
 pub mod keyspace;
 pub mod lock;
+pub mod owner;
 pub mod waiters;
 
 #[cfg(not(test))]

@@ -403,7 +403,11 @@ fn client_unblock_answers_nil_and_leaves_the_queue() {
     assert_eq!(int(&ok(&mut c, &["CLIENT", "UNBLOCK", &id])), 1);
     assert_eq!(w.join().unwrap(), Ok(Value::Nil));
     assert_eq!(release(&mut c, "k", "h"), 1);
-    assert_eq!(int(&ok(&mut c, &["EXISTS", "k"])), 0, "nobody was left in the queue");
+    assert_eq!(
+        int(&ok(&mut c, &["EXISTS", "k"])),
+        0,
+        "nobody was left in the queue"
+    );
 }
 
 #[test]
