@@ -89,18 +89,7 @@ fn a_disconnected_waiter_is_skipped() {
     let live = spawn_wait(&s, "k", "live", 60_000, 0);
     wait_blocked(&mut c, 2);
     // Kill the first waiter's connection.
-    let list = match ok(&mut c, &["CLIENT", "LIST"]) {
-        Value::BulkString(b) => String::from_utf8(b).unwrap(),
-        Value::VerbatimString { text, .. } => text,
-        other => panic!("{other:?}"),
-    };
-    let ghost_id = list
-        .lines()
-        .filter(|l| l.contains("cmd=lock.acquire"))
-        .filter_map(|l| l.split(' ').find_map(|f| f.strip_prefix("id=")))
-        .filter_map(|id| id.parse::<u64>().ok())
-        .min()
-        .expect("a blocked client");
+    let ghost_id = blocked_ids(&mut c)[0];
     ok(&mut c, &["CLIENT", "KILL", "ID", &ghost_id.to_string()]);
     assert!(
         ghost.join().unwrap().is_err(),
@@ -337,22 +326,6 @@ fn no_oversell_with_twenty_concurrent_buyers() {
         ok(&mut s.con(), &["GET", "stock"]),
         Value::BulkString(b"0".to_vec())
     );
-}
-
-fn blocked_ids(c: &mut Connection) -> Vec<u64> {
-    let list = match ok(c, &["CLIENT", "LIST"]) {
-        Value::BulkString(b) => String::from_utf8(b).unwrap(),
-        Value::VerbatimString { text, .. } => text,
-        other => panic!("{other:?}"),
-    };
-    let mut ids: Vec<u64> = list
-        .lines()
-        .filter(|l| l.contains("flags=b"))
-        .filter_map(|l| l.split(' ').find_map(|f| f.strip_prefix("id=")))
-        .filter_map(|id| id.parse().ok())
-        .collect();
-    ids.sort_unstable();
-    ids
 }
 
 /// The waiter is granted, then its connection dies before the reply goes out (same EXEC):

@@ -430,3 +430,20 @@ pub fn wait_persistence_idle(con: &mut Connection) {
             && info_field(con, "persistence", "aof_rewrite_scheduled") == "0"
     }));
 }
+
+/// Ids of the clients currently blocked, oldest first.
+pub fn blocked_ids(c: &mut Connection) -> Vec<u64> {
+    let list = match ok(c, &["CLIENT", "LIST"]) {
+        Value::BulkString(b) => String::from_utf8(b).unwrap(),
+        Value::VerbatimString { text, .. } => text,
+        other => panic!("{other:?}"),
+    };
+    let mut ids: Vec<u64> = list
+        .lines()
+        .filter(|l| l.contains("flags=b"))
+        .filter_map(|l| l.split(' ').find_map(|f| f.strip_prefix("id=")))
+        .filter_map(|id| id.parse().ok())
+        .collect();
+    ids.sort_unstable();
+    ids
+}
