@@ -127,7 +127,9 @@ extern "C" fn on_timeout(
     _argc: c_int,
 ) -> c_int {
     let context = Context::new(ctx);
-    crate::waiters::leave(client_id(&context));
+    if crate::waiters::leave(client_id(&context)) {
+        crate::metrics::STATS.wait_timeouts.incr();
+    }
     context.reply(Ok(redis_module::RedisValue::Null)) as c_int
 }
 
@@ -135,7 +137,9 @@ extern "C" fn on_disconnect(
     ctx: *mut raw::RedisModuleCtx,
     _bc: *mut raw::RedisModuleBlockedClient,
 ) {
-    crate::waiters::leave(client_id(&Context::new(ctx)));
+    if crate::waiters::leave(client_id(&Context::new(ctx))) {
+        crate::metrics::STATS.waiters_disconnected.incr();
+    }
 }
 
 extern "C" fn on_free(_ctx: *mut raw::RedisModuleCtx, privdata: *mut c_void) {

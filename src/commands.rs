@@ -1,26 +1,36 @@
 //! Argument parsing and the LOCK.* handlers. Each handler decides with the pure functions of
-//! `lock`, writes through `keyspace` (which replicates), and never blocks where blocking is denied.
+//! `lock`, writes through `keyspace` (which replicates and emits events), counts what happened
+//! in `metrics`, and never blocks where blocking is denied.
 
-use redis_module::{Context, ContextFlags, RedisError, RedisResult, RedisString, RedisValue};
+use redis_module::{raw, Context, ContextFlags, RedisError, RedisResult, RedisString, RedisValue};
 
 use crate::blocking;
 use crate::clock;
+use crate::config;
 use crate::data_type::LOCK_TYPE;
 use crate::error::LockError;
 use crate::expiry;
 use crate::fencing;
-use crate::keyspace::{self, LockKey};
+use crate::keyspace::{self, LockEvent, LockKey};
 use crate::lock::{self, Acquire, Holder, Millis, Token, Waiter};
+use crate::metrics::STATS;
 use crate::waiters::{self, Blocked, QueueKey};
+
+/// How many queued owners LOCK.INFO lists without COUNT.
+pub const INFO_DEFAULT_COUNT: usize = 10;
 
 /// The reply of a granted acquire: the token, or `[owner, token]` for owner `*`.
 pub fn grant_reply(owner: &[u8], token: Token, with_owner: bool) -> RedisValue {
-    let token = RedisValue::Integer(i64::try_from(token).unwrap_or(i64::MAX));
+    let token = token_value(token);
     if with_owner {
         RedisValue::Array(vec![RedisValue::StringBuffer(owner.to_vec()), token])
     } else {
         token
     }
+}
+
+fn token_value(token: Token) -> RedisValue {
+    RedisValue::Integer(i64::try_from(token).unwrap_or(i64::MAX))
 }
 
 fn parse_i64(arg: &RedisString) -> Result<i64, LockError> {
@@ -30,6 +40,9 @@ fn parse_i64(arg: &RedisString) -> Result<i64, LockError> {
 fn parse_ttl(arg: &RedisString, now: Millis) -> Result<Millis, LockError> {
     let ttl = parse_i64(arg)?;
     lock::deadline(now, ttl)?;
+    if ttl > config::max_ttl() {
+        return Err(LockError::TtlAboveMax);
+    }
     Ok(ttl)
 }
 
@@ -67,6 +80,17 @@ fn parse_wait(options: &[RedisString], now: Millis) -> Result<Option<Millis>, Lo
     }
 }
 
+/// `[COUNT n]`
+fn parse_count(options: &[RedisString]) -> Result<usize, LockError> {
+    match options {
+        [] => Ok(INFO_DEFAULT_COUNT),
+        [flag, n] if flag.as_slice().eq_ignore_ascii_case(b"COUNT") => {
+            usize::try_from(parse_i64(n)?).map_err(|_| LockError::CountNegative)
+        }
+        _ => Err(LockError::Syntax),
+    }
+}
+
 fn queue_key(ctx: &Context, name: &RedisString) -> QueueKey {
     QueueKey {
         db: keyspace::selected_db(ctx),
@@ -87,7 +111,11 @@ pub fn acquire(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
         generated = crate::owner::generate();
         (generated.as_bytes(), true)
     } else {
-        (parse_owner(&args[2])?, false)
+        let owner = parse_owner(&args[2])?;
+        if owner.len() > config::max_owner_length() {
+            return Err(LockError::OwnerTooLong.into());
+        }
+        (owner, false)
     };
 
     let name = &args[1];
@@ -107,7 +135,12 @@ pub fn acquire(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     })?;
     match outcome {
         Acquire::Granted(granted) | Acquire::Renewed(granted) => {
-            lock.store(&granted)?;
+            if holder.as_ref().is_some_and(|h| h.token == granted.token) {
+                STATS.renewed.incr();
+            } else {
+                STATS.acquired_immediately.incr();
+            }
+            lock.store(&granted, LockEvent::Acquire)?;
             if others_waiting {
                 expiry::settle_at(&key, granted.deadline);
             }
@@ -115,18 +148,24 @@ pub fn acquire(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
         }
         Acquire::Busy => match wait {
             Some(timeout) if blocking::can_block(ctx) => {
+                if waiters::waiting(&key) >= config::max_waiters() {
+                    STATS.queue_full.incr();
+                    return Err(LockError::QueueFull.into());
+                }
                 let Some(handle) = blocking::block(ctx, timeout) else {
+                    STATS.rejected.incr();
                     return Ok(RedisValue::Null);
                 };
-                let client_id = blocking::client_id(ctx);
+                let client = Blocked {
+                    client_id: blocking::client_id(ctx),
+                    handle,
+                    with_owner,
+                    since_us: clock::now_us(),
+                };
                 waiters::join(
                     key.clone(),
                     Waiter {
-                        client: Blocked {
-                            client_id,
-                            handle,
-                            with_owner,
-                        },
+                        client,
                         owner: owner.into(),
                         ttl,
                     },
@@ -135,7 +174,10 @@ pub fn acquire(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
                 expiry::settle_at(&key, due);
                 Ok(RedisValue::NoReply)
             }
-            _ => Ok(RedisValue::Null),
+            _ => {
+                STATS.rejected.incr();
+                Ok(RedisValue::Null)
+            }
         },
     }
 }
@@ -150,8 +192,28 @@ pub fn release(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     let lock = LockKey::open(ctx, name);
     let holder = lock.holder()?;
     if !lock::may_release(holder.as_ref(), owner, now) {
+        STATS.release_not_owner.incr();
         return Ok(RedisValue::Integer(0));
     }
+    STATS.releases.incr();
+    lock.notify(LockEvent::Release);
+    expiry::pass_on(&lock, &queue_key(ctx, name), None, now);
+    Ok(RedisValue::Integer(1))
+}
+
+/// `LOCK.FORCERELEASE key`: release whoever holds the lock (an operator's tool).
+pub fn force_release(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
+    let [_, name] = &args[..] else {
+        return Err(RedisError::WrongArity);
+    };
+    let now = clock::now_ms();
+    let lock = LockKey::open(ctx, name);
+    let holder = lock.holder()?;
+    if lock::live(holder.as_ref(), now).is_none() {
+        return Ok(RedisValue::Integer(0));
+    }
+    STATS.releases_forced.incr();
+    lock.notify(LockEvent::Release);
     expiry::pass_on(&lock, &queue_key(ctx, name), None, now);
     Ok(RedisValue::Integer(1))
 }
@@ -168,11 +230,23 @@ pub fn extend(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     let holder = lock.holder()?;
     match lock::extend(holder.as_ref(), owner, ttl, now)? {
         Some(extended) => {
-            lock.store(&extended)?;
+            STATS.extends.incr();
+            lock.store(&extended, LockEvent::Extend)?;
             Ok(RedisValue::Integer(1))
         }
-        None => Ok(RedisValue::Integer(0)),
+        None => {
+            STATS.extend_not_owner.incr();
+            Ok(RedisValue::Integer(0))
+        }
     }
+}
+
+/// Read a lock key's holder without writing (replicas, read-only commands).
+fn read_holder(ctx: &Context, name: &RedisString) -> Result<Option<Holder>, LockError> {
+    ctx.open_key(name)
+        .get_value::<Holder>(&LOCK_TYPE)
+        .map(|h| h.cloned())
+        .map_err(|_| LockError::WrongType)
 }
 
 /// `LOCK.FENCE key [token]`
@@ -182,21 +256,65 @@ pub fn fence(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
         [_, name, token] => (name, Some(parse_token(token)?)),
         _ => return Err(RedisError::WrongArity),
     };
-    let key = ctx.open_key(name);
-    let holder = key
-        .get_value::<Holder>(&LOCK_TYPE)
-        .map_err(|_| LockError::WrongType)?;
+    let holder = read_holder(ctx, name)?;
     let now = clock::now_ms();
     Ok(match token {
-        Some(token) => RedisValue::Integer(i64::from(lock::token_is_current(holder, token, now))),
-        None => lock::fence(holder, now).map_or(RedisValue::Null, |t| grant_reply(b"", t, false)),
+        Some(token) => RedisValue::Integer(i64::from(lock::token_is_current(
+            holder.as_ref(),
+            token,
+            now,
+        ))),
+        None => lock::fence(holder.as_ref(), now).map_or(RedisValue::Null, token_value),
     })
 }
 
-/// `LOCK.APPLY key owner token deadline-unix-ms`: the effect replicas and the AOF replay.
-pub fn apply(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
-    let [_, name, owner, token, deadline] = &args[..] else {
+/// `LOCK.INFO key [COUNT n]`: who holds the lock, for how long, and who waits.
+pub fn info(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
+    if args.len() < 2 {
         return Err(RedisError::WrongArity);
+    }
+    let count = parse_count(&args[2..])?;
+    let holder = read_holder(ctx, &args[1])?;
+    let now = clock::now_ms();
+    let Some(holder) = lock::live(holder.as_ref(), now) else {
+        return Ok(RedisValue::Null);
+    };
+    let (waiting, queued) = waiters::owners(&queue_key(ctx, &args[1]), count);
+    let fields: [(&str, RedisValue); 6] = [
+        ("owner", RedisValue::StringBuffer(holder.owner.to_vec())),
+        ("token", token_value(holder.token)),
+        ("ttl", RedisValue::Integer(holder.remaining(now))),
+        ("held", RedisValue::Integer(holder.held_for(now))),
+        (
+            "waiters",
+            RedisValue::Integer(i64::try_from(waiting).unwrap_or(i64::MAX)),
+        ),
+        (
+            "queue",
+            RedisValue::Array(
+                queued
+                    .into_iter()
+                    .map(|o| RedisValue::StringBuffer(o.into()))
+                    .collect(),
+            ),
+        ),
+    ];
+    // A map in this field order: RESP3 map, or a flat field/value array on RESP2.
+    raw::reply_with_map(ctx.ctx, fields.len() as std::os::raw::c_long);
+    for (field, value) in fields {
+        ctx.reply(Ok(RedisValue::SimpleStringStatic(field)));
+        ctx.reply(Ok(value));
+    }
+    Ok(RedisValue::NoReply)
+}
+
+/// `LOCK.APPLY key owner token deadline-unix-ms [granted-unix-ms]`: the effect replicas and
+/// the AOF replay. (Without the grant time, as the first version wrote it, `held` counts from now.)
+pub fn apply(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
+    let (name, owner, token, deadline, granted) = match &args[..] {
+        [_, name, owner, token, deadline] => (name, owner, token, deadline, None),
+        [_, name, owner, token, deadline, granted] => (name, owner, token, deadline, Some(granted)),
+        _ => return Err(RedisError::WrongArity),
     };
     let flags = ctx.get_flags();
     if !flags.intersects(ContextFlags::REPLICATED | ContextFlags::LOADING) {
@@ -208,6 +326,10 @@ pub fn apply(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
         deadline: Some(parse_i64(deadline)?)
             .filter(|d| *d > 0)
             .ok_or(LockError::DeadlineNotPositive)?,
+        granted: match granted {
+            Some(granted) => parse_i64(granted)?,
+            None => clock::now_ms(),
+        },
     };
     fencing::observe(holder.token);
     LockKey::open(ctx, name).write(&holder)?;

@@ -10,11 +10,13 @@ use redis_module::{raw, RedisString};
 use crate::fencing;
 use crate::keyspace::APPLY_COMMAND;
 use crate::lock::Holder;
+use crate::metrics::STATS;
 use crate::waiters::{self, QueueKey};
 
-/// Encoding of a lock value in RDB and DUMP payloads. Version 1: owner, token, deadline.
+/// Encoding of a lock value in RDB and DUMP payloads.
+/// Version 1: owner, token, deadline. Version 2 adds the grant time (for LOCK.INFO `held`).
 /// A newer version is refused (the load fails cleanly instead of misreading bytes).
-pub const ENCODING_VERSION: i32 = 1;
+pub const ENCODING_VERSION: i32 = 2;
 
 /// Type methods version 4 (Redis 7.0) brings `unlink2`, which names the db and key.
 const TYPE_METHODS_VERSION: u64 = 4;
@@ -53,10 +55,15 @@ unsafe fn holder_of<'a>(value: *const c_void) -> Option<&'a Holder> {
     value.cast::<Holder>().as_ref()
 }
 
-fn load_holder(rdb: *mut raw::RedisModuleIO) -> Option<Holder> {
+fn load_holder(rdb: *mut raw::RedisModuleIO, encver: c_int) -> Option<Holder> {
     let owner = raw::load_string_buffer(rdb).ok()?;
     let token = raw::load_unsigned(rdb).ok()?;
     let deadline = raw::load_signed(rdb).ok()?;
+    let granted = if encver >= 2 {
+        raw::load_signed(rdb).ok()?
+    } else {
+        crate::clock::now_ms() // version 1 did not record it: count from the load
+    };
     if owner.as_ref().is_empty() || token == 0 {
         return None;
     }
@@ -64,6 +71,7 @@ fn load_holder(rdb: *mut raw::RedisModuleIO) -> Option<Holder> {
         owner: owner.as_ref().into(),
         token,
         deadline,
+        granted,
     })
 }
 
@@ -72,9 +80,10 @@ extern "C" fn rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> *mut c_vo
         log_io_warning(rdb, "refusing a lock value encoded by a newer redis-lock");
         return std::ptr::null_mut();
     }
-    match load_holder(rdb) {
+    match load_holder(rdb, encver) {
         Some(holder) => {
             fencing::observe(holder.token);
+            STATS.locks.add(1);
             Box::into_raw(Box::new(holder)).cast::<c_void>()
         }
         None => {
@@ -92,6 +101,7 @@ extern "C" fn rdb_save(rdb: *mut raw::RedisModuleIO, value: *mut c_void) {
     raw::save_slice(rdb, &holder.owner);
     raw::save_unsigned(rdb, holder.token);
     raw::save_signed(rdb, holder.deadline);
+    raw::save_signed(rdb, holder.granted);
 }
 
 extern "C" fn aof_rewrite(
@@ -103,12 +113,12 @@ extern "C" fn aof_rewrite(
     let Some(holder) = (unsafe { holder_of(value) }) else {
         return;
     };
-    let (Ok(cmd), Ok(fmt)) = (CString::new(APPLY_COMMAND), CString::new("sbll")) else {
+    let (Ok(cmd), Ok(fmt)) = (CString::new(APPLY_COMMAND), CString::new("sblll")) else {
         return;
     };
     let token = i64::try_from(holder.token).unwrap_or(i64::MAX);
     // SAFETY: EmitAOF reads the arguments as the format says: a module string, a buffer with
-    // its length, and two long longs.
+    // its length, and three long longs.
     unsafe {
         if let Some(emit) = raw::RedisModule_EmitAOF {
             emit(
@@ -120,6 +130,7 @@ extern "C" fn aof_rewrite(
                 holder.owner.len(),
                 token as std::os::raw::c_longlong,
                 holder.deadline as std::os::raw::c_longlong,
+                holder.granted as std::os::raw::c_longlong,
             );
         }
     }
@@ -148,6 +159,7 @@ extern "C" fn digest(md: *mut raw::RedisModuleDigest, value: *mut c_void) {
             );
             add_ll(md, i64::try_from(holder.token).unwrap_or(i64::MAX));
             add_ll(md, holder.deadline);
+            add_ll(md, holder.granted);
             end(md);
         }
     }
@@ -157,6 +169,7 @@ extern "C" fn free(value: *mut c_void) {
     if !value.is_null() {
         // SAFETY: the value was made by `Box::into_raw` (set_value, rdb_load or copy).
         drop(unsafe { Box::from_raw(value.cast::<Holder>()) });
+        STATS.locks.sub(1);
     }
 }
 
@@ -167,14 +180,17 @@ extern "C" fn copy(
 ) -> *mut c_void {
     // SAFETY: Redis passes a value of this type.
     match unsafe { holder_of(value) } {
-        Some(holder) => Box::into_raw(Box::new(holder.clone())).cast::<c_void>(),
+        Some(holder) => {
+            STATS.locks.add(1);
+            Box::into_raw(Box::new(holder.clone())).cast::<c_void>()
+        }
         None => std::ptr::null_mut(),
     }
 }
 
 /// A lock left the keyspace (DEL, UNLINK, expiry, overwrite, RENAME or MOVE away): if anyone
 /// waits for that name, let `settle` hand it over on the next turn of the event loop.
-extern "C" fn unlink2(ctx: *mut raw::RedisModuleKeyOptCtx, _value: *const c_void) {
+extern "C" fn unlink2(ctx: *mut raw::RedisModuleKeyOptCtx, value: *const c_void) {
     // SAFETY: the option context is valid during the callback; the key name is borrowed only here.
     let (db, name) = unsafe {
         let (Some(db_of), Some(name_of)) = (
@@ -185,6 +201,13 @@ extern "C" fn unlink2(ctx: *mut raw::RedisModuleKeyOptCtx, _value: *const c_void
         };
         (db_of(ctx), RedisString::string_as_slice(name_of(ctx)))
     };
+    // SAFETY: Redis passes a value of this type.
+    if let Some(holder) = unsafe { holder_of(value) } {
+        crate::expiry::note_unlinked(db, name, holder);
+    }
+    if !waiters::anyone_waiting() {
+        return;
+    }
     let key = QueueKey {
         db,
         name: name.into(),

@@ -29,6 +29,14 @@ pub enum LockError {
     DeadlineNotPositive,
     /// A waiter was blocked on a master that became a replica.
     Demoted,
+    /// `ttl-ms` above `lock.max-ttl`.
+    TtlAboveMax,
+    /// The owner is longer than `lock.max-owner-length`.
+    OwnerTooLong,
+    /// The queue already holds `lock.max-waiters` clients.
+    QueueFull,
+    /// `COUNT` is negative.
+    CountNegative,
 }
 
 impl LockError {
@@ -47,6 +55,10 @@ impl LockError {
                 "ERR LOCK.APPLY is internal: it is accepted only from the master link or the AOF"
             }
             Self::DeadlineNotPositive => "ERR invalid deadline: must be a positive unix time in milliseconds",
+            Self::TtlAboveMax => "ERR invalid ttl: above lock.max-ttl",
+            Self::OwnerTooLong => "ERR invalid owner: longer than lock.max-owner-length",
+            Self::QueueFull => "ERR lock queue is full: lock.max-waiters clients already wait",
+            Self::CountNegative => "ERR COUNT must be zero or positive",
             Self::Demoted => {
                 "UNBLOCKED force unblock from blocking operation, instance state changed (master -> replica?)"
             }
@@ -86,6 +98,10 @@ mod tests {
             ApplyNotAllowed,
             DeadlineNotPositive,
             Demoted,
+            TtlAboveMax,
+            OwnerTooLong,
+            QueueFull,
+            CountNegative,
         ] {
             let prefix = e.as_wire().split(' ').next().unwrap_or("");
             assert!(

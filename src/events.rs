@@ -1,5 +1,5 @@
-//! Server events that move or drop locks under waiting clients: FLUSHDB/FLUSHALL, SWAPDB, and
-//! this master becoming a replica.
+//! Server events that move or drop locks under waiting clients (FLUSHDB/FLUSHALL, SWAPDB, this
+//! master becoming a replica), and `CONFIG RESETSTAT`, seen through a command filter.
 
 use std::os::raw::{c_int, c_void};
 
@@ -96,5 +96,40 @@ extern "C" fn on_role_changed(
 ) {
     if sub == SUBEVENT_NOW_REPLICA {
         expiry::fail_everyone(LockError::Demoted);
+    }
+}
+
+/// Redis has no module event for `CONFIG RESETSTAT`: a command filter notices it go by and
+/// clears the module's counters too. The filter only compares the first two arguments.
+pub fn watch_resetstat(ctx: &Context) {
+    // SAFETY: registering a filter callback of the expected signature at load time.
+    unsafe {
+        if let Some(register) = raw::RedisModule_RegisterCommandFilter {
+            register(
+                ctx.ctx,
+                Some(on_command),
+                raw::REDISMODULE_CMDFILTER_NOSELF as c_int,
+            );
+        }
+    }
+}
+
+extern "C" fn on_command(fctx: *mut raw::RedisModuleCommandFilterCtx) {
+    // SAFETY: the filter context is valid during the callback; arguments are only borrowed.
+    let is_resetstat = unsafe {
+        let (Some(count), Some(arg)) = (
+            raw::RedisModule_CommandFilterArgsCount,
+            raw::RedisModule_CommandFilterArgGet,
+        ) else {
+            return;
+        };
+        count(fctx) == 2
+            && redis_module::RedisString::string_as_slice(arg(fctx, 0))
+                .eq_ignore_ascii_case(b"config")
+            && redis_module::RedisString::string_as_slice(arg(fctx, 1))
+                .eq_ignore_ascii_case(b"resetstat")
+    };
+    if is_resetstat {
+        crate::metrics::STATS.reset();
     }
 }

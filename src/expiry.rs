@@ -8,14 +8,16 @@
 
 use std::os::raw::c_void;
 use std::sync::atomic::{AtomicPtr, Ordering};
+use std::sync::Mutex;
 
-use redis_module::{raw, Context, ContextFlags};
+use redis_module::{raw, Context, ContextFlags, NotifyEvent};
 
 use crate::blocking::{self, Answer, Grant};
 use crate::clock;
 use crate::error::LockError;
-use crate::keyspace::{self, LockKey};
+use crate::keyspace::{self, LockEvent, LockKey};
 use crate::lock::{live, Holder, Millis, Token};
+use crate::metrics::STATS;
 use crate::waiters::{self, QueueKey};
 
 enum Job {
@@ -116,10 +118,14 @@ pub fn settle(ctx: &Context, key: &QueueKey, revoked: Option<Token>) {
 /// head of the queue, or delete it when nobody waits. Keeps a timer at the live deadline.
 pub fn pass_on(lock: &LockKey, key: &QueueKey, holder: Option<&Holder>, now: Millis) {
     if let Some((waiter, granted)) = waiters::hand_off(key, holder, now) {
-        if let Err(err) = lock.store(&granted) {
+        if let Err(err) = lock.store(&granted, LockEvent::Handoff) {
             blocking::answer(waiter.client.handle, Answer::Failed(err));
             return;
         }
+        STATS.acquired_after_wait.incr();
+        STATS
+            .wait_time
+            .record(clock::now_us().saturating_sub(waiter.client.since_us));
         blocking::answer(
             waiter.client.handle,
             Answer::Granted(Grant {
@@ -141,5 +147,47 @@ pub fn pass_on(lock: &LockKey, key: &QueueKey, holder: Option<&Holder>, now: Mil
 pub fn fail_everyone(err: LockError) {
     for waiter in waiters::take_everyone() {
         blocking::answer(waiter.client.handle, Answer::Failed(err));
+    }
+}
+
+/// The last lock that left the keyspace after its deadline, so the `expired` notification that
+/// follows it can tell a lock's expiry from any other key's.
+struct Unlinked {
+    db: i32,
+    name: Box<[u8]>,
+    granted: Millis,
+    deadline: Millis,
+}
+
+static LAST_UNLINKED: Mutex<Option<Unlinked>> = Mutex::new(None);
+
+/// A lock value left the keyspace (unlink hook). Only one past its deadline can be an expiry.
+pub fn note_unlinked(db: i32, name: &[u8], holder: &Holder) {
+    if clock::now_ms() >= holder.deadline {
+        let mut slot = LAST_UNLINKED.lock().unwrap_or_else(|p| p.into_inner());
+        *slot = Some(Unlinked {
+            db,
+            name: name.into(),
+            granted: holder.granted,
+            deadline: holder.deadline,
+        });
+    }
+}
+
+/// Redis expired a key (its own lazy or active expiry): if it was a lock, its lease ran out
+/// while held. Count it and emit `lock.expire`.
+pub fn on_key_expired(ctx: &Context, _event: NotifyEvent, _name: &str, key: &[u8]) {
+    let db = keyspace::selected_db(ctx);
+    let expired = {
+        let mut slot = LAST_UNLINKED.lock().unwrap_or_else(|p| p.into_inner());
+        match slot.as_ref() {
+            Some(u) if u.db == db && *u.name == *key => slot.take(),
+            _ => None,
+        }
+    };
+    if let Some(lock) = expired {
+        let name = ctx.create_string(key);
+        let now = clock::now_ms().max(lock.deadline);
+        keyspace::hold_ended(ctx, &name, lock.granted, lock.deadline, now);
     }
 }

@@ -1,12 +1,14 @@
 //! redis-lock: fair, fenced, replicated locks as native Redis commands.
 //!
-//! This file only registers the module: its type, commands and events.
+//! This file only registers the module: its type, commands, configuration and events.
 
 #![cfg_attr(test, allow(dead_code, unused_imports))]
 
 pub mod blocking;
 pub mod clock;
+pub mod command_docs;
 pub mod commands;
+pub mod config;
 pub mod data_type;
 pub mod error;
 pub mod events;
@@ -14,23 +16,30 @@ pub mod expiry;
 pub mod fencing;
 pub mod keyspace;
 pub mod lock;
+pub mod metrics;
 pub mod owner;
 pub mod waiters;
 
 #[cfg(not(test))]
 mod registration {
-    use redis_module::{redis_module, Context, RedisString, Status};
+    use redis_module::configuration::ConfigurationFlags;
+    use redis_module::{redis_module, AclCategory, Context, RedisString, Status};
 
     use crate::data_type::LOCK_TYPE;
-    use crate::{commands, events, expiry};
+    use crate::{command_docs, commands, config, events, expiry, metrics};
 
     fn init(ctx: &Context, _args: &[RedisString]) -> Status {
         ctx.set_module_options(redis_module::raw::ModuleOptions::HANDLE_IO_ERRORS);
         expiry::init(ctx);
-        match events::subscribe(ctx) {
+        metrics::register_info(ctx);
+        events::watch_resetstat(ctx);
+        let ready = events::subscribe(ctx)
+            .map_err(str::to_string)
+            .and_then(|()| command_docs::register(ctx));
+        match ready {
             Ok(()) => Status::Ok,
             Err(msg) => {
-                ctx.log_warning(msg);
+                ctx.log_warning(&msg);
                 Status::Err
             }
         }
@@ -41,13 +50,30 @@ mod registration {
         version: 1,
         allocator: (redis_module::alloc::RedisAlloc, redis_module::alloc::RedisAlloc),
         data_types: [LOCK_TYPE],
+        acl_categories: ["lock",],
         init: init,
         commands: [
-            ["lock.acquire", commands::acquire, "write deny-oom blocking", 1, 1, 1, ""],
-            ["lock.release", commands::release, "write fast", 1, 1, 1, ""],
-            ["lock.extend", commands::extend, "write deny-oom fast", 1, 1, 1, ""],
-            ["lock.fence", commands::fence, "readonly fast", 1, 1, 1, ""],
-            ["lock.apply", commands::apply, "write deny-oom", 1, 1, 1, ""],
+            ["lock.acquire", commands::acquire, "write deny-oom blocking", 1, 1, 1, "", "lock"],
+            ["lock.release", commands::release, "write fast", 1, 1, 1, "", "lock"],
+            ["lock.extend", commands::extend, "write deny-oom fast", 1, 1, 1, "", "lock"],
+            ["lock.fence", commands::fence, "readonly fast", 1, 1, 1, "", "lock"],
+            ["lock.info", commands::info, "readonly", 1, 1, 1, "", "lock"],
+            ["lock.forcerelease", commands::force_release, "write admin fast", 1, 1, 1, "", "lock"],
+            ["lock.apply", commands::apply, "write deny-oom", 1, 1, 1, "", "lock"],
         ],
+        event_handlers: [
+            [@EXPIRED: expiry::on_key_expired],
+        ],
+        configurations: [
+            i64: [
+                ["max-waiters", &config::MAX_WAITERS, config::MAX_WAITERS_DEFAULT, config::MAX_WAITERS_MIN, config::MAX_WAITERS_MAX, ConfigurationFlags::DEFAULT, None],
+                ["max-ttl", &config::MAX_TTL, config::MAX_TTL_DEFAULT, config::MAX_TTL_MIN, config::MAX_TTL_MAX, ConfigurationFlags::DEFAULT, None],
+                ["max-owner-length", &config::MAX_OWNER_LENGTH, config::MAX_OWNER_LENGTH_DEFAULT, config::MAX_OWNER_LENGTH_MIN, config::MAX_OWNER_LENGTH_MAX, ConfigurationFlags::DEFAULT, None],
+            ],
+            string: [],
+            bool: [],
+            enum: [],
+            module_args_as_configuration: true,
+        ]
     }
 }

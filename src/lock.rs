@@ -20,6 +20,8 @@ pub struct Holder {
     pub token: Token,
     /// The lease ends at this unix-ms instant: the holder is live while `now < deadline`.
     pub deadline: Millis,
+    /// When this owner was granted the lock (unix ms); renewals and extensions keep it.
+    pub granted: Millis,
 }
 
 impl Holder {
@@ -30,6 +32,11 @@ impl Holder {
     /// Milliseconds left on the lease (0 once it ran out).
     pub fn remaining(&self, now: Millis) -> Millis {
         self.deadline.saturating_sub(now).max(0)
+    }
+
+    /// Milliseconds since the grant.
+    pub fn held_for(&self, now: Millis) -> Millis {
+        now.saturating_sub(self.granted).max(0)
     }
 }
 
@@ -70,9 +77,8 @@ pub fn acquire(
     let deadline = deadline(now, ttl)?;
     Ok(match live(holder, now) {
         Some(h) if *h.owner == *owner => Acquire::Renewed(Holder {
-            owner: h.owner.clone(),
-            token: h.token,
             deadline,
+            ..h.clone()
         }),
         Some(_) => Acquire::Busy,
         None if others_waiting => Acquire::Busy,
@@ -80,6 +86,7 @@ pub fn acquire(
             owner: owner.into(),
             token: issue_token(),
             deadline,
+            granted: now,
         }),
     })
 }
@@ -100,9 +107,8 @@ pub fn extend(
     Ok(live(holder, now)
         .filter(|h| *h.owner == *owner)
         .map(|h| Holder {
-            owner: h.owner.clone(),
-            token: h.token,
             deadline,
+            ..h.clone()
         }))
 }
 
@@ -182,6 +188,7 @@ impl<C> WaitQueue<C> {
             token: issue_token(),
             // The ttl was checked when the waiter queued; saturate rather than fail later.
             deadline: now.saturating_add(waiter.ttl),
+            granted: now,
         };
         Some((waiter, granted))
     }
@@ -194,17 +201,22 @@ mod tests {
     use proptest::prelude::*;
 
     fn holder(owner: &str, token: Token, deadline: Millis) -> Holder {
+        granted_at(owner, token, deadline, 0)
+    }
+
+    fn granted_at(owner: &str, token: Token, deadline: Millis, granted: Millis) -> Holder {
         Holder {
             owner: owner.as_bytes().into(),
             token,
             deadline,
+            granted,
         }
     }
 
     #[test]
     fn free_lock_is_granted_with_a_fresh_token() {
         let got = acquire(None, false, b"a", 100, 1_000, || 7).unwrap();
-        assert_eq!(got, Acquire::Granted(holder("a", 7, 1_100)));
+        assert_eq!(got, Acquire::Granted(granted_at("a", 7, 1_100, 1_000)));
     }
 
     #[test]
@@ -223,7 +235,7 @@ mod tests {
         );
         assert_eq!(
             acquire(Some(&h), false, b"b", 10, 1_100, || 8).unwrap(),
-            Acquire::Granted(holder("b", 8, 1_110))
+            Acquire::Granted(granted_at("b", 8, 1_110, 1_100))
         );
     }
 
@@ -302,7 +314,7 @@ mod tests {
         assert!(q.hand_off(Some(&h), 50, || 4).is_none());
         let (w, granted) = q.hand_off(Some(&h), 100, || 4).unwrap();
         assert_eq!(w.client, 1);
-        assert_eq!(granted, holder("x", 4, 110));
+        assert_eq!(granted, granted_at("x", 4, 110, 100));
         assert_eq!(q.len(), 1);
         assert!(q.remove_where(|c| *c == 2).is_some());
         assert!(q.remove_where(|c| *c == 2).is_none());

@@ -12,6 +12,7 @@ use std::sync::{LazyLock, Mutex, MutexGuard};
 
 use crate::blocking::BlockedClient;
 use crate::lock::{Holder, Millis, WaitQueue, Waiter};
+use crate::metrics::STATS;
 
 /// The name a queue belongs to.
 #[derive(Clone, Debug, Hash, PartialEq, Eq)]
@@ -27,6 +28,8 @@ pub struct Blocked {
     pub handle: BlockedClient,
     /// Asked with owner `*`: the reply carries the generated owner.
     pub with_owner: bool,
+    /// When it started waiting (unix µs), for the wait-time histogram.
+    pub since_us: u64,
 }
 
 pub type BlockedWaiter = Waiter<Blocked>;
@@ -59,6 +62,7 @@ pub fn join(key: QueueKey, waiter: BlockedWaiter) {
     reg.client_queue
         .insert(waiter.client.client_id, key.clone());
     reg.queues.entry(key).or_default().queue.push(waiter);
+    STATS.waiters.add(1);
 }
 
 /// Take a client out of whatever queue it is in (timeout, disconnect). The handle is dropped:
@@ -78,7 +82,15 @@ pub fn leave(client_id: u64) -> bool {
     if entry.queue.is_empty() {
         reg.queues.remove(&key);
     }
+    if removed {
+        STATS.waiters.sub(1);
+    }
     removed
+}
+
+/// Whether any lock on this server has a queue (a cheap check before building a key).
+pub fn anyone_waiting() -> bool {
+    !registry().queues.is_empty()
 }
 
 pub fn has_waiters(key: &QueueKey) -> bool {
@@ -90,6 +102,19 @@ pub fn has_waiters(key: &QueueKey) -> bool {
 
 pub fn waiting(key: &QueueKey) -> usize {
     registry().queues.get(key).map_or(0, |e| e.queue.len())
+}
+
+/// The queue length and the owners of its first `count` waiters, in order.
+pub fn owners(key: &QueueKey, count: usize) -> (usize, Vec<Box<[u8]>>) {
+    registry().queues.get(key).map_or((0, Vec::new()), |e| {
+        let first = e
+            .queue
+            .iter()
+            .take(count)
+            .map(|w| w.owner.clone())
+            .collect();
+        (e.queue.len(), first)
+    })
 }
 
 /// If `holder` is not live, pop the head of the queue and make it the holder.
@@ -110,6 +135,7 @@ pub fn hand_off(
     }
     if let Some((waiter, _)) = &handed {
         reg.client_queue.remove(&waiter.client.client_id);
+        STATS.waiters.sub(1);
     }
     handed
 }
@@ -125,6 +151,7 @@ pub fn take_all(key: &QueueKey) -> Vec<BlockedWaiter> {
     for w in &waiters {
         reg.client_queue.remove(&w.client.client_id);
     }
+    STATS.waiters.sub(waiters.len() as i64);
     waiters
 }
 
@@ -132,10 +159,13 @@ pub fn take_all(key: &QueueKey) -> Vec<BlockedWaiter> {
 pub fn take_everyone() -> Vec<BlockedWaiter> {
     let mut reg = registry();
     reg.client_queue.clear();
-    reg.queues
+    let everyone: Vec<_> = reg
+        .queues
         .drain()
         .flat_map(|(_, mut e)| e.queue.drain().collect::<Vec<_>>())
-        .collect()
+        .collect();
+    STATS.waiters.sub(everyone.len() as i64);
+    everyone
 }
 
 /// The queues of one db (`None`: of every db).

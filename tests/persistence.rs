@@ -189,15 +189,15 @@ fn truncated_or_newer_payloads_are_refused_cleanly() {
     let mut c = s.con();
     acquire(&mut c, "k", "alice", 60_000).unwrap();
     let payload = dump(&mut c, "k");
-    // [type 7][0x81 + module id][0x05 string: owner][0x02 uint: token][0x02: deadline][EOF] | rdb version | crc
+    // [type 7][0x81 + module id][0x05 string: owner][0x02: token][0x02: deadline][0x02: granted][EOF] | rdb version | crc
 
-    // Encoding version 2 in the module id (its low 10 bits): a future redis-lock.
+    // Encoding version 3 in the module id (its low 10 bits): a future redis-lock.
     let mut newer = payload.clone();
     let id_at = 2; // type byte, then 0x81 + 8-byte big-endian module id
     assert_eq!(newer[1], 0x81, "64-bit module id encoding");
     let mut id = u64::from_be_bytes(newer[id_at..id_at + 8].try_into().unwrap());
-    assert_eq!(id & 0x3ff, 1, "this build writes encoding version 1");
-    id = (id & !0x3ff) | 2;
+    assert_eq!(id & 0x3ff, 2, "this build writes encoding version 2");
+    id = (id & !0x3ff) | 3;
     newer[id_at..id_at + 8].copy_from_slice(&id.to_be_bytes());
     let newer = reseal(newer);
 
