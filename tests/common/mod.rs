@@ -54,6 +54,7 @@ pub struct Server {
     pub port: u16,
     pub dir: PathBuf,
     extra: Vec<String>,
+    module_args: Vec<String>,
     child: Option<Child>,
 }
 
@@ -64,10 +65,16 @@ impl Server {
 
     /// Start with extra `--option value` arguments.
     pub fn start_with(extra: &[&str]) -> Self {
+        Self::start_with_module_args(&[], extra)
+    }
+
+    /// Start with arguments for the module (`loadmodule path name value ...`) and the server.
+    pub fn start_with_module_args(module_args: &[&str], extra: &[&str]) -> Self {
         let mut server = Server {
             port: 0,
             dir: fresh_dir("srv"),
             extra: extra.iter().map(|s| s.to_string()).collect(),
+            module_args: module_args.iter().map(|s| s.to_string()).collect(),
             child: None,
         };
         server.launch();
@@ -89,6 +96,7 @@ impl Server {
                 .args(["--repl-diskless-sync-delay", "0", "--protected-mode", "no"])
                 .arg("--loadmodule")
                 .arg(module_path())
+                .args(&self.module_args)
                 .args(&self.extra)
                 .stdin(Stdio::null())
                 .stdout(Stdio::null())
@@ -446,4 +454,31 @@ pub fn blocked_ids(c: &mut Connection) -> Vec<u64> {
         .collect();
     ids.sort_unstable();
     ids
+}
+
+/// A field of a map reply (RESP3 map or RESP2 flat array).
+pub fn map_field(v: &Value, field: &str) -> Option<Value> {
+    let matches = |k: &Value| match k {
+        Value::SimpleString(s) => s == field,
+        Value::BulkString(b) => b == field.as_bytes(),
+        _ => false,
+    };
+    match v {
+        Value::Map(pairs) => pairs
+            .iter()
+            .find(|(k, _)| matches(k))
+            .map(|(_, v)| v.clone()),
+        Value::Array(items) => items
+            .chunks(2)
+            .find(|p| matches(&p[0]))
+            .map(|p| p[1].clone()),
+        _ => None,
+    }
+}
+
+/// An INFO lock field as a number.
+pub fn stat(con: &mut Connection, field: &str) -> f64 {
+    let v = info_field(con, "lock", &format!("lock_{field}"));
+    v.parse()
+        .unwrap_or_else(|_| panic!("INFO lock has no numeric lock_{field}: {v:?}"))
 }

@@ -1,0 +1,94 @@
+//! lock.* configuration: defaults, bounds, effects, and module arguments at load.
+
+mod common;
+use common::*;
+
+fn get(c: &mut Connection, name: &str) -> String {
+    match ok(c, &["CONFIG", "GET", name]) {
+        Value::Array(v) if v.len() == 2 => match &v[1] {
+            Value::BulkString(b) => String::from_utf8(b.clone()).unwrap(),
+            other => panic!("{other:?}"),
+        },
+        Value::Map(m) if m.len() == 1 => match &m[0].1 {
+            Value::BulkString(b) => String::from_utf8(b.clone()).unwrap(),
+            other => panic!("{other:?}"),
+        },
+        other => panic!("CONFIG GET {name}: {other:?}"),
+    }
+}
+
+#[test]
+fn defaults_and_bounds() {
+    let s = Server::start();
+    let mut c = s.con();
+    assert_eq!(get(&mut c, "lock.max-waiters"), "100000");
+    assert_eq!(get(&mut c, "lock.max-ttl"), "2592000000");
+    assert_eq!(get(&mut c, "lock.max-owner-length"), "1024");
+    for (name, bad) in [
+        ("lock.max-waiters", "0"),
+        ("lock.max-waiters", "100000001"),
+        ("lock.max-ttl", "0"),
+        ("lock.max-ttl", "315360000001"),
+        ("lock.max-owner-length", "0"),
+        ("lock.max-owner-length", "nope"),
+    ] {
+        let err = cmd(&mut c, &["CONFIG", "SET", name, bad]).unwrap_err();
+        assert!(err.starts_with("ERR"), "{name} {bad}: {err}");
+    }
+    assert_eq!(
+        get(&mut c, "lock.max-waiters"),
+        "100000",
+        "a refused value changes nothing"
+    );
+}
+
+#[test]
+fn limits_apply_with_clear_errors() {
+    let s = Server::start();
+    let mut c = s.con();
+    ok(&mut c, &["CONFIG", "SET", "lock.max-ttl", "1000"]);
+    assert_eq!(
+        cmd(&mut c, &["LOCK.ACQUIRE", "k", "a", "1001"]).unwrap_err(),
+        "ERR invalid ttl: above lock.max-ttl"
+    );
+    acquire(&mut c, "k", "a", 1000).unwrap();
+    assert_eq!(
+        cmd(&mut c, &["LOCK.EXTEND", "k", "a", "5000"]).unwrap_err(),
+        "ERR invalid ttl: above lock.max-ttl"
+    );
+    ok(&mut c, &["CONFIG", "SET", "lock.max-owner-length", "4"]);
+    assert_eq!(
+        cmd(&mut c, &["LOCK.ACQUIRE", "k2", "12345", "100"]).unwrap_err(),
+        "ERR invalid owner: longer than lock.max-owner-length"
+    );
+    assert!(acquire(&mut c, "k2", "1234", 100).is_some());
+    ok(&mut c, &["CONFIG", "SET", "lock.max-waiters", "2"]);
+    ok(&mut c, &["CONFIG", "SET", "lock.max-ttl", "60000"]);
+    acquire(&mut c, "q", "h", 60_000).unwrap();
+    let w1 = spawn_wait(&s, "q", "w1", 1_000, 0);
+    let w2 = spawn_wait(&s, "q", "w2", 1_000, 0);
+    wait_blocked(&mut c, 2);
+    assert_eq!(
+        cmd(&mut c, &["LOCK.ACQUIRE", "q", "w3", "1000", "WAIT", "0"]).unwrap_err(),
+        "ERR lock queue is full: lock.max-waiters clients already wait"
+    );
+    assert_eq!(
+        acquire(&mut c, "q", "w3", 1_000),
+        None,
+        "without WAIT: just busy"
+    );
+    release(&mut c, "q", "h");
+    w1.join().unwrap().unwrap();
+    release(&mut c, "q", "w1");
+    w2.join().unwrap().unwrap();
+}
+
+#[test]
+fn module_arguments_set_the_configuration_at_load() {
+    // `loadmodule path name value ...`
+    let s = Server::start_with_module_args(&["max-waiters", "7", "max-ttl", "5000"], &[]);
+    let mut c = s.con();
+    assert_eq!(get(&mut c, "lock.max-waiters"), "7");
+    assert_eq!(get(&mut c, "lock.max-ttl"), "5000");
+    assert_eq!(get(&mut c, "lock.max-owner-length"), "1024");
+}

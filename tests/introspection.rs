@@ -1,0 +1,149 @@
+//! LOCK.INFO and LOCK.FORCERELEASE.
+
+mod common;
+use common::*;
+use std::time::Duration;
+
+fn bulk(s: &str) -> Value {
+    Value::BulkString(s.as_bytes().to_vec())
+}
+
+#[test]
+fn info_shows_holder_lease_hold_time_and_queue() {
+    let s = Server::start();
+    let mut c = s.con();
+    assert_eq!(
+        ok(&mut c, &["LOCK.INFO", "k"]),
+        Value::Nil,
+        "a free lock answers nil"
+    );
+    let t = acquire(&mut c, "k", "alice", 10_000).unwrap();
+    std::thread::sleep(Duration::from_millis(150));
+    let waiters: Vec<_> = ["w1", "w2", "w3"]
+        .iter()
+        .enumerate()
+        .map(|(i, w)| {
+            let h = spawn_wait(&s, "k", w, 10_000, 0);
+            wait_blocked(&mut c, i as i64 + 1);
+            h
+        })
+        .collect();
+    for (con, resp) in [(s.con(), 2), (s.con3(), 3)] {
+        let mut con = con;
+        let info = ok(&mut con, &["LOCK.INFO", "k", "COUNT", "2"]);
+        if resp == 3 {
+            assert!(matches!(info, Value::Map(_)), "RESP3 map: {info:?}");
+        } else {
+            assert!(
+                matches!(&info, Value::Array(a) if a.len() == 12),
+                "RESP2 flat array: {info:?}"
+            );
+        }
+        assert_eq!(map_field(&info, "owner"), Some(bulk("alice")));
+        assert_eq!(map_field(&info, "token"), Some(Value::Int(t)));
+        let ttl = int(&map_field(&info, "ttl").unwrap());
+        assert!(ttl > 9_000 && ttl <= 10_000 - 150, "ttl {ttl}");
+        let held = int(&map_field(&info, "held").unwrap());
+        assert!((150..5_000).contains(&held), "held {held}");
+        assert_eq!(map_field(&info, "waiters"), Some(Value::Int(3)));
+        assert_eq!(
+            map_field(&info, "queue"),
+            Some(Value::Array(vec![bulk("w1"), bulk("w2")]))
+        );
+    }
+    let all = ok(&mut c, &["LOCK.INFO", "k"]);
+    assert_eq!(
+        map_field(&all, "queue"),
+        Some(Value::Array(vec![bulk("w1"), bulk("w2"), bulk("w3")])),
+        "default COUNT covers a short queue"
+    );
+    let none = ok(&mut c, &["LOCK.INFO", "k", "COUNT", "0"]);
+    assert_eq!(map_field(&none, "queue"), Some(Value::Array(vec![])));
+    for (h, owner) in waiters.into_iter().zip(["alice", "w1", "w2"]) {
+        assert_eq!(release(&mut c, "k", owner), 1);
+        h.join().unwrap().unwrap();
+    }
+    let info = ok(&mut c, &["LOCK.INFO", "k"]);
+    assert_eq!(map_field(&info, "owner"), Some(bulk("w3")));
+    assert!(
+        int(&map_field(&info, "held").unwrap()) < 1_000,
+        "held counts from the grant"
+    );
+}
+
+#[test]
+fn info_and_forcerelease_reject_bad_input() {
+    let s = Server::start();
+    let mut c = s.con();
+    acquire(&mut c, "k", "a", 10_000).unwrap();
+    ok(&mut c, &["SET", "str", "x"]);
+    let cases: [(&[&str], &str); 7] = [
+        (
+            &["LOCK.INFO"],
+            "ERR wrong number of arguments for 'lock.info' command",
+        ),
+        (&["LOCK.INFO", "k", "COUNT"], "ERR syntax error"),
+        (&["LOCK.INFO", "k", "LIMIT", "2"], "ERR syntax error"),
+        (
+            &["LOCK.INFO", "k", "COUNT", "-1"],
+            "ERR COUNT must be zero or positive",
+        ),
+        (
+            &["LOCK.INFO", "k", "COUNT", "x"],
+            "ERR value is not an integer or out of range",
+        ),
+        (
+            &["LOCK.FORCERELEASE", "k", "x"],
+            "ERR wrong number of arguments for 'lock.forcerelease' command",
+        ),
+        (
+            &["LOCK.FORCERELEASE", "str"],
+            "WRONGTYPE Operation against a key holding the wrong kind of value",
+        ),
+    ];
+    for (words, expected) in cases {
+        assert_eq!(cmd(&mut c, words).unwrap_err(), expected, "{words:?}");
+    }
+    assert!(cmd(&mut c, &["LOCK.INFO", "str"])
+        .unwrap_err()
+        .starts_with("WRONGTYPE"));
+    assert!(fence(&mut c, "k").is_some(), "nothing changed");
+}
+
+#[test]
+fn forcerelease_hands_off_and_replicates() {
+    let master = Server::start();
+    let port = master.port.to_string();
+    let replica = Server::start_with(&["--replicaof", "127.0.0.1", &port]);
+    let mut r = replica.con();
+    assert!(eventually(Duration::from_secs(20), || {
+        info_field(&mut r, "replication", "master_link_status") == "up"
+    }));
+    let mut m = master.con();
+    assert_eq!(
+        int(&ok(&mut m, &["LOCK.FORCERELEASE", "k"])),
+        0,
+        "free lock"
+    );
+    let t0 = acquire(&mut m, "k", "stuck", 60_000).unwrap();
+    let w = spawn_wait(&master, "k", "next", 60_000, 0);
+    wait_blocked(&mut m, 1);
+    assert_eq!(int(&ok(&mut m, &["LOCK.FORCERELEASE", "k"])), 1);
+    let t = int(&w.join().unwrap().unwrap());
+    assert!(t > t0);
+    assert_eq!(release(&mut m, "k", "stuck"), 0, "the old holder lost it");
+    assert_eq!(int(&ok(&mut m, &["WAIT", "1", "5000"])), 1);
+    assert_eq!(
+        fence(&mut r, "k"),
+        Some(t),
+        "the handoff reached the replica"
+    );
+    assert_eq!(int(&ok(&mut m, &["LOCK.FORCERELEASE", "k"])), 1);
+    assert_eq!(
+        int(&ok(&mut m, &["EXISTS", "k"])),
+        0,
+        "nobody waits: the lock is gone"
+    );
+    assert_eq!(int(&ok(&mut m, &["WAIT", "1", "5000"])), 1);
+    assert_eq!(fence(&mut r, "k"), None);
+}

@@ -1,0 +1,107 @@
+//! INFO lock moves as a scripted workload says it should; CONFIG RESETSTAT clears it.
+
+mod common;
+use common::*;
+use std::time::Duration;
+
+#[test]
+fn counters_gauges_and_histograms_follow_a_scripted_workload() {
+    let s = Server::start();
+    let mut c = s.con();
+    let info = info_field(&mut c, "lock", "lock_acquired_immediately");
+    assert_eq!(info, "0", "INFO lock has the section");
+
+    acquire(&mut c, "k", "a", 60_000).unwrap(); // acquired_immediately 1
+    assert_eq!(acquire(&mut c, "k", "b", 60_000), None); // rejected 1
+    assert_eq!(
+        cmd(&mut c, &["LOCK.ACQUIRE", "k", "b", "1000", "WAIT", "50"]),
+        Ok(Value::Nil)
+    ); // timeout 1
+    assert_eq!(release(&mut c, "k", "b"), 0); // release_not_owner 1
+    assert_eq!(int(&ok(&mut c, &["LOCK.EXTEND", "k", "b", "10"])), 0); // extend_not_owner 1
+    let w = spawn_wait(&s, "k", "c", 60_000, 0);
+    wait_blocked(&mut c, 1);
+    assert_eq!(stat(&mut c, "waiters"), 1.0);
+    std::thread::sleep(Duration::from_millis(30));
+    assert_eq!(release(&mut c, "k", "a"), 1); // releases 1, acquired_after_wait 1, hold 1
+    w.join().unwrap().unwrap();
+    assert_eq!(int(&ok(&mut c, &["LOCK.EXTEND", "k", "c", "60000"])), 1); // extends 1
+    acquire(&mut c, "k", "c", 60_000).unwrap(); // renewed 1
+    assert_eq!(int(&ok(&mut c, &["LOCK.FORCERELEASE", "k"])), 1); // releases_forced 1, hold 2
+    acquire(&mut c, "x", "d", 60_000).unwrap(); // acquired_immediately 2, locks 1
+    acquire(&mut c, "short", "e", 100).unwrap(); // acquired_immediately 3, locks 2
+    assert!(
+        eventually(Duration::from_secs(5), || stat(
+            &mut c,
+            "expired_while_held"
+        ) == 1.0),
+        "Redis expired the short lock and the module noticed"
+    );
+
+    let expect = [
+        ("acquired_immediately", 3.0),
+        ("acquired_after_wait", 1.0),
+        ("renewed", 1.0),
+        ("rejected", 1.0),
+        ("wait_timeouts", 1.0),
+        ("releases", 1.0),
+        ("releases_forced", 1.0),
+        ("release_not_owner", 1.0),
+        ("extends", 1.0),
+        ("extend_not_owner", 1.0),
+        ("expired_while_held", 1.0),
+        ("locks", 1.0),
+        ("locks_peak", 2.0),
+        ("waiters", 0.0),
+        ("waiters_peak", 1.0),
+        ("wait_time_count", 1.0),
+        ("hold_time_count", 3.0),
+    ];
+    for (field, value) in expect {
+        assert_eq!(stat(&mut c, field), value, "lock_{field}");
+    }
+    let wait_p50 = stat(&mut c, "wait_time_p50_ms");
+    assert!(wait_p50 >= 15.0, "the waiter waited ~30 ms: p50 {wait_p50}");
+    assert!(stat(&mut c, "wait_time_max_ms") >= wait_p50);
+    assert!(
+        stat(&mut c, "hold_time_max_ms") >= 90.0,
+        "the short lock was held its full 100 ms lease"
+    );
+
+    ok(&mut c, &["CONFIG", "RESETSTAT"]);
+    for (field, _) in expect {
+        let expected = match field {
+            "locks" | "locks_peak" => 1.0, // gauges keep their current value
+            _ => 0.0,
+        };
+        assert_eq!(
+            stat(&mut c, field),
+            expected,
+            "after RESETSTAT lock_{field}"
+        );
+    }
+}
+
+#[test]
+fn disconnects_and_full_queues_are_counted() {
+    let s = Server::start();
+    let mut c = s.con();
+    ok(&mut c, &["CONFIG", "SET", "lock.max-waiters", "1"]);
+    acquire(&mut c, "k", "a", 60_000).unwrap();
+    let w = spawn_wait(&s, "k", "b", 60_000, 0);
+    wait_blocked(&mut c, 1);
+    let err = cmd(&mut c, &["LOCK.ACQUIRE", "k", "c", "1000", "WAIT", "0"]).unwrap_err();
+    assert_eq!(
+        err,
+        "ERR lock queue is full: lock.max-waiters clients already wait"
+    );
+    assert_eq!(stat(&mut c, "queue_full"), 1.0);
+    let id = blocked_ids(&mut c)[0].to_string();
+    ok(&mut c, &["CLIENT", "KILL", "ID", &id]);
+    let _ = w.join();
+    assert!(eventually(Duration::from_secs(5), || stat(
+        &mut c,
+        "waiters_disconnected"
+    ) == 1.0));
+    assert_eq!(stat(&mut c, "waiters"), 0.0);
+}
