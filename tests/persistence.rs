@@ -238,3 +238,32 @@ fn expired_locks_do_not_come_back_after_restart() {
     assert_eq!(int(&ok(&mut c, &["EXISTS", "short"])), 0);
     assert_eq!(fence(&mut c, "long"), Some(long));
 }
+
+/// A value written by encoding version 1 (no grant time) still loads.
+#[test]
+fn version_1_payloads_still_load() {
+    let s = Server::start();
+    let mut c = s.con();
+    let t = acquire(&mut c, "k", "alice", 60_000).unwrap();
+    let payload = dump(&mut c, "k");
+    // Drop the last field (the grant time: opcode + 0x81 + 8 bytes) before EOF and the trailer.
+    let eof = payload.len() - 11;
+    assert_eq!(payload[eof], 0, "EOF opcode");
+    let mut v1 = payload[..eof - 10].to_vec();
+    v1.extend_from_slice(&payload[eof..]);
+    let mut id = u64::from_be_bytes(v1[2..10].try_into().unwrap());
+    id = (id & !0x3ff) | 1;
+    v1[2..10].copy_from_slice(&id.to_be_bytes());
+    let v1 = reseal(v1);
+    assert_eq!(
+        run(&mut c, &[b"RESTORE", b"old", b"0", &v1]),
+        Ok(Value::Okay)
+    );
+    assert_eq!(fence(&mut c, "old"), Some(t));
+    let info = ok(&mut c, &["LOCK.INFO", "old"]);
+    assert!(
+        int(&map_field(&info, "held").unwrap()) < 5_000,
+        "held counts from the load"
+    );
+    assert_eq!(release(&mut c, "old", "alice"), 1);
+}
