@@ -6,7 +6,7 @@ PORT           ?= 6379
 # Integration tests start many short-lived servers; two at a time suits a 2-core machine.
 TEST_THREADS   ?= 2
 
-.PHONY: all deps build release run test unit test-redis test-valkey valkey clippy fmt clean
+.PHONY: all deps build release run test unit test-redis test-valkey valkey bench clippy fmt clean
 
 all: build
 
@@ -40,8 +40,14 @@ test-valkey: build valkey
 	LOCK_TEST_SERVER=$(CURDIR)/$(VALKEY) LOCK_MODULE=$(CURDIR)/$(MODULE_DEBUG) \
 		cargo test --test '*' --no-fail-fast -- --test-threads=$(TEST_THREADS)
 
+## The benchmark (a few minutes, never part of `make test`): prints the table and writes
+## docs/bench/results.md and PNG charts. BENCH_ARGS=--quick for a shorter run.
+bench: release
+	LOCK_TEST_SERVER=redis-server LOCK_MODULE=$(CURDIR)/$(MODULE_RELEASE) \
+		cargo run --release -p redis-lock-bench -- --out docs/bench $(BENCH_ARGS)
+
 clippy:
-	cargo clippy --all-targets -- -D warnings
+	cargo clippy --workspace --all-targets -- -D warnings
 
 fmt:
 	cargo fmt --all

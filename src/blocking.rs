@@ -6,6 +6,10 @@
 //!   the lock never stays with a closed connection;
 //! - timed out: Redis calls `on_timeout`, which leaves the queue and replies nil;
 //! - disconnected while queued: Redis calls `on_disconnect`, which leaves the queue.
+//!
+//! Every handle goes back to Redis through `RedisModule_UnblockClient` exactly once, even after
+//! a timeout or a disconnect: that is what frees Redis's blocked-client record (with its reply
+//! buffer). A handle is unblocked by whoever takes it out of the queue.
 
 use std::os::raw::{c_int, c_void};
 use std::ptr::NonNull;
@@ -79,6 +83,18 @@ pub fn block(ctx: &Context, timeout_ms: i64) -> Option<BlockedClient> {
     }
 }
 
+/// Give the handle of a client that Redis already answered (timeout, disconnect) back to Redis,
+/// so it frees its blocked-client record. No reply is sent: Redis has detached the client.
+fn release_handle(client: BlockedClient) {
+    // SAFETY: the handle came from BlockClient and was taken out of the queue just now, so this
+    // is its only UnblockClient call.
+    unsafe {
+        if let Some(unblock) = raw::RedisModule_UnblockClient {
+            unblock(client.0.as_ptr(), std::ptr::null_mut());
+        }
+    }
+}
+
 /// Unblock `client` with `answer`; its reply goes out at the end of this event-loop turn.
 pub fn answer(client: BlockedClient, answer: Answer) {
     let delivery = Box::into_raw(Box::new(Delivery {
@@ -127,8 +143,9 @@ extern "C" fn on_timeout(
     _argc: c_int,
 ) -> c_int {
     let context = Context::new(ctx);
-    if crate::waiters::leave(client_id(&context)) {
+    if let Some(handle) = crate::waiters::leave(client_id(&context)) {
         crate::metrics::STATS.wait_timeouts.incr();
+        release_handle(handle);
     }
     context.reply(Ok(redis_module::RedisValue::Null)) as c_int
 }
@@ -137,8 +154,9 @@ extern "C" fn on_disconnect(
     ctx: *mut raw::RedisModuleCtx,
     _bc: *mut raw::RedisModuleBlockedClient,
 ) {
-    if crate::waiters::leave(client_id(&Context::new(ctx))) {
+    if let Some(handle) = crate::waiters::leave(client_id(&Context::new(ctx))) {
         crate::metrics::STATS.waiters_disconnected.incr();
+        release_handle(handle);
     }
 }
 

@@ -65,27 +65,19 @@ pub fn join(key: QueueKey, waiter: BlockedWaiter) {
     STATS.waiters.add(1);
 }
 
-/// Take a client out of whatever queue it is in (timeout, disconnect). The handle is dropped:
-/// Redis is already answering that client.
-pub fn leave(client_id: u64) -> bool {
+/// Take a client out of whatever queue it is in (timeout, disconnect). Returns its handle if it
+/// was still queued (not yet answered), so the caller can hand the handle back to Redis.
+pub fn leave(client_id: u64) -> Option<BlockedClient> {
     let mut reg = registry();
-    let Some(key) = reg.client_queue.remove(&client_id) else {
-        return false;
-    };
-    let Some(entry) = reg.queues.get_mut(&key) else {
-        return false;
-    };
-    let removed = entry
-        .queue
-        .remove_where(|c| c.client_id == client_id)
-        .is_some();
+    let key = reg.client_queue.remove(&client_id)?;
+    let entry = reg.queues.get_mut(&key)?;
+    let removed = entry.queue.remove_where(|c| c.client_id == client_id);
     if entry.queue.is_empty() {
         reg.queues.remove(&key);
     }
-    if removed {
-        STATS.waiters.sub(1);
-    }
-    removed
+    let waiter = removed?;
+    STATS.waiters.sub(1);
+    Some(waiter.client.handle)
 }
 
 /// Whether any lock on this server has a queue (a cheap check before building a key).

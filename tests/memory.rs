@@ -68,3 +68,45 @@ fn expired_locks_leave_no_keys_behind() {
         int(&ok(&mut c, &["DBSIZE"]))
     );
 }
+
+/// Every blocked client's handle goes back to Redis, even after a timeout or a disconnect:
+/// otherwise Redis keeps a blocked-client record with a reply buffer (~35 KB) per waiter forever.
+#[test]
+fn waiters_that_time_out_or_disconnect_leave_nothing_behind() {
+    use std::io::Write;
+    let s = Server::start();
+    let mut c = s.con();
+    acquire(&mut c, "busy", "holder", 600_000).unwrap();
+    let baseline = used_memory(&mut c);
+    for wait in ["100", "0"] {
+        let socks: Vec<std::net::TcpStream> = (0..300)
+            .map(|i| {
+                let mut sock = std::net::TcpStream::connect(("127.0.0.1", s.port)).unwrap();
+                let owner = format!("w{i}");
+                let msg = format!(
+                    "*6\r\n$12\r\nLOCK.ACQUIRE\r\n$4\r\nbusy\r\n${}\r\n{owner}\r\n$5\r\n60000\r\n$4\r\nWAIT\r\n${}\r\n{wait}\r\n",
+                    owner.len(),
+                    wait.len()
+                );
+                sock.write_all(msg.as_bytes()).unwrap();
+                sock
+            })
+            .collect();
+        if wait == "0" {
+            wait_blocked(&mut c, 300);
+        } else {
+            assert!(eventually(Duration::from_secs(10), || stat(
+                &mut c,
+                "wait_timeouts"
+            ) == 300.0));
+        }
+        drop(socks);
+    }
+    assert!(
+        eventually(Duration::from_secs(30), || used_memory(&mut c) - baseline
+            < 2_000_000),
+        "memory after 600 waiters left: {} (baseline {baseline})",
+        used_memory(&mut c)
+    );
+    assert_eq!(stat(&mut c, "waiters_disconnected"), 300.0);
+}

@@ -1,0 +1,58 @@
+//! Section 3, expiry handoff: a holder that never releases, one waiter: from the deadline to the grant.
+
+use std::time::Duration;
+
+use crate::common::Server;
+use crate::stats::{quantile, unix_us};
+
+pub struct Result {
+    pub p50_us: f64,
+    pub p99_us: f64,
+    pub samples: Vec<f64>,
+}
+
+pub fn run(server: &Server, rounds: usize) -> Result {
+    const TTL_MS: i64 = 30;
+    let mut holder = server.con();
+    let mut samples = Vec::new();
+    let mut i = 0;
+    while samples.len() < rounds && i < rounds * 3 {
+        i += 1;
+        let key = format!("bench:exp:{i}");
+        let sent = unix_us();
+        let _: i64 = redis::cmd("LOCK.ACQUIRE")
+            .arg(&key)
+            .arg("crashed")
+            .arg(TTL_MS)
+            .query(&mut holder)
+            .expect("acquire");
+        let received = unix_us();
+        // The server read its clock (whole ms) between `sent` and `received`: when both fall in
+        // the same millisecond, the deadline is known exactly; otherwise try again.
+        if sent / 1000 != received / 1000 {
+            continue;
+        }
+        let deadline_us = (sent / 1000 + TTL_MS) * 1000;
+        let mut waiter = server.con();
+        let waiting = std::thread::spawn(move || {
+            let _: i64 = redis::cmd("LOCK.ACQUIRE")
+                .arg(&key)
+                .arg("next")
+                .arg(1000)
+                .arg("WAIT")
+                .arg(2000)
+                .query(&mut waiter)
+                .expect("waiter");
+            unix_us()
+        });
+        let granted_us = waiting.join().expect("waiter thread");
+        samples.push((granted_us - deadline_us) as f64);
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    let mut sorted = samples.clone();
+    Result {
+        p50_us: quantile(&mut sorted, 0.50),
+        p99_us: quantile(&mut sorted, 0.99),
+        samples,
+    }
+}

@@ -1,0 +1,344 @@
+//! `make bench`: redis-lock measured against the `SET NX PX` + Lua baseline, the unsafe
+//! `SET NX` + `DEL` floor, `PING`, and polling clients, in one run on one server. Prints the
+//! ratios and raw figures, writes `results.md` and PNG charts into the output folder.
+//!
+//! Usage: redis-lock-bench [--out DIR] [--quick]
+
+#[path = "../../tests/common/mod.rs"]
+mod common;
+
+mod charts;
+mod contended;
+mod expiry;
+mod memory;
+mod report;
+mod scale;
+mod stats;
+mod uncontended;
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use contended::Mode;
+use report::Report;
+use uncontended::Variant;
+
+/// Named sample sets for one chart.
+type Series = Vec<(String, Vec<f64>)>;
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let quick = args.iter().any(|a| a == "--quick");
+    let out = args
+        .iter()
+        .position(|a| a == "--out")
+        .and_then(|i| args.get(i + 1))
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("docs/bench"));
+    std::fs::create_dir_all(&out).expect("output folder");
+    let secs = if quick { 1 } else { 3 };
+    let dur = Duration::from_secs(secs);
+
+    let server = common::Server::start_with(&["--maxclients", "20000"]);
+    eprintln!(
+        "server {} on port {}, module {}",
+        common::server_binary(),
+        server.port,
+        common::module_path().display()
+    );
+    let mut report = Report::default();
+
+    // 1. Uncontended cycles.
+    eprintln!("1/5 uncontended cycles");
+    let threads = 8;
+    let mut rows = Vec::new();
+    let mut by = std::collections::HashMap::new();
+    let mut cdf_series = Vec::new();
+    for pipeline in [1, 32] {
+        for v in Variant::ALL {
+            let r = uncontended::run(&server, v, threads, pipeline, dur);
+            rows.push(format!(
+                "| {} | {} | {:.0} | {:.1} | {:.1} |",
+                v.label(),
+                pipeline,
+                r.cycles_per_sec,
+                r.p50_us,
+                r.p99_us
+            ));
+            if pipeline == 1 {
+                cdf_series.push((v.label().to_string(), r.samples.clone()));
+            }
+            by.insert((v, pipeline), r.cycles_per_sec);
+        }
+    }
+    report.section(
+        &format!("1. Uncontended acquire + release cycles ({threads} connections, distinct keys)"),
+        "| variant | pipeline | cycles/s | p50 µs/cycle | p99 µs/cycle |",
+        rows,
+    );
+    for pipeline in [1, 32] {
+        let lock = by[&(Variant::Lock, pipeline)];
+        let lua = by[&(Variant::LuaRelease, pipeline)];
+        let unsafe_del = by[&(Variant::UnsafeDel, pipeline)];
+        let tag = if pipeline == 1 {
+            "unpipelined"
+        } else {
+            "pipelined"
+        };
+        report.check(
+            &format!("cycle throughput vs SET NX PX + EVALSHA ({tag})"),
+            format!("{:.2}x", lock / lua),
+            if pipeline == 1 { "report" } else { ">= 1.3x" },
+            pipeline == 1 || lock / lua >= 1.3,
+        );
+        report.check(
+            &format!("cycle throughput vs unsafe SET NX + DEL ({tag})"),
+            format!("{:.2}x", lock / unsafe_del),
+            ">= 0.9x",
+            lock / unsafe_del >= 0.9,
+        );
+    }
+
+    // 2. Contended handoff.
+    eprintln!("2/5 contended handoff");
+    let mut rows = Vec::new();
+    let mut handoff_series = Vec::new();
+    let mut at = std::collections::HashMap::new();
+    let client_counts: &[usize] = if quick { &[8, 32] } else { &[8, 32, 128] };
+    for &clients in client_counts {
+        for hold_ms in [0u64, 1] {
+            for mode in [
+                Mode::Wait,
+                Mode::Poll(Duration::from_millis(1)),
+                Mode::Poll(Duration::from_millis(100)),
+            ] {
+                let hold = Duration::from_millis(hold_ms);
+                let r = contended::run(&server, mode, clients, hold, dur);
+                rows.push(format!(
+                    "| {} | {} | {} | {:.0} | {} | {:.1}% | {:.0} | {:.0} | {:.0} | {:.3} | {:.1} |",
+                    mode.label(),
+                    clients,
+                    hold_ms,
+                    r.grants_per_sec,
+                    if hold_ms > 0 { format!("{:.3}", r.utilization) } else { "-".into() },
+                    r.self_handoff * 100.0,
+                    r.handoff_p50_us,
+                    r.handoff_p99_us,
+                    r.wait_p99_us,
+                    r.jain,
+                    r.server_cpu_us_per_grant,
+                ));
+                if clients == 32 && hold_ms == 1 {
+                    handoff_series.push((
+                        format!("{} (32 clients, 1 ms hold)", mode.label()),
+                        r.handoff_samples.clone(),
+                    ));
+                }
+                at.insert((mode, clients, hold_ms), r);
+            }
+        }
+    }
+    report.section(
+        "2. Contended handoff (K clients loop on one lock)",
+        "| client loop | K | hold ms | grants/s | utilization | back to releaser | handoff p50 µs | handoff p99 µs | wait p99 µs | Jain | server CPU µs/grant |",
+        rows,
+    );
+    let wait32 = &at[&(Mode::Wait, 32, 1)];
+    report.check(
+        "32 clients, 1 ms hold: utilization",
+        format!("{:.3}", wait32.utilization),
+        ">= 0.85",
+        wait32.utilization >= 0.85,
+    );
+    report.check(
+        "32 clients, 1 ms hold: grants back to the releaser",
+        format!("{:.1}%", wait32.self_handoff * 100.0),
+        "0%",
+        wait32.self_handoff == 0.0,
+    );
+    report.check(
+        "32 clients, 1 ms hold: Jain fairness",
+        format!("{:.4}", wait32.jain),
+        ">= 0.99",
+        wait32.jain >= 0.99,
+    );
+    report.check(
+        "32 clients, 1 ms hold: cross-client handoff p99",
+        format!("{:.0} µs", wait32.handoff_p99_us),
+        "<= 1000 µs",
+        wait32.handoff_p99_us <= 1000.0,
+    );
+    let bound = 1.5 * 32.0 * (1000.0 + wait32.handoff_p50_us);
+    report.check(
+        "32 clients, 1 ms hold: wait p99",
+        format!("{:.0} µs", wait32.wait_p99_us),
+        &format!("<= 1.5 x 32 x (hold + handoff) = {bound:.0} µs"),
+        wait32.wait_p99_us <= bound,
+    );
+    let wait0 = at[&(Mode::Wait, 32, 0)].grants_per_sec;
+    let poll0 = at[&(Mode::Poll(Duration::from_millis(1)), 32, 0)].grants_per_sec;
+    report.check(
+        "32 clients, no hold: grants/s vs 1 ms polling",
+        format!("{:.1}x ({wait0:.0} vs {poll0:.0})", wait0 / poll0.max(1.0)),
+        ">= 10x",
+        wait0 / poll0.max(1.0) >= 10.0,
+    );
+
+    // 3. Expiry handoff.
+    eprintln!("3/5 expiry handoff");
+    let e = expiry::run(&server, if quick { 30 } else { 100 });
+    report.section(
+        "3. Expiry handoff (holder never releases, one waiter)",
+        "| samples | p50 µs after the deadline | p99 µs after the deadline |",
+        vec![format!(
+            "| {} | {:.0} | {:.0} |",
+            e.samples.len(),
+            e.p50_us,
+            e.p99_us
+        )],
+    );
+    report.check(
+        "expiry handoff p99",
+        format!("{:.2} ms", e.p99_us / 1000.0),
+        "<= 5 ms",
+        e.p99_us <= 5000.0,
+    );
+
+    // 4. Memory.
+    eprintln!("4/5 memory");
+    let m = memory::run(&server, if quick { 20_000 } else { 100_000 }, 1000);
+    report.section(
+        "4. Memory (used_memory deltas; 36-byte UUID owners and values)",
+        "| measure | bytes |",
+        vec![
+            format!("| per held lock | {:.1} |", m.bytes_per_lock),
+            format!(
+                "| per SET NX PX string (same key and value) | {:.1} |",
+                m.bytes_per_string
+            ),
+            format!(
+                "| per waiter (blocked client, queue entry) | {:.1} |",
+                m.bytes_per_waiter
+            ),
+            format!(
+                "| used_memory at start / after everything was released | {} / {} |",
+                m.baseline, m.after_release
+            ),
+        ],
+    );
+    report.check(
+        "memory per held lock vs SET NX PX string",
+        format!(
+            "{:.2}x ({:.0} vs {:.0} B)",
+            m.bytes_per_lock / m.bytes_per_string,
+            m.bytes_per_lock,
+            m.bytes_per_string
+        ),
+        "<= 1.10x",
+        m.bytes_per_lock <= 1.10 * m.bytes_per_string,
+    );
+    report.check(
+        "memory per waiter",
+        format!("{:.0} B", m.bytes_per_waiter),
+        "<= 256 B",
+        m.bytes_per_waiter <= 256.0,
+    );
+    report.check(
+        "memory after release returns to baseline",
+        format!("{:+} B", m.after_release - m.baseline),
+        "within 64 KiB",
+        (m.after_release - m.baseline).abs() <= 65_536,
+    );
+
+    // 5. Scale.
+    eprintln!("5/5 scale");
+    let held_sizes: &[usize] = if quick {
+        &[1_000, 100_000]
+    } else {
+        &[1_000, 100_000, 1_000_000]
+    };
+    let held = scale::locks_held(&server, held_sizes, 2000);
+    let waiter_sizes: &[usize] = if quick {
+        &[10, 1_000]
+    } else {
+        &[10, 1_000, 10_000]
+    };
+    let queued = scale::waiters(&server, waiter_sizes, 200);
+    let mut rows: Vec<String> = held
+        .iter()
+        .map(|p| {
+            format!(
+                "| acquire or release, {} locks held | {:.1} | {:.1} |",
+                p.size, p.p50_us, p.p99_us
+            )
+        })
+        .collect();
+    rows.extend(queued.iter().map(|p| {
+        format!(
+            "| release with handoff, {} waiters | {:.1} | {:.1} |",
+            p.size, p.p50_us, p.p99_us
+        )
+    }));
+    report.section(
+        "5. Scale (per-operation round trip)",
+        "| operation | p50 µs | p99 µs |",
+        rows,
+    );
+    if let (Some(small), Some(big)) = (queued.first(), queued.last()) {
+        report.check(
+            &format!(
+                "release with handoff p99, {} vs {} waiters",
+                big.size, small.size
+            ),
+            format!(
+                "{:.2}x ({:.0} vs {:.0} µs)",
+                big.p99_us / small.p99_us.max(1.0),
+                big.p99_us,
+                small.p99_us
+            ),
+            "<= 2x",
+            big.p99_us <= 2.0 * small.p99_us.max(1.0),
+        );
+    }
+
+    // Charts.
+    match charts::init() {
+        Ok(()) => {
+            let charts: [(&str, &str, Series); 3] = [
+                (
+                    "uncontended-latency.png",
+                    "Uncontended acquire + release cycle latency (CDF)",
+                    cdf_series,
+                ),
+                (
+                    "handoff-latency.png",
+                    "Handoff latency between clients, 32 clients, 1 ms hold (CDF)",
+                    handoff_series,
+                ),
+                (
+                    "expiry-handoff.png",
+                    "Expiry handoff: deadline to the waiter's grant (CDF)",
+                    vec![("LOCK.ACQUIRE WAIT".into(), e.samples.clone())],
+                ),
+            ];
+            for (file, title, series) in charts {
+                if let Err(err) = charts::cdf(&out.join(file), title, &series) {
+                    eprintln!("chart {file}: {err}");
+                }
+            }
+        }
+        Err(err) => eprintln!("charts skipped: {err}"),
+    }
+
+    let md = report.markdown();
+    println!("{md}");
+    std::fs::write(out.join("results.md"), &md).expect("write results.md");
+    let short = report.checks.iter().filter(|c| !c.pass).count();
+    eprintln!(
+        "{} targets, {} pass, {} short; results in {}",
+        report.checks.len(),
+        report.checks.len() - short,
+        short,
+        out.display()
+    );
+}

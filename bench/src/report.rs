@@ -1,0 +1,56 @@
+//! The printed table: each target with its measured value, its baseline and pass/short.
+
+pub struct Check {
+    pub name: String,
+    pub measured: String,
+    pub target: String,
+    pub pass: bool,
+}
+
+#[derive(Default)]
+pub struct Report {
+    pub sections: Vec<(String, Vec<String>)>,
+    pub checks: Vec<Check>,
+}
+
+impl Report {
+    pub fn section(&mut self, title: &str, header: &str, rows: Vec<String>) {
+        let mut lines = vec![header.to_string(), separator(header)];
+        lines.extend(rows);
+        self.sections.push((title.to_string(), lines));
+    }
+
+    pub fn check(&mut self, name: &str, measured: String, target: &str, pass: bool) {
+        self.checks.push(Check {
+            name: name.to_string(),
+            measured,
+            target: target.to_string(),
+            pass,
+        });
+    }
+
+    pub fn markdown(&self) -> String {
+        let mut out = String::new();
+        out.push_str("### Targets\n\n| target | measured | goal | result |\n|---|---|---|---|\n");
+        for c in &self.checks {
+            let result = if c.pass { "pass" } else { "short" };
+            out.push_str(&format!(
+                "| {} | {} | {} | {} |\n",
+                c.name, c.measured, c.target, result
+            ));
+        }
+        for (title, lines) in &self.sections {
+            out.push_str(&format!("\n### {title}\n\n"));
+            for l in lines {
+                out.push_str(l);
+                out.push('\n');
+            }
+        }
+        out
+    }
+}
+
+fn separator(header: &str) -> String {
+    let cols = header.matches('|').count().saturating_sub(1);
+    format!("|{}", "---|".repeat(cols))
+}

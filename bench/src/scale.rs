@@ -1,0 +1,100 @@
+//! Section 5, scale: acquire/release latency with 1k / 100k / 1M locks held, and
+//! release-with-handoff with 10 / 1k / 10k waiters on one lock.
+
+use std::time::Instant;
+
+use crate::common::Server;
+use crate::memory::block_waiters;
+use crate::stats::{micros, quantile};
+
+pub struct Point {
+    pub size: usize,
+    pub p50_us: f64,
+    pub p99_us: f64,
+}
+
+/// Per-operation latency of acquire and release on fresh keys with `sizes` locks held.
+pub fn locks_held(server: &Server, sizes: &[usize], probes: usize) -> Vec<Point> {
+    let mut c = server.con();
+    let _: () = redis::cmd("FLUSHALL").query(&mut c).expect("flush");
+    let mut held = 0;
+    let mut points = Vec::new();
+    for &size in sizes {
+        while held < size {
+            let mut p = redis::pipe();
+            for i in held..(held + 10_000).min(size) {
+                p.cmd("LOCK.ACQUIRE")
+                    .arg(format!("held:{i:08}"))
+                    .arg("filler")
+                    .arg(600_000);
+            }
+            let _: redis::Value = p.query(&mut c).expect("fill");
+            held = (held + 10_000).min(size);
+        }
+        let mut ops = Vec::new();
+        for j in 0..probes {
+            let key = format!("probe:{size}:{j}");
+            let t0 = Instant::now();
+            let _: i64 = redis::cmd("LOCK.ACQUIRE")
+                .arg(&key)
+                .arg("p")
+                .arg(10_000)
+                .query(&mut c)
+                .expect("acquire");
+            let t1 = Instant::now();
+            let _: i64 = redis::cmd("LOCK.RELEASE")
+                .arg(&key)
+                .arg("p")
+                .query(&mut c)
+                .expect("release");
+            ops.push(micros(t1 - t0));
+            ops.push(micros(t1.elapsed()));
+        }
+        points.push(Point {
+            size,
+            p50_us: quantile(&mut ops, 0.50),
+            p99_us: quantile(&mut ops, 0.99),
+        });
+    }
+    let _: () = redis::cmd("FLUSHALL").query(&mut c).expect("flush");
+    points
+}
+
+/// Round trip of a release that hands the lock to the head of a queue of `n` waiters.
+pub fn waiters(server: &Server, sizes: &[usize], probes: usize) -> Vec<Point> {
+    let mut c = server.con();
+    let mut points = Vec::new();
+    for &n in sizes {
+        let key = format!("big:{n}");
+        let _: i64 = redis::cmd("LOCK.ACQUIRE")
+            .arg(&key)
+            .arg("holder")
+            .arg(600_000)
+            .query(&mut c)
+            .expect("hold");
+        let socks = block_waiters(server, &key, n);
+        let mut ops = Vec::new();
+        for _ in 0..probes.min(n) {
+            let t0 = Instant::now();
+            let released: i64 = redis::cmd("LOCK.FORCERELEASE")
+                .arg(&key)
+                .query(&mut c)
+                .expect("release");
+            ops.push(micros(t0.elapsed()));
+            assert_eq!(released, 1);
+        }
+        points.push(Point {
+            size: n,
+            p50_us: quantile(&mut ops, 0.50),
+            p99_us: quantile(&mut ops, 0.99),
+        });
+        drop(socks);
+        let mut probe = server.con();
+        assert!(crate::common::eventually(
+            std::time::Duration::from_secs(60),
+            || { crate::common::blocked_clients(&mut probe) == 0 }
+        ));
+        let _: () = redis::cmd("FLUSHALL").query(&mut c).expect("flush");
+    }
+    points
+}

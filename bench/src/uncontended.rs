@@ -1,0 +1,134 @@
+//! Section 1, uncontended cycles: acquire + release of distinct keys, unpipelined and pipelined.
+
+use std::time::{Duration, Instant};
+
+use crate::common::Server;
+use crate::stats::{micros, quantile};
+
+/// Compare-and-delete: the release script every `SET NX PX` lock ships.
+pub const CAD_SCRIPT: &str =
+    "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) else return 0 end";
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Variant {
+    Lock,
+    LuaRelease,
+    UnsafeDel,
+    Ping,
+}
+
+impl Variant {
+    pub const ALL: [Variant; 4] = [
+        Variant::Lock,
+        Variant::LuaRelease,
+        Variant::UnsafeDel,
+        Variant::Ping,
+    ];
+
+    pub fn label(self) -> &'static str {
+        match self {
+            Variant::Lock => "LOCK.ACQUIRE + LOCK.RELEASE",
+            Variant::LuaRelease => "SET NX PX + EVALSHA release",
+            Variant::UnsafeDel => "SET NX PX + DEL (unsafe)",
+            Variant::Ping => "PING + PING (server limit)",
+        }
+    }
+
+    /// The two commands of one cycle on `key`.
+    fn cycle(self, p: &mut redis::Pipeline, key: &str, owner: &str, sha: &str) {
+        match self {
+            Variant::Lock => {
+                p.cmd("LOCK.ACQUIRE").arg(key).arg(owner).arg(30_000);
+                p.cmd("LOCK.RELEASE").arg(key).arg(owner);
+            }
+            Variant::LuaRelease => {
+                p.cmd("SET")
+                    .arg(key)
+                    .arg(owner)
+                    .arg("NX")
+                    .arg("PX")
+                    .arg(30_000);
+                p.cmd("EVALSHA").arg(sha).arg(1).arg(key).arg(owner);
+            }
+            Variant::UnsafeDel => {
+                p.cmd("SET")
+                    .arg(key)
+                    .arg(owner)
+                    .arg("NX")
+                    .arg("PX")
+                    .arg(30_000);
+                p.cmd("DEL").arg(key);
+            }
+            Variant::Ping => {
+                p.cmd("PING");
+                p.cmd("PING");
+            }
+        }
+    }
+}
+
+pub struct Result {
+    pub cycles_per_sec: f64,
+    pub p50_us: f64,
+    pub p99_us: f64,
+    /// Per-cycle latencies (µs) of the unpipelined run, for the CDF chart.
+    pub samples: Vec<f64>,
+}
+
+/// Run `variant` on `threads` connections for `dur`, `pipeline` cycles per round trip.
+pub fn run(
+    server: &Server,
+    variant: Variant,
+    threads: usize,
+    pipeline: usize,
+    dur: Duration,
+) -> Result {
+    let sha: String = redis::cmd("SCRIPT")
+        .arg("LOAD")
+        .arg(CAD_SCRIPT)
+        .query(&mut server.con())
+        .expect("script load");
+    let cons: Vec<_> = (0..threads)
+        .map(|_| std::sync::Mutex::new(server.con()))
+        .collect();
+    let cons = std::sync::Arc::new(cons);
+    let until = Instant::now() + dur;
+    let started = Instant::now();
+    let per_thread = crate::stats::for_threads(
+        threads,
+        move |t, until| {
+            let mut con = cons[t].lock().expect("connection");
+            let owner = format!("8d3e4f5a-0000-4000-8000-{t:012}");
+            let mut latencies = Vec::new();
+            let mut cycles = 0u64;
+            let mut i = 0u64;
+            while Instant::now() < until {
+                let mut p = redis::pipe();
+                for _ in 0..pipeline {
+                    variant.cycle(&mut p, &format!("bench:{t}:{i}"), &owner, &sha);
+                    i += 1;
+                }
+                let t0 = Instant::now();
+                let _: redis::Value = p.query(&mut *con).expect("cycle");
+                latencies.push(micros(t0.elapsed()) / pipeline as f64);
+                cycles += pipeline as u64;
+            }
+            (cycles, latencies)
+        },
+        until,
+    );
+    let elapsed = started.elapsed().as_secs_f64();
+    let cycles: u64 = per_thread.iter().map(|(c, _)| c).sum();
+    let mut samples: Vec<f64> = per_thread.into_iter().flat_map(|(_, l)| l).collect();
+    let p50 = quantile(&mut samples, 0.50);
+    let p99 = quantile(&mut samples, 0.99);
+    let _: () = redis::cmd("FLUSHALL")
+        .query(&mut server.con())
+        .expect("flush");
+    Result {
+        cycles_per_sec: cycles as f64 / elapsed,
+        p50_us: p50,
+        p99_us: p99,
+        samples: if pipeline == 1 { samples } else { Vec::new() },
+    }
+}
