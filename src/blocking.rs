@@ -32,7 +32,7 @@ unsafe impl Send for BlockedClient {}
 #[derive(Debug)]
 pub struct Grant {
     pub key: QueueKey,
-    pub owner: Box<[u8]>,
+    pub owner: crate::owner::Owner,
     pub token: Token,
     /// The waiter asked with owner `*`: the reply is `[owner, token]`.
     pub with_owner: bool,
@@ -128,7 +128,7 @@ extern "C" fn on_reply(
     delivery.delivered = true;
     let reply = match &delivery.answer {
         Answer::Granted(grant) => Ok(crate::commands::grant_reply(
-            &grant.owner,
+            &grant.owner.bytes(),
             grant.token,
             grant.with_owner,
         )),

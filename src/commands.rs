@@ -118,19 +118,18 @@ pub fn acquire(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
         (owner, false)
     };
 
-    let name = &args[1];
-    let key = queue_key(ctx, name);
-    let lock = LockKey::open(ctx, name);
+    let lock = LockKey::open(ctx, &args[1]);
     let mut holder = lock.holder()?;
-    let mut others_waiting = waiters::has_waiters(&key);
-    if others_waiting && lock::live(holder.as_ref(), now).is_none() {
+    let others_waiting = || waiters::anyone_waiting() && waiters::has_waiters(&lock.queue_key());
+    let mut waiting = others_waiting();
+    if waiting && lock::live(holder.as_ref(), now).is_none() {
         // The lease ran out a moment ago and the timer has not fired yet: the head goes first.
-        expiry::pass_on(&lock, &key, holder.as_ref(), now);
+        expiry::pass_on(&lock, holder.as_ref(), now);
         holder = lock.holder()?;
-        others_waiting = waiters::has_waiters(&key);
+        waiting = others_waiting();
     }
 
-    let outcome = lock::acquire(holder.as_ref(), others_waiting, owner, ttl, now, || {
+    let outcome = lock::acquire(holder.as_ref(), waiting, owner, ttl, now, || {
         fencing::issue(clock::now_us())
     })?;
     match outcome {
@@ -140,14 +139,15 @@ pub fn acquire(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
             } else {
                 STATS.acquired_immediately.incr();
             }
-            lock.store(&granted, LockEvent::Acquire)?;
-            if others_waiting {
-                expiry::settle_at(&key, granted.deadline);
+            lock.store(&granted, LockEvent::Acquire, now)?;
+            if waiting {
+                expiry::settle_at(&lock.queue_key(), granted.deadline);
             }
             Ok(grant_reply(owner, granted.token, with_owner))
         }
         Acquire::Busy => match wait {
             Some(timeout) if blocking::can_block(ctx) => {
+                let key = lock.queue_key();
                 if waiters::waiting(&key) >= config::max_waiters() {
                     STATS.queue_full.incr();
                     return Err(LockError::QueueFull.into());
@@ -166,7 +166,7 @@ pub fn acquire(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
                     key.clone(),
                     Waiter {
                         client,
-                        owner: owner.into(),
+                        owner: crate::owner::Owner::new(owner),
                         ttl,
                     },
                 );
@@ -197,7 +197,7 @@ pub fn release(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     }
     STATS.releases.incr();
     lock.notify(LockEvent::Release);
-    expiry::pass_on(&lock, &queue_key(ctx, name), None, now);
+    expiry::pass_on(&lock, None, now);
     Ok(RedisValue::Integer(1))
 }
 
@@ -214,7 +214,7 @@ pub fn force_release(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     }
     STATS.releases_forced.incr();
     lock.notify(LockEvent::Release);
-    expiry::pass_on(&lock, &queue_key(ctx, name), None, now);
+    expiry::pass_on(&lock, None, now);
     Ok(RedisValue::Integer(1))
 }
 
@@ -231,7 +231,7 @@ pub fn extend(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     match lock::extend(holder.as_ref(), owner, ttl, now)? {
         Some(extended) => {
             STATS.extends.incr();
-            lock.store(&extended, LockEvent::Extend)?;
+            lock.store(&extended, LockEvent::Extend, now)?;
             Ok(RedisValue::Integer(1))
         }
         None => {
@@ -281,7 +281,10 @@ pub fn info(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     };
     let (waiting, queued) = waiters::owners(&queue_key(ctx, &args[1]), count);
     let fields: [(&str, RedisValue); 6] = [
-        ("owner", RedisValue::StringBuffer(holder.owner.to_vec())),
+        (
+            "owner",
+            RedisValue::StringBuffer(holder.owner.bytes().to_vec()),
+        ),
         ("token", token_value(holder.token)),
         ("ttl", RedisValue::Integer(holder.remaining(now))),
         ("held", RedisValue::Integer(holder.held_for(now))),
@@ -321,7 +324,7 @@ pub fn apply(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
         return Err(LockError::ApplyNotAllowed.into());
     }
     let holder = Holder {
-        owner: parse_owner(owner)?.into(),
+        owner: crate::owner::Owner::new(parse_owner(owner)?),
         token: parse_token(token)?,
         deadline: Some(parse_i64(deadline)?)
             .filter(|d| *d > 0)
@@ -332,7 +335,7 @@ pub fn apply(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
         },
     };
     fencing::observe(holder.token);
-    LockKey::open(ctx, name).write(&holder)?;
+    LockKey::open(ctx, name).write(&holder, clock::now_ms())?;
     ctx.replicate_verbatim();
     Ok(RedisValue::SimpleStringStatic("OK"))
 }

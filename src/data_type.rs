@@ -8,7 +8,7 @@ use redis_module::native_types::RedisType;
 use redis_module::{raw, RedisString};
 
 use crate::fencing;
-use crate::keyspace::APPLY_COMMAND;
+use crate::keyspace::{APPLY_COMMAND, APPLY_FORMAT};
 use crate::lock::Holder;
 use crate::metrics::STATS;
 use crate::waiters::{self, QueueKey};
@@ -68,7 +68,7 @@ fn load_holder(rdb: *mut raw::RedisModuleIO, encver: c_int) -> Option<Holder> {
         return None;
     }
     Some(Holder {
-        owner: owner.as_ref().into(),
+        owner: crate::owner::Owner::new(owner.as_ref()),
         token,
         deadline,
         granted,
@@ -98,7 +98,7 @@ extern "C" fn rdb_save(rdb: *mut raw::RedisModuleIO, value: *mut c_void) {
     let Some(holder) = (unsafe { holder_of(value) }) else {
         return;
     };
-    raw::save_slice(rdb, &holder.owner);
+    raw::save_slice(rdb, &holder.owner.bytes());
     raw::save_unsigned(rdb, holder.token);
     raw::save_signed(rdb, holder.deadline);
     raw::save_signed(rdb, holder.granted);
@@ -113,9 +113,7 @@ extern "C" fn aof_rewrite(
     let Some(holder) = (unsafe { holder_of(value) }) else {
         return;
     };
-    let (Ok(cmd), Ok(fmt)) = (CString::new(APPLY_COMMAND), CString::new("sblll")) else {
-        return;
-    };
+    let owner = holder.owner.bytes();
     let token = i64::try_from(holder.token).unwrap_or(i64::MAX);
     // SAFETY: EmitAOF reads the arguments as the format says: a module string, a buffer with
     // its length, and three long longs.
@@ -123,11 +121,11 @@ extern "C" fn aof_rewrite(
         if let Some(emit) = raw::RedisModule_EmitAOF {
             emit(
                 aof,
-                cmd.as_ptr(),
-                fmt.as_ptr(),
+                APPLY_COMMAND.as_ptr(),
+                APPLY_FORMAT.as_ptr(),
                 key,
-                holder.owner.as_ptr().cast::<c_char>(),
-                holder.owner.len(),
+                owner.as_ptr().cast::<c_char>(),
+                owner.len(),
                 token as std::os::raw::c_longlong,
                 holder.deadline as std::os::raw::c_longlong,
                 holder.granted as std::os::raw::c_longlong,
@@ -138,7 +136,7 @@ extern "C" fn aof_rewrite(
 
 extern "C" fn mem_usage(value: *const c_void) -> usize {
     // SAFETY: Redis passes a value of this type.
-    unsafe { holder_of(value) }.map_or(0, |h| std::mem::size_of::<Holder>() + h.owner.len())
+    unsafe { holder_of(value) }.map_or(0, |h| std::mem::size_of::<Holder>() + h.owner.heap_size())
 }
 
 extern "C" fn digest(md: *mut raw::RedisModuleDigest, value: *mut c_void) {
@@ -152,11 +150,8 @@ extern "C" fn digest(md: *mut raw::RedisModuleDigest, value: *mut c_void) {
             raw::RedisModule_DigestAddLongLong,
             raw::RedisModule_DigestEndSequence,
         ) {
-            add_buf(
-                md,
-                holder.owner.as_ptr().cast::<c_char>(),
-                holder.owner.len(),
-            );
+            let owner = holder.owner.bytes();
+            add_buf(md, owner.as_ptr().cast::<c_char>(), owner.len());
             add_ll(md, i64::try_from(holder.token).unwrap_or(i64::MAX));
             add_ll(md, holder.deadline);
             add_ll(md, holder.granted);

@@ -103,7 +103,7 @@ pub fn settle(ctx: &Context, key: &QueueKey, revoked: Option<Token>) {
     match lock.holder() {
         Ok(holder) => {
             let holder = holder.filter(|h| Some(h.token) != revoked);
-            pass_on(&lock, key, holder.as_ref(), clock::now_ms());
+            pass_on(&lock, holder.as_ref(), clock::now_ms());
         }
         Err(err) => {
             // Another type now lives under this name (SET, RESTORE, RENAME onto it).
@@ -116,9 +116,14 @@ pub fn settle(ctx: &Context, key: &QueueKey, revoked: Option<Token>) {
 
 /// The holder is `holder` (maybe expired or gone): if it is not live, hand the lock to the
 /// head of the queue, or delete it when nobody waits. Keeps a timer at the live deadline.
-pub fn pass_on(lock: &LockKey, key: &QueueKey, holder: Option<&Holder>, now: Millis) {
-    if let Some((waiter, granted)) = waiters::hand_off(key, holder, now) {
-        if let Err(err) = lock.store(&granted, LockEvent::Handoff) {
+pub fn pass_on(lock: &LockKey, holder: Option<&Holder>, now: Millis) {
+    // Most locks have nobody waiting: skip building the queue key then.
+    let key = waiters::anyone_waiting().then(|| lock.queue_key());
+    let handed = key
+        .as_ref()
+        .and_then(|key| waiters::hand_off(key, holder, now).map(|h| (key, h)));
+    if let Some((key, (waiter, granted))) = handed {
+        if let Err(err) = lock.store(&granted, LockEvent::Handoff, now) {
             blocking::answer(waiter.client.handle, Answer::Failed(err));
             return;
         }
@@ -137,9 +142,11 @@ pub fn pass_on(lock: &LockKey, key: &QueueKey, holder: Option<&Holder>, now: Mil
         );
         settle_at(key, granted.deadline);
     } else if let Some(live) = live(holder, now) {
-        settle_at(key, live.deadline);
+        if let Some(key) = &key {
+            settle_at(key, live.deadline);
+        }
     } else {
-        lock.remove();
+        lock.remove(now);
     }
 }
 

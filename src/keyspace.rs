@@ -3,19 +3,23 @@
 //! emit the keyspace event, and account the end of the previous hold, so no state change can
 //! miss the replicas, the AOF, the events or the metrics.
 
+use std::ffi::CStr;
+use std::os::raw::{c_char, c_int, c_longlong};
 use std::time::Duration;
 
 use redis_module::key::RedisKeyWritable;
-use redis_module::{raw, Context, NotifyEvent, RedisString};
+use redis_module::{raw, Context, RedisString};
 
-use crate::clock;
 use crate::data_type::LOCK_TYPE;
 use crate::error::LockError;
 use crate::lock::{Holder, Millis};
 use crate::metrics::STATS;
+use crate::waiters::QueueKey;
 
-/// The internal command that replicas and the AOF replay to set a holder.
-pub const APPLY_COMMAND: &str = "LOCK.APPLY";
+/// The internal command that replicas and the AOF replay to set a holder, and its argument
+/// format for `RedisModule_Replicate` / `EmitAOF`: key, owner buffer, token, deadline, grant time.
+pub const APPLY_COMMAND: &CStr = c"LOCK.APPLY";
+pub const APPLY_FORMAT: &CStr = c"sblll";
 
 /// Keyspace events of the module class (`notify-keyspace-events` with `d` or `A`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -33,20 +37,62 @@ pub enum LockEvent {
 }
 
 impl LockEvent {
-    pub const fn name(self) -> &'static str {
+    pub const fn name(self) -> &'static CStr {
         match self {
-            Self::Acquire => "lock.acquire",
-            Self::Release => "lock.release",
-            Self::Handoff => "lock.handoff",
-            Self::Extend => "lock.extend",
-            Self::Expire => "lock.expire",
+            Self::Acquire => c"lock.acquire",
+            Self::Release => c"lock.release",
+            Self::Handoff => c"lock.handoff",
+            Self::Extend => c"lock.extend",
+            Self::Expire => c"lock.expire",
         }
     }
 }
 
 /// Emit a lock event on `key`.
 pub fn notify(ctx: &Context, event: LockEvent, key: &RedisString) {
-    ctx.notify_keyspace_event(NotifyEvent::MODULE, event.name(), key);
+    // SAFETY: a static event name and a live key string, on the main thread.
+    unsafe {
+        if let Some(notify) = raw::RedisModule_NotifyKeyspaceEvent {
+            notify(
+                ctx.ctx,
+                raw::REDISMODULE_NOTIFY_MODULE,
+                event.name().as_ptr(),
+                key.inner,
+            );
+        }
+    }
+}
+
+/// Replicate (and log to the AOF) the holder of `key` as one `LOCK.APPLY` effect.
+fn replicate_apply(ctx: &Context, key: &RedisString, holder: &Holder) {
+    let owner = holder.owner.bytes();
+    // SAFETY: the arguments match APPLY_FORMAT: a module string, a buffer and its length, and
+    // three long longs; Redis copies them into its own argv.
+    unsafe {
+        if let Some(replicate) = raw::RedisModule_Replicate {
+            replicate(
+                ctx.ctx,
+                APPLY_COMMAND.as_ptr(),
+                APPLY_FORMAT.as_ptr(),
+                key.inner,
+                owner.as_ptr().cast::<c_char>(),
+                owner.len(),
+                i64::try_from(holder.token).unwrap_or(i64::MAX) as c_longlong,
+                holder.deadline as c_longlong,
+                holder.granted as c_longlong,
+            );
+        }
+    }
+}
+
+/// Replicate (and log to the AOF) `DEL key`.
+fn replicate_del(ctx: &Context, key: &RedisString) {
+    // SAFETY: "s" takes one module string.
+    let _: c_int = unsafe {
+        raw::RedisModule_Replicate.map_or(0, |replicate| {
+            replicate(ctx.ctx, c"DEL".as_ptr(), c"s".as_ptr(), key.inner)
+        })
+    };
 }
 
 /// A hold ended at `now`: record how long it lasted, and whether the lease ran out first.
@@ -90,6 +136,14 @@ impl<'a> LockKey<'a> {
         self.name
     }
 
+    /// The queue this lock's waiters stand in.
+    pub fn queue_key(&self) -> QueueKey {
+        QueueKey {
+            db: selected_db(self.ctx),
+            name: self.name.as_slice().into(),
+        }
+    }
+
     /// The stored holder (its lease may have run out: callers check `is_live`).
     pub fn holder(&self) -> Result<Option<Holder>, LockError> {
         match self.key.get_value::<Holder>(&LOCK_TYPE) {
@@ -107,36 +161,26 @@ impl<'a> LockKey<'a> {
     }
 
     /// If a different grant than `next` is stored, its hold ends now.
-    fn end_previous_hold(&self, next: Option<u64>) {
+    fn end_previous_hold(&self, next: Option<u64>, now: Millis) {
         let previous = match self.key.get_value::<Holder>(&LOCK_TYPE) {
             Ok(Some(h)) if Some(h.token) != next => (h.granted, h.deadline),
             _ => return,
         };
-        hold_ended(self.ctx, self.name, previous.0, previous.1, clock::now_ms());
+        hold_ended(self.ctx, self.name, previous.0, previous.1, now);
     }
 
     /// Make `holder` the lock's state, set the key's TTL to its deadline, replicate it and
     /// emit `event`.
-    pub fn store(&self, holder: &Holder, event: LockEvent) -> Result<(), LockError> {
-        self.end_previous_hold(Some(holder.token));
-        self.write(holder)?;
-        let token = holder.token.to_string();
-        let deadline = holder.deadline.to_string();
-        let granted = holder.granted.to_string();
-        let args: [&[u8]; 5] = [
-            self.name.as_slice(),
-            &holder.owner,
-            token.as_bytes(),
-            deadline.as_bytes(),
-            granted.as_bytes(),
-        ];
-        self.ctx.replicate(APPLY_COMMAND, &args);
+    pub fn store(&self, holder: &Holder, event: LockEvent, now: Millis) -> Result<(), LockError> {
+        self.end_previous_hold(Some(holder.token), now);
+        self.write(holder, now)?;
+        replicate_apply(self.ctx, self.name, holder);
         self.notify(event);
         Ok(())
     }
 
     /// Write without replicating: for LOCK.APPLY itself, whose caller replicates verbatim.
-    pub fn write(&self, holder: &Holder) -> Result<(), LockError> {
+    pub fn write(&self, holder: &Holder, now: Millis) -> Result<(), LockError> {
         match self.key.get_value::<Holder>(&LOCK_TYPE) {
             // Updating in place keeps the key (no unlink callback, no keyspace churn).
             Ok(Some(current)) => *current = holder.clone(),
@@ -151,11 +195,7 @@ impl<'a> LockKey<'a> {
         // Redis deletes a key when now > expire; the lease ends when now >= deadline. Setting
         // the expire to deadline - 1 makes both agree, so Redis never drops a live lock and a
         // free lock with nobody waiting stops being a key (EXISTS 0, memory returned).
-        let ttl = holder
-            .deadline
-            .saturating_sub(1)
-            .saturating_sub(clock::now_ms())
-            .max(1);
+        let ttl = holder.deadline.saturating_sub(1).saturating_sub(now).max(1);
         let _ = self
             .key
             .set_expire(Duration::from_millis(ttl.unsigned_abs()));
@@ -163,11 +203,11 @@ impl<'a> LockKey<'a> {
     }
 
     /// Delete the key and replicate the deletion (the caller emits the release event).
-    pub fn remove(&self) {
+    pub fn remove(&self, now: Millis) {
         if self.exists() {
-            self.end_previous_hold(None);
+            self.end_previous_hold(None, now);
             let _ = self.key.delete();
-            self.ctx.replicate("DEL", &[self.name]);
+            replicate_del(self.ctx, self.name);
         }
     }
 }

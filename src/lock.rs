@@ -7,6 +7,7 @@
 use std::collections::VecDeque;
 
 use crate::error::LockError;
+use crate::owner::Owner;
 
 /// Unix time or a duration, in milliseconds.
 pub type Millis = i64;
@@ -16,7 +17,7 @@ pub type Token = u64;
 /// Who holds a lock, under which token, until when.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Holder {
-    pub owner: Box<[u8]>,
+    pub owner: Owner,
     pub token: Token,
     /// The lease ends at this unix-ms instant: the holder is live while `now < deadline`.
     pub deadline: Millis,
@@ -76,14 +77,14 @@ pub fn acquire(
 ) -> Result<Acquire, LockError> {
     let deadline = deadline(now, ttl)?;
     Ok(match live(holder, now) {
-        Some(h) if *h.owner == *owner => Acquire::Renewed(Holder {
+        Some(h) if h.owner.matches(owner) => Acquire::Renewed(Holder {
             deadline,
             ..h.clone()
         }),
         Some(_) => Acquire::Busy,
         None if others_waiting => Acquire::Busy,
         None => Acquire::Granted(Holder {
-            owner: owner.into(),
+            owner: Owner::new(owner),
             token: issue_token(),
             deadline,
             granted: now,
@@ -93,7 +94,7 @@ pub fn acquire(
 
 /// Whether `owner` may release: only the live holder can.
 pub fn may_release(holder: Option<&Holder>, owner: &[u8], now: Millis) -> bool {
-    live(holder, now).is_some_and(|h| *h.owner == *owner)
+    live(holder, now).is_some_and(|h| h.owner.matches(owner))
 }
 
 /// The extended holder if `owner` holds the lock, `None` otherwise.
@@ -105,7 +106,7 @@ pub fn extend(
 ) -> Result<Option<Holder>, LockError> {
     let deadline = deadline(now, ttl)?;
     Ok(live(holder, now)
-        .filter(|h| *h.owner == *owner)
+        .filter(|h| h.owner.matches(owner))
         .map(|h| Holder {
             deadline,
             ..h.clone()
@@ -126,7 +127,7 @@ pub fn token_is_current(holder: Option<&Holder>, token: Token, now: Millis) -> b
 #[derive(Debug)]
 pub struct Waiter<C> {
     pub client: C,
-    pub owner: Box<[u8]>,
+    pub owner: Owner,
     /// The lease it asked for; it starts when the lock is handed over.
     pub ttl: Millis,
 }
@@ -206,7 +207,7 @@ mod tests {
 
     fn granted_at(owner: &str, token: Token, deadline: Millis, granted: Millis) -> Holder {
         Holder {
-            owner: owner.as_bytes().into(),
+            owner: Owner::new(owner.as_bytes()),
             token,
             deadline,
             granted,
@@ -302,12 +303,12 @@ mod tests {
         let mut q = WaitQueue::default();
         q.push(Waiter {
             client: 1,
-            owner: b"x".as_slice().into(),
+            owner: Owner::new(b"x"),
             ttl: 10,
         });
         q.push(Waiter {
             client: 2,
-            owner: b"y".as_slice().into(),
+            owner: Owner::new(b"y"),
             ttl: 20,
         });
         let h = holder("a", 3, 100);
@@ -382,7 +383,7 @@ mod tests {
                             Ok(Acquire::Renewed(h)) => {
                                 let b = before.as_ref().unwrap();
                                 prop_assert_eq!(h.token, b.token);
-                                prop_assert_eq!(&*h.owner, &name[..]);
+                                prop_assert!(h.owner.matches(&name));
                                 holder = Some(h);
                             }
                             Ok(Acquire::Busy) => {
@@ -390,7 +391,7 @@ mod tests {
                                 if wait {
                                     next_client += 1;
                                     enqueued.push(next_client);
-                                    queue.push(Waiter { client: next_client, owner: name.into(), ttl });
+                                    queue.push(Waiter { client: next_client, owner: Owner::new(&name), ttl });
                                 }
                             }
                         }

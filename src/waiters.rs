@@ -103,7 +103,7 @@ pub fn owners(key: &QueueKey, count: usize) -> (usize, Vec<Box<[u8]>>) {
             .queue
             .iter()
             .take(count)
-            .map(|w| w.owner.clone())
+            .map(|w| Box::<[u8]>::from(&*w.owner.bytes()))
             .collect();
         (e.queue.len(), first)
     })
