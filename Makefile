@@ -31,6 +31,7 @@ test: build valkey unit test-redis test-valkey
 
 unit:
 	cargo test --lib
+	cargo test -p redis-lock-bench
 
 test-redis: build
 	LOCK_TEST_SERVER=redis-server LOCK_MODULE=$(CURDIR)/$(MODULE_DEBUG) \

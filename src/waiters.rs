@@ -75,6 +75,7 @@ pub fn leave(client_id: u64) -> Option<BlockedClient> {
     if entry.queue.is_empty() {
         reg.queues.remove(&key);
     }
+    reg.shrink_if_idle();
     let waiter = removed?;
     STATS.waiters.sub(1);
     Some(waiter.client.handle)
@@ -129,6 +130,7 @@ pub fn hand_off(
         reg.client_queue.remove(&waiter.client.client_id);
         STATS.waiters.sub(1);
     }
+    reg.shrink_if_idle();
     handed
 }
 
@@ -144,6 +146,7 @@ pub fn take_all(key: &QueueKey) -> Vec<BlockedWaiter> {
         reg.client_queue.remove(&w.client.client_id);
     }
     STATS.waiters.sub(waiters.len() as i64);
+    reg.shrink_if_idle();
     waiters
 }
 
@@ -157,6 +160,7 @@ pub fn take_everyone() -> Vec<BlockedWaiter> {
         .flat_map(|(_, mut e)| e.queue.drain().collect::<Vec<_>>())
         .collect();
     STATS.waiters.sub(everyone.len() as i64);
+    reg.shrink_if_idle();
     everyone
 }
 
@@ -192,6 +196,17 @@ pub fn timer_fired(key: &QueueKey, due: Millis) {
     if let Some(entry) = reg.queues.get_mut(key) {
         if entry.timer_due == Some(due) {
             entry.timer_due = None;
+        }
+    }
+}
+
+impl Registry {
+    /// Once nobody waits anywhere, give the tables' memory back (a burst of 10k waiters
+    /// should not leave its high-water mark behind).
+    fn shrink_if_idle(&mut self) {
+        if self.queues.is_empty() && self.queues.capacity() > 0 {
+            self.queues = HashMap::new();
+            self.client_queue = HashMap::new();
         }
     }
 }

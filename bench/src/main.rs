@@ -217,8 +217,12 @@ fn main() {
                 m.bytes_per_string
             ),
             format!(
-                "| per waiter (blocked client, queue entry) | {:.1} |",
+                "| per waiter (LOCK.ACQUIRE WAIT-blocked connection, beyond idle) | {:.1} |",
                 m.bytes_per_waiter
+            ),
+            format!(
+                "| per BLPOP-blocked connection, beyond idle (yardstick) | {:.1} |",
+                m.bytes_per_blpop
             ),
             format!(
                 "| used_memory at start / after everything was released | {} / {} |",
@@ -238,10 +242,17 @@ fn main() {
         m.bytes_per_lock <= 1.10 * m.bytes_per_string,
     );
     report.check(
-        "memory per waiter",
+        "memory per waiter (all of it, Redis's blocked-client record included)",
         format!("{:.0} B", m.bytes_per_waiter),
         "<= 256 B",
         m.bytes_per_waiter <= 256.0,
+    );
+    let beyond = m.bytes_per_waiter - m.bytes_per_blpop;
+    report.check(
+        "memory per waiter beyond a BLPOP-blocked connection",
+        format!("{beyond:.0} B"),
+        "<= 256 B",
+        beyond <= 256.0,
     );
     report.check(
         "memory after release returns to baseline",

@@ -11,6 +11,8 @@ pub struct Result {
     pub bytes_per_lock: f64,
     pub bytes_per_string: f64,
     pub bytes_per_waiter: f64,
+    /// The same for a connection blocked in BLPOP (what Redis spends on any blocked client).
+    pub bytes_per_blpop: f64,
     pub baseline: i64,
     pub after_release: i64,
 }
@@ -58,10 +60,40 @@ pub fn block_waiters(server: &Server, key: &str, n: usize) -> Vec<TcpStream> {
     socks
 }
 
+/// used_memory once it stops moving: Redis frees closed clients and shrinks its tables in the
+/// background, over a few seconds.
 fn settle(c: &mut Connection) -> i64 {
-    // The keyspace shrinks its tables in the background: give the cron a moment.
-    std::thread::sleep(Duration::from_millis(1500));
-    used_memory(c)
+    let mut last = used_memory(c);
+    for _ in 0..40 {
+        std::thread::sleep(Duration::from_millis(500));
+        let now = used_memory(c);
+        if (now - last).abs() < 16 * 1024 {
+            return now;
+        }
+        last = now;
+    }
+    last
+}
+
+/// Memory per connection blocked by `command(i)`, beyond the same connections idle.
+fn blocked_cost(server: &Server, n: usize, command: impl Fn(usize) -> Vec<u8>) -> f64 {
+    let mut c = server.con();
+    let socks: Vec<TcpStream> = (0..n)
+        .map(|_| TcpStream::connect(("127.0.0.1", server.port)).expect("connect"))
+        .collect();
+    let idle = settle(&mut c);
+    for (i, mut s) in socks.iter().enumerate() {
+        s.write_all(&command(i)).expect("send");
+    }
+    assert!(eventually(Duration::from_secs(30), || blocked_clients(
+        &mut c
+    ) == n as i64));
+    let blocked = settle(&mut c);
+    drop(socks);
+    assert!(eventually(Duration::from_secs(30), || blocked_clients(
+        &mut c
+    ) == 0));
+    (blocked - idle) as f64 / n as f64
 }
 
 fn fill(c: &mut Connection, n: usize, lock: bool) {
@@ -98,43 +130,33 @@ pub fn run(server: &Server, n: usize, waiters: usize) -> Result {
     let with_strings = used_memory(&mut c);
     let _: () = redis::cmd("FLUSHALL").query(&mut c).expect("flush");
 
-    // Waiters: connections first (their buffers are not the waiter's cost), then block them.
+    // Waiters: the same connections idle, then blocked; a BLPOP-blocked connection is the
+    // yardstick for what any blocked client costs Redis.
     let _: i64 = redis::cmd("LOCK.ACQUIRE")
         .arg("bench:w")
         .arg("holder")
         .arg(600_000)
         .query(&mut c)
         .expect("hold");
-    let socks: Vec<TcpStream> = (0..waiters)
-        .map(|_| TcpStream::connect(("127.0.0.1", server.port)).expect("connect"))
-        .collect();
-    let before_block = settle(&mut c);
-    for (i, mut s) in socks.iter().enumerate() {
+    let per_waiter = blocked_cost(server, waiters, |i| {
         let owner = format!("waiter-{i:06}");
-        s.write_all(&resp(&[
+        resp(&[
             b"LOCK.ACQUIRE",
             b"bench:w",
             owner.as_bytes(),
             b"60000",
             b"WAIT",
             b"0",
-        ]))
-        .expect("send");
-    }
-    assert!(eventually(Duration::from_secs(30), || blocked_clients(
-        &mut c
-    ) == waiters as i64));
-    let with_waiters = used_memory(&mut c);
-    drop(socks);
-    assert!(eventually(Duration::from_secs(30), || blocked_clients(
-        &mut c
-    ) == 0));
+        ])
+    });
+    let per_blpop = blocked_cost(server, waiters, |_| resp(&[b"BLPOP", b"bench:empty", b"0"]));
     let _: () = redis::cmd("FLUSHALL").query(&mut c).expect("flush");
     let after_release = settle(&mut c);
     Result {
         bytes_per_lock: (with_locks - baseline) as f64 / n as f64,
         bytes_per_string: (with_strings - base2) as f64 / n as f64,
-        bytes_per_waiter: (with_waiters - before_block) as f64 / waiters as f64,
+        bytes_per_waiter: per_waiter,
+        bytes_per_blpop: per_blpop,
         baseline,
         after_release,
     }
