@@ -6,7 +6,7 @@ PORT           ?= 6379
 # Integration tests start many short-lived servers; two at a time suits a 2-core machine.
 TEST_THREADS   ?= 2
 
-.PHONY: all deps build release run test unit test-redis test-valkey valkey bench clippy fmt clean
+.PHONY: all deps build release run test unit test-redis test-valkey test-faults valkey bench clippy fmt clean
 
 all: build
 
@@ -46,6 +46,14 @@ test-valkey: build valkey
 bench: release
 	LOCK_TEST_SERVER=redis-server LOCK_MODULE=$(CURDIR)/$(MODULE_RELEASE) \
 		cargo run --release -p redis-lock-bench -- --out docs/bench $(BENCH_ARGS)
+
+## The fault-injection safety suite (about a minute per server): paused holders, killed waiters,
+## kill -9 + restart from AOF/RDB, DEBUG SLEEP, all at once.
+test-faults: build valkey
+	LOCK_TEST_SERVER=redis-server LOCK_MODULE=$(CURDIR)/$(MODULE_DEBUG) \
+		cargo test --test faults -- --ignored --test-threads=1
+	LOCK_TEST_SERVER=$(CURDIR)/$(VALKEY) LOCK_MODULE=$(CURDIR)/$(MODULE_DEBUG) \
+		cargo test --test faults -- --ignored --test-threads=1
 
 clippy:
 	cargo clippy --workspace --all-targets -- -D warnings

@@ -161,3 +161,28 @@ fn waiters_of_a_demoted_master_get_an_error_at_once() {
     assert!(err.starts_with("UNBLOCKED"), "{err}");
     assert_eq!(blocked_clients(&mut c), 0);
 }
+
+/// A grant acknowledged together with `WAIT 1` survives a failover with its owner and token.
+#[test]
+fn grants_acknowledged_with_wait_survive_failover() {
+    let mut master = Server::start();
+    let replica = replica_of(&master, &[]);
+    let mut m = master.con();
+    let t = acquire(&mut m, "order:9", "alice", 60_000).unwrap();
+    assert_eq!(
+        int(&ok(&mut m, &["WAIT", "1", "5000"])),
+        1,
+        "one replica has the grant"
+    );
+    master.kill9();
+    let mut r = replica.con();
+    ok(&mut r, &["REPLICAOF", "NO", "ONE"]);
+    assert_eq!(fence(&mut r, "order:9"), Some(t), "token survived");
+    assert_eq!(
+        acquire(&mut r, "order:9", "bob", 1_000),
+        None,
+        "still held by alice"
+    );
+    assert_eq!(release(&mut r, "order:9", "alice"), 1, "owner survived");
+    assert!(acquire(&mut r, "order:9", "bob", 1_000).unwrap() > t);
+}
