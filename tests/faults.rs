@@ -172,8 +172,8 @@ fn run(lock_args: &[&str], clients: usize, ttl_ms: i64, dur: Duration, faults: F
                         }
                     };
                     let got_epoch = epoch.load(Ordering::SeqCst);
-                    let epoch =
-                        (sent_epoch == got_epoch && got_epoch % 2 == 0).then_some(got_epoch);
+                    let epoch = (sent_epoch == got_epoch && got_epoch.is_multiple_of(2))
+                        .then_some(got_epoch);
                     let write = match fenced(&mut store, &sha, "GET", token, None) {
                         Ok(v) => {
                             let current = match v {
@@ -317,7 +317,7 @@ fn no_pause(_: usize, _: usize) -> Option<Duration> {
 
 /// Client 0 stalls for three leases between its read and its write on every third operation.
 fn pause_client_zero(c: usize, op: usize) -> Option<Duration> {
-    (c == 0 && op % 3 == 0).then_some(Duration::from_millis(3 * 150))
+    (c == 0 && op.is_multiple_of(3)).then_some(Duration::from_millis(3 * 150))
 }
 
 #[test]
