@@ -99,9 +99,9 @@ extern "C" fn on_role_changed(
     }
 }
 
-/// Redis has no module event for `CONFIG RESETSTAT`: a command filter notices it go by and
-/// clears the module's counters too. The filter only compares the first two arguments.
-pub fn watch_resetstat(ctx: &Context) {
+/// Redis has no module event for `CONFIG RESETSTAT` nor for write pauses: a command filter
+/// notices those commands go by. It looks at no more than the first few arguments.
+pub fn watch_commands(ctx: &Context) {
     // SAFETY: registering a filter callback of the expected signature at load time.
     unsafe {
         if let Some(register) = raw::RedisModule_RegisterCommandFilter {
@@ -115,21 +115,37 @@ pub fn watch_resetstat(ctx: &Context) {
 }
 
 extern "C" fn on_command(fctx: *mut raw::RedisModuleCommandFilterCtx) {
-    // SAFETY: the filter context is valid during the callback; arguments are only borrowed.
-    let is_resetstat = unsafe {
+    let mut args: [&[u8]; 6] = [&[]; 6];
+    // SAFETY: the filter context is valid during the callback; arguments are only borrowed here.
+    let argc = unsafe {
         let (Some(count), Some(arg)) = (
             raw::RedisModule_CommandFilterArgsCount,
             raw::RedisModule_CommandFilterArgGet,
         ) else {
             return;
         };
-        count(fctx) == 2
-            && redis_module::RedisString::string_as_slice(arg(fctx, 0))
-                .eq_ignore_ascii_case(b"config")
-            && redis_module::RedisString::string_as_slice(arg(fctx, 1))
-                .eq_ignore_ascii_case(b"resetstat")
+        let argc = usize::try_from(count(fctx)).unwrap_or(0).min(args.len());
+        for (i, slot) in args.iter_mut().enumerate().take(argc) {
+            *slot = redis_module::RedisString::string_as_slice(arg(fctx, i as c_int));
+        }
+        argc
     };
-    if is_resetstat {
+    let args = &args[..argc];
+    let first = args.first().copied().unwrap_or_default();
+    // Cheap exit for the common case: only CONFIG, CLIENT and FAILOVER matter.
+    if !(first.eq_ignore_ascii_case(b"config")
+        || first.eq_ignore_ascii_case(b"client")
+        || first.eq_ignore_ascii_case(b"failover"))
+    {
+        return;
+    }
+    if argc == 2
+        && first.eq_ignore_ascii_case(b"config")
+        && args[1].eq_ignore_ascii_case(b"resetstat")
+    {
         crate::metrics::STATS.reset();
+    }
+    if let Some(change) = crate::pause::change_of(args, crate::clock::now_ms()) {
+        crate::pause::apply(change);
     }
 }

@@ -20,6 +20,9 @@ use crate::lock::{live, Holder, Millis, Token};
 use crate::metrics::STATS;
 use crate::waiters::{self, QueueKey};
 
+/// How soon to look again at a lock whose expired value Redis may not delete yet.
+const PAUSED_RETRY_MS: Millis = 20;
+
 enum Job {
     /// Re-check a queue (deadline reached, key deleted, db flushed or swapped).
     Settle { key: QueueKey, due: Millis },
@@ -59,6 +62,15 @@ extern "C" fn on_timer(ctx: *mut raw::RedisModuleCtx, data: *mut c_void) {
     // SAFETY: `data` is the box made in `start_timer`; Redis calls each timer once.
     let job = unsafe { Box::from_raw(data.cast::<Job>()) };
     let ctx = Context::new(ctx);
+    if let Some(until) = crate::pause::paused_until(clock::now_ms()) {
+        // Writes are paused (CLIENT PAUSE, FAILOVER): hand nothing over until they resume.
+        if let Job::Settle { key, due } = &*job {
+            waiters::timer_fired(key, *due);
+        }
+        let delay = until.saturating_add(1).saturating_sub(clock::now_ms());
+        start_timer(delay, *job);
+        return;
+    }
     match *job {
         Job::Settle { key, due } => {
             waiters::timer_fired(&key, due);
@@ -119,6 +131,15 @@ pub fn settle(ctx: &Context, key: &QueueKey, revoked: Option<Token>) {
 pub fn pass_on(lock: &LockKey, holder: Option<&Holder>, now: Millis) {
     // Most locks have nobody waiting: skip building the queue key then.
     let key = waiters::anyone_waiting().then(|| lock.queue_key());
+    if let Some(key) = &key {
+        let would_create = !lock.exists() && live(holder, now).is_none();
+        if would_create && waiters::has_waiters(key) && lock.expired_value_kept() {
+            // Redis keeps an expired lock it may not delete now (writes are paused): creating
+            // a new value over it would trip Redis's own assertion. Try again shortly.
+            settle_at(key, now.saturating_add(PAUSED_RETRY_MS));
+            return;
+        }
+    }
     let handed = key
         .as_ref()
         .and_then(|key| waiters::hand_off(key, holder, now).map(|h| (key, h)));

@@ -156,6 +156,16 @@ impl<'a> LockKey<'a> {
         !self.key.is_empty()
     }
 
+    /// Whether Redis still stores a value under this name that lookups treat as expired (it
+    /// does so while writes are paused). `MEMORY USAGE` finds keys without expiring them.
+    pub fn expired_value_kept(&self) -> bool {
+        let subcommand = self.ctx.create_string("USAGE");
+        matches!(
+            self.ctx.call("MEMORY", &[&subcommand, self.name]),
+            Ok(redis_module::RedisValue::Integer(_))
+        )
+    }
+
     pub fn notify(&self, event: LockEvent) {
         notify(self.ctx, event, self.name);
     }

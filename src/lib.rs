@@ -18,6 +18,7 @@ pub mod keyspace;
 pub mod lock;
 pub mod metrics;
 pub mod owner;
+pub mod pause;
 pub mod waiters;
 
 #[cfg(not(test))]
@@ -32,7 +33,7 @@ mod registration {
         ctx.set_module_options(redis_module::raw::ModuleOptions::HANDLE_IO_ERRORS);
         expiry::init(ctx);
         metrics::register_info(ctx);
-        events::watch_resetstat(ctx);
+        events::watch_commands(ctx);
         let ready = events::subscribe(ctx)
             .map_err(str::to_string)
             .and_then(|()| command_docs::register(ctx));

@@ -399,3 +399,30 @@ fn move_frees_the_name_and_copy_duplicates_the_holder() {
     ok(&mut c, &["SELECT", "3"]);
     assert_eq!(fence(&mut c, "k"), Some(t0), "the holder moved to db 3");
 }
+
+/// While writes are paused (CLIENT PAUSE WRITE, as FAILOVER does) Redis keeps expired keys and
+/// runs no writes; an expiry handoff must wait for the pause to end, and must not trip Redis's
+/// assertion by creating a value over the expired one it keeps.
+#[test]
+fn handoffs_wait_for_a_client_write_pause_to_end() {
+    let s = Server::start();
+    let mut c = s.con();
+    for round in 0..3 {
+        let key = format!("paused:{round}");
+        acquire(&mut c, &key, "h", 300).unwrap();
+        let w = spawn_wait(&s, &key, "w", 60_000, 0);
+        wait_blocked(&mut c, 1);
+        let paused_at = Instant::now();
+        ok(&mut c, &["CLIENT", "PAUSE", "1000", "WRITE"]);
+        std::thread::sleep(Duration::from_millis(600));
+        assert_eq!(ok(&mut c, &["PING"]), Value::SimpleString("PONG".into()));
+        assert!(!w.is_finished(), "no handoff while writes are paused");
+        let t = token_of(w.join().unwrap());
+        assert!(
+            paused_at.elapsed() >= Duration::from_millis(950),
+            "granted after the pause"
+        );
+        assert_eq!(fence(&mut c, &key), Some(t));
+    }
+    assert_eq!(ok(&mut c, &["PING"]), Value::SimpleString("PONG".into()));
+}
