@@ -91,6 +91,16 @@ fn parse_count(options: &[RedisString]) -> Result<usize, LockError> {
     }
 }
 
+/// Locks are granted and released by the master only. Redis refuses writes on read-only
+/// replicas itself; a replica configured writable gets the same answer from the module.
+fn refuse_on_replica(ctx: &Context) -> Result<(), LockError> {
+    let flags = ctx.get_flags();
+    if flags.contains(ContextFlags::SLAVE) && !flags.contains(ContextFlags::REPLICATED) {
+        return Err(LockError::Replica);
+    }
+    Ok(())
+}
+
 fn queue_key(ctx: &Context, name: &RedisString) -> QueueKey {
     QueueKey {
         db: keyspace::selected_db(ctx),
@@ -103,6 +113,7 @@ pub fn acquire(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     if args.len() < 4 {
         return Err(RedisError::WrongArity);
     }
+    refuse_on_replica(ctx)?;
     let now = clock::now_ms();
     let ttl = parse_ttl(&args[3], now)?;
     let wait = parse_wait(&args[4..], now)?;
@@ -187,6 +198,7 @@ pub fn release(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     let [_, name, owner] = &args[..] else {
         return Err(RedisError::WrongArity);
     };
+    refuse_on_replica(ctx)?;
     let owner = parse_owner(owner)?;
     let now = clock::now_ms();
     let lock = LockKey::open(ctx, name);
@@ -206,6 +218,7 @@ pub fn force_release(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     let [_, name] = &args[..] else {
         return Err(RedisError::WrongArity);
     };
+    refuse_on_replica(ctx)?;
     let now = clock::now_ms();
     let lock = LockKey::open(ctx, name);
     let holder = lock.holder()?;
@@ -223,6 +236,7 @@ pub fn extend(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     let [_, name, owner, ttl] = &args[..] else {
         return Err(RedisError::WrongArity);
     };
+    refuse_on_replica(ctx)?;
     let owner = parse_owner(owner)?;
     let now = clock::now_ms();
     let ttl = parse_ttl(ttl, now)?;

@@ -37,6 +37,8 @@ pub enum LockError {
     QueueFull,
     /// `COUNT` is negative.
     CountNegative,
+    /// A lock write on a (writable) replica.
+    Replica,
 }
 
 impl LockError {
@@ -59,6 +61,7 @@ impl LockError {
             Self::OwnerTooLong => "ERR invalid owner: longer than lock.max-owner-length",
             Self::QueueFull => "ERR lock queue is full: lock.max-waiters clients already wait",
             Self::CountNegative => "ERR COUNT must be zero or positive",
+            Self::Replica => "READONLY You can't write against a read only replica.",
             Self::Demoted => {
                 "UNBLOCKED force unblock from blocking operation, instance state changed (master -> replica?)"
             }
@@ -102,10 +105,11 @@ mod tests {
             OwnerTooLong,
             QueueFull,
             CountNegative,
+            Replica,
         ] {
             let prefix = e.as_wire().split(' ').next().unwrap_or("");
             assert!(
-                matches!(prefix, "ERR" | "WRONGTYPE" | "UNBLOCKED"),
+                matches!(prefix, "ERR" | "WRONGTYPE" | "UNBLOCKED" | "READONLY"),
                 "{e:?} has prefix {prefix}"
             );
             assert!(!e.as_wire().contains('\n') && !e.as_wire().contains('\r'));

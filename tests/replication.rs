@@ -186,3 +186,27 @@ fn grants_acknowledged_with_wait_survive_failover() {
     assert_eq!(release(&mut r, "order:9", "alice"), 1, "owner survived");
     assert!(acquire(&mut r, "order:9", "bob", 1_000).unwrap() > t);
 }
+
+/// A replica configured writable still refuses lock writes: grants come from the master only
+/// (and creating a lock over one the replica keeps expired would trip Redis's assertions).
+#[test]
+fn a_writable_replica_refuses_lock_writes() {
+    let master = Server::start();
+    let replica = replica_of(&master, &["--replica-read-only", "no"]);
+    let mut m = master.con();
+    acquire(&mut m, "k", "a", 200).unwrap();
+    sync(&mut m);
+    std::thread::sleep(Duration::from_millis(300)); // expired on the replica's clock too
+    let mut r = replica.con();
+    for words in [
+        vec!["LOCK.ACQUIRE", "k", "b", "1000"],
+        vec!["LOCK.RELEASE", "k", "a"],
+        vec!["LOCK.EXTEND", "k", "a", "1000"],
+        vec!["LOCK.FORCERELEASE", "k"],
+    ] {
+        let err = cmd(&mut r, &words).unwrap_err();
+        assert!(err.starts_with("READONLY"), "{words:?}: {err}");
+    }
+    assert_eq!(ok(&mut r, &["PING"]), Value::SimpleString("PONG".into()));
+    assert_eq!(fence(&mut r, "k"), None);
+}
