@@ -14,7 +14,7 @@ mod common;
 use common::*;
 
 use std::collections::{HashMap, HashSet};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU16, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -49,7 +49,10 @@ struct Faults {
 
 struct Chaos {
     server: Arc<Mutex<Server>>,
-    port: u16,
+    /// A replica of the lock server, when the scenario asks for one.
+    replica: Option<Arc<Mutex<Server>>>,
+    /// Where clients send lock commands (changes when a replica is promoted).
+    port: Arc<AtomicU16>,
     epoch: Arc<AtomicUsize>,
     stop: Arc<AtomicBool>,
     injected: Arc<AtomicUsize>,
@@ -66,13 +69,39 @@ impl Chaos {
         }
     }
     fn con(&self) -> Option<Connection> {
-        connect(self.port)
+        connect(self.port.load(Ordering::SeqCst))
     }
     /// kill -9 the lock server and start it again from its files.
     fn crash_and_restart(&self) {
         let mut server = self.server.lock().unwrap();
         self.epoch.fetch_add(1, Ordering::SeqCst);
         server.restart();
+        self.epoch.fetch_add(1, Ordering::SeqCst);
+        self.injected.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// kill -9 the master and promote its replica; clients move to the new master. With
+    /// `lose_writes`, the replica is first stopped and cut off, so it misses the last grants.
+    fn fail_over(&self, lose_writes: bool) {
+        let replica = self.replica.as_ref().expect("a replica").lock().unwrap();
+        let mut master = self.server.lock().unwrap();
+        if lose_writes {
+            replica.signal(libc::SIGSTOP);
+            if let Some(mut m) = connect(master.port) {
+                let _ = cmd(&mut m, &["CLIENT", "KILL", "TYPE", "replica"]);
+            }
+            self.sleep(Duration::from_millis(300)); // grants the replica never sees
+        } else if let Some(mut m) = connect(master.port) {
+            let _ = cmd(&mut m, &["WAIT", "1", "2000"]);
+        }
+        self.epoch.fetch_add(1, Ordering::SeqCst);
+        master.kill9();
+        if lose_writes {
+            replica.signal(libc::SIGCONT);
+        }
+        let mut r = connect(replica.port).expect("replica connection");
+        ok(&mut r, &["REPLICAOF", "NO", "ONE"]);
+        self.port.store(replica.port, Ordering::SeqCst);
         self.epoch.fetch_add(1, Ordering::SeqCst);
         self.injected.fetch_add(1, Ordering::Relaxed);
     }
@@ -109,9 +138,33 @@ struct Outcome {
 }
 
 fn run(lock_args: &[&str], clients: usize, ttl_ms: i64, dur: Duration, faults: Faults) -> Outcome {
+    run_on(lock_args, false, clients, ttl_ms, dur, faults)
+}
+
+fn run_on(
+    lock_args: &[&str],
+    with_replica: bool,
+    clients: usize,
+    ttl_ms: i64,
+    dur: Duration,
+    faults: Faults,
+) -> Outcome {
     let store = Server::start();
     let lock_server = Server::start_with(lock_args);
-    let port = lock_server.port;
+    let port = Arc::new(AtomicU16::new(lock_server.port));
+    let replica = with_replica.then(|| {
+        let master_port = lock_server.port.to_string();
+        let mut args = vec!["--replicaof", "127.0.0.1", &master_port];
+        args.extend_from_slice(lock_args);
+        let replica = Server::start_with(&args);
+        let mut r = replica.con();
+        assert!(eventually(Duration::from_secs(20), || info_field(
+            &mut r,
+            "replication",
+            "master_link_status"
+        ) == "up"));
+        Arc::new(Mutex::new(replica))
+    });
     let server = Arc::new(Mutex::new(lock_server));
     let sha: String = redis::cmd("SCRIPT")
         .arg("LOAD")
@@ -126,7 +179,8 @@ fn run(lock_args: &[&str], clients: usize, ttl_ms: i64, dur: Duration, faults: F
     let chaos = faults.chaos.map(|f| {
         let chaos = Chaos {
             server: server.clone(),
-            port,
+            replica: replica.clone(),
+            port: port.clone(),
             epoch: epoch.clone(),
             stop: stop.clone(),
             injected: injected.clone(),
@@ -140,6 +194,7 @@ fn run(lock_args: &[&str], clients: usize, ttl_ms: i64, dur: Duration, faults: F
             let sha = sha.clone();
             let epoch = epoch.clone();
             let pause = faults.pause;
+            let port = port.clone();
             std::thread::spawn(move || {
                 let mut store = connect(store_port).expect("store");
                 let mut lock: Option<Connection> = None;
@@ -148,7 +203,7 @@ fn run(lock_args: &[&str], clients: usize, ttl_ms: i64, dur: Duration, faults: F
                 while Instant::now() < deadline {
                     op += 1;
                     let Some(con) = lock.as_mut() else {
-                        lock = connect(port);
+                        lock = connect(port.load(Ordering::SeqCst));
                         if lock.is_none() {
                             std::thread::sleep(Duration::from_millis(20));
                         }
@@ -227,6 +282,7 @@ fn run(lock_args: &[&str], clients: usize, ttl_ms: i64, dur: Duration, faults: F
         _ => 0,
     };
     drop(server);
+    drop(replica);
     Outcome {
         records,
         final_counter,
@@ -531,5 +587,85 @@ fn soak_with_every_fault_together() {
         "faults injected: {}",
         outcome.injected
     );
+    assert!(accepted > 50);
+}
+
+#[test]
+#[ignore = "fault suite: make test-faults"]
+fn client_pause_write_longer_than_the_lease() {
+    let chaos = |ch: Chaos| {
+        let mut con = ch.con().expect("chaos connection");
+        for _ in 0..3 {
+            ch.sleep(Duration::from_millis(700));
+            if !ch.running() {
+                return;
+            }
+            if cmd(&mut con, &["CLIENT", "PAUSE", "500", "WRITE"]).is_ok() {
+                ch.injected.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    };
+    let outcome = run(
+        &[],
+        6,
+        200,
+        Duration::from_secs(4),
+        Faults {
+            pause: pause_client_zero,
+            chaos: Some(Box::new(chaos)),
+        },
+    );
+    let (accepted, _) = check(&outcome);
+    assert_eq!(outcome.injected, 3);
+    assert!(accepted > 30);
+}
+
+#[test]
+#[ignore = "fault suite: make test-faults"]
+fn replica_promotion_after_the_replica_caught_up() {
+    let chaos = |ch: Chaos| {
+        ch.sleep(Duration::from_millis(1500));
+        if ch.running() {
+            ch.fail_over(false);
+        }
+    };
+    let outcome = run_on(
+        &[],
+        true,
+        6,
+        300,
+        Duration::from_secs(4),
+        Faults {
+            pause: no_pause,
+            chaos: Some(Box::new(chaos)),
+        },
+    );
+    let (accepted, _) = check(&outcome);
+    assert_eq!(outcome.injected, 1);
+    assert!(accepted > 50);
+}
+
+#[test]
+#[ignore = "fault suite: make test-faults"]
+fn replica_promotion_with_lost_grants() {
+    let chaos = |ch: Chaos| {
+        ch.sleep(Duration::from_millis(1500));
+        if ch.running() {
+            ch.fail_over(true);
+        }
+    };
+    let outcome = run_on(
+        &[],
+        true,
+        6,
+        300,
+        Duration::from_secs(4),
+        Faults {
+            pause: no_pause,
+            chaos: Some(Box::new(chaos)),
+        },
+    );
+    let (accepted, _) = check(&outcome);
+    assert_eq!(outcome.injected, 1);
     assert!(accepted > 50);
 }
