@@ -39,6 +39,8 @@ pub enum LockError {
     CountNegative,
     /// A lock write on a (writable) replica.
     Replica,
+    /// The lock's slot left this cluster node while the client waited.
+    SlotMoved,
 }
 
 impl LockError {
@@ -62,6 +64,7 @@ impl LockError {
             Self::QueueFull => "ERR lock queue is full: lock.max-waiters clients already wait",
             Self::CountNegative => "ERR COUNT must be zero or positive",
             Self::Replica => "READONLY You can't write against a read only replica.",
+            Self::SlotMoved => "TRYAGAIN the lock's slot moved to another node while waiting; retry",
             Self::Demoted => {
                 "UNBLOCKED force unblock from blocking operation, instance state changed (master -> replica?)"
             }
@@ -106,10 +109,14 @@ mod tests {
             QueueFull,
             CountNegative,
             Replica,
+            SlotMoved,
         ] {
             let prefix = e.as_wire().split(' ').next().unwrap_or("");
             assert!(
-                matches!(prefix, "ERR" | "WRONGTYPE" | "UNBLOCKED" | "READONLY"),
+                matches!(
+                    prefix,
+                    "ERR" | "WRONGTYPE" | "UNBLOCKED" | "READONLY" | "TRYAGAIN"
+                ),
                 "{e:?} has prefix {prefix}"
             );
             assert!(!e.as_wire().contains('\n') && !e.as_wire().contains('\r'));

@@ -111,6 +111,13 @@ pub fn settle(ctx: &Context, key: &QueueKey, revoked: Option<Token>) {
     }
     keyspace::select_db(ctx, key.db);
     let name = ctx.create_string(&key.name[..]);
+    if !crate::cluster::may_grant(ctx, &name) {
+        // The slot left this node (resharding): its waiters retry and follow the redirect.
+        for waiter in waiters::take_all(key) {
+            blocking::answer(waiter.client.handle, Answer::Failed(LockError::SlotMoved));
+        }
+        return;
+    }
     let lock = LockKey::open(ctx, &name);
     match lock.holder() {
         Ok(holder) => {

@@ -6,6 +6,7 @@
 
 pub mod blocking;
 pub mod clock;
+pub mod cluster;
 pub mod command_docs;
 pub mod commands;
 pub mod config;
