@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Make sure what building and testing need is installed: cargo, libclang (bindgen), redis-server.
+# Make sure what building and testing need is installed: cargo, libclang (bindgen), redis-server,
+# redis-cli (cluster tests), faketime (fault suite), a TrueType font (benchmark charts).
 # Installs with apt when run as root on Debian/Ubuntu; otherwise prints the exact command.
 set -euo pipefail
 
@@ -13,6 +14,9 @@ if ! ldconfig -p 2>/dev/null | grep -q 'libclang.*\.so' && ! ls /usr/lib/llvm-*/
 fi
 command -v redis-server >/dev/null 2>&1 || missing_pkgs+=(redis-server)
 command -v redis-cli >/dev/null 2>&1 || missing_pkgs+=(redis-tools)
+# The fault suite moves the server's clock with libfaketime; the benchmark's charts need a font.
+[ -e /usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1 ] || missing_pkgs+=(faketime)
+[ -e /usr/share/fonts/truetype/dejavu/DejaVuSans.ttf ] || missing_pkgs+=(fonts-dejavu-core)
 command -v python3 >/dev/null 2>&1 || missing_pkgs+=(python3)
 python3 -m pip --version >/dev/null 2>&1 || missing_pkgs+=(python3-pip)
 

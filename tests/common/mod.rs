@@ -55,6 +55,7 @@ pub struct Server {
     pub dir: PathBuf,
     extra: Vec<String>,
     module_args: Vec<String>,
+    env: Vec<(String, String)>,
     child: Option<Child>,
 }
 
@@ -70,11 +71,24 @@ impl Server {
 
     /// Start with arguments for the module (`loadmodule path name value ...`) and the server.
     pub fn start_with_module_args(module_args: &[&str], extra: &[&str]) -> Self {
+        Self::start_full(module_args, extra, &[])
+    }
+
+    /// Start with environment variables for the server process (e.g. LD_PRELOAD of faketime).
+    pub fn start_with_env(env: &[(&str, &str)], extra: &[&str]) -> Self {
+        Self::start_full(&[], extra, env)
+    }
+
+    fn start_full(module_args: &[&str], extra: &[&str], env: &[(&str, &str)]) -> Self {
         let mut server = Server {
             port: 0,
             dir: fresh_dir("srv"),
             extra: extra.iter().map(|s| s.to_string()).collect(),
             module_args: module_args.iter().map(|s| s.to_string()).collect(),
+            env: env
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
             child: None,
         };
         server.launch();
@@ -98,6 +112,7 @@ impl Server {
                 .arg(module_path())
                 .args(&self.module_args)
                 .args(&self.extra)
+                .envs(self.env.iter().map(|(k, v)| (k, v)))
                 .stdin(Stdio::null())
                 .stdout(Stdio::null())
                 .stderr(Stdio::null());
