@@ -1,7 +1,8 @@
 //! Where fencing tokens come from, and why they never go backwards.
 //!
 //! A token is `max(last + 1, clock_us)`: one more than the last token this server issued or
-//! saw, but never below the server's wall clock in microseconds.
+//! saw, but never below the server's wall clock in microseconds (milliseconds x 1000 on Redis
+//! 7.0, whose module API has no microsecond clock).
 //!
 //! - On one server, `last + 1` makes tokens strictly increase even if the clock jumps back.
 //! - `last` survives restarts: it is saved as auxiliary RDB data, every lock value carries its
