@@ -168,7 +168,9 @@ extern "C" fn on_free(_ctx: *mut raw::RedisModuleCtx, privdata: *mut c_void) {
     let delivery = unsafe { Box::from_raw(privdata.cast::<Delivery>()) };
     if let Answer::Granted(grant) = delivery.answer {
         if !delivery.delivered {
-            // The client went away between the grant and its reply: give the lock back.
+            // The client went away (timed out, disconnected) between the grant and its reply:
+            // give the lock back.
+            crate::metrics::STATS.grants_revoked.incr();
             crate::expiry::revoke_later(grant.key, grant.token);
         }
     }

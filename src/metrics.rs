@@ -127,6 +127,9 @@ pub struct Stats {
     pub rejected: Counter,
     pub wait_timeouts: Counter,
     pub waiters_disconnected: Counter,
+    /// Grants taken back because the waiter was gone (timed out or disconnected) before its
+    /// reply went out.
+    pub grants_revoked: Counter,
     pub queue_full: Counter,
     pub releases: Counter,
     pub releases_forced: Counter,
@@ -147,6 +150,7 @@ pub static STATS: Stats = Stats {
     rejected: Counter::new(),
     wait_timeouts: Counter::new(),
     waiters_disconnected: Counter::new(),
+    grants_revoked: Counter::new(),
     queue_full: Counter::new(),
     releases: Counter::new(),
     releases_forced: Counter::new(),
@@ -172,7 +176,7 @@ impl Stats {
         self.hold_time.reset();
     }
 
-    fn counters(&self) -> [(&'static str, &Counter); 13] {
+    fn counters(&self) -> [(&'static str, &Counter); 14] {
         [
             ("acquired_immediately", &self.acquired_immediately),
             ("acquired_after_wait", &self.acquired_after_wait),
@@ -180,6 +184,7 @@ impl Stats {
             ("rejected", &self.rejected),
             ("wait_timeouts", &self.wait_timeouts),
             ("waiters_disconnected", &self.waiters_disconnected),
+            ("grants_revoked", &self.grants_revoked),
             ("queue_full", &self.queue_full),
             ("releases", &self.releases),
             ("releases_forced", &self.releases_forced),
