@@ -97,6 +97,8 @@ extern "C" fn on_role_changed(
     if sub == SUBEVENT_NOW_REPLICA {
         expiry::fail_everyone(LockError::Demoted);
     }
+    // A FAILOVER's write pause ends with the role change.
+    crate::pause::apply(crate::pause::PauseChange::Lifted);
 }
 
 /// Redis has no module event for `CONFIG RESETSTAT` nor for write pauses: a command filter

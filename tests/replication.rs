@@ -210,3 +210,31 @@ fn a_writable_replica_refuses_lock_writes() {
     assert_eq!(ok(&mut r, &["PING"]), Value::SimpleString("PONG".into()));
     assert_eq!(fence(&mut r, "k"), None);
 }
+
+/// The coordinated `FAILOVER` command: the master pauses writes, hands over to its replica and
+/// becomes a replica itself. Grants survive, its waiters are answered at once, tokens go on up.
+#[test]
+fn coordinated_failover_command() {
+    let master = Server::start();
+    let replica = replica_of(&master, &[]);
+    let mut m = master.con();
+    let t = acquire(&mut m, "k", "alice", 60_000).unwrap();
+    let w = spawn_wait(&master, "k", "bob", 60_000, 0);
+    wait_blocked(&mut m, 1);
+    ok(&mut m, &["FAILOVER", "TIMEOUT", "5000"]);
+    let answer = w.join().unwrap();
+    assert!(
+        answer.as_ref().is_err_and(|e| e.starts_with("UNBLOCKED")),
+        "{answer:?}"
+    );
+    let mut r = replica.con();
+    assert!(eventually(Duration::from_secs(10), || info_field(
+        &mut r,
+        "replication",
+        "role"
+    ) == "master"));
+    assert_eq!(info_field(&mut m, "replication", "role"), "slave");
+    assert_eq!(fence(&mut r, "k"), Some(t));
+    assert_eq!(release(&mut r, "k", "alice"), 1);
+    assert!(acquire(&mut r, "k", "bob", 1_000).unwrap() > t);
+}
