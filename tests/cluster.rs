@@ -3,113 +3,9 @@
 //! lock with a waiter, CLUSTER FAILOVER and a killed master.
 
 mod common;
+use common::cluster::Cluster;
 use common::*;
 use std::time::Duration;
-
-struct Cluster {
-    nodes: Vec<Server>,
-}
-
-fn text(v: &Value) -> String {
-    match v {
-        Value::BulkString(b) => String::from_utf8_lossy(b).into_owned(),
-        Value::SimpleString(s) => s.clone(),
-        Value::VerbatimString { text, .. } => text.clone(),
-        other => format!("{other:?}"),
-    }
-}
-
-impl Cluster {
-    fn start() -> Self {
-        let nodes: Vec<Server> = (0..6)
-            .map(|_| {
-                Server::start_with(&[
-                    "--cluster-enabled",
-                    "yes",
-                    "--cluster-config-file",
-                    "nodes.conf",
-                    "--cluster-node-timeout",
-                    "2000",
-                    "--appendonly",
-                    "no",
-                ])
-            })
-            .collect();
-        let mut args: Vec<String> = vec!["--cluster".into(), "create".into()];
-        args.extend(nodes.iter().map(|n| format!("127.0.0.1:{}", n.port)));
-        args.extend([
-            "--cluster-replicas".into(),
-            "1".into(),
-            "--cluster-yes".into(),
-        ]);
-        let out = std::process::Command::new("redis-cli")
-            .args(&args)
-            .output()
-            .expect("redis-cli --cluster create");
-        assert!(
-            out.status.success(),
-            "cluster create: {}",
-            String::from_utf8_lossy(&out.stdout)
-        );
-        let cluster = Cluster { nodes };
-        cluster.wait_ok();
-        cluster
-    }
-
-    fn wait_ok(&self) {
-        for n in &self.nodes {
-            let mut c = n.con();
-            assert!(
-                eventually(Duration::from_secs(30), || text(&ok(
-                    &mut c,
-                    &["CLUSTER", "INFO"]
-                ))
-                .contains("cluster_state:ok")),
-                "cluster never became ok"
-            );
-        }
-    }
-
-    fn client(&self) -> redis::cluster::ClusterConnection {
-        let urls: Vec<String> = self
-            .nodes
-            .iter()
-            .map(|n| format!("redis://127.0.0.1:{}/", n.port))
-            .collect();
-        redis::cluster::ClusterClient::new(urls)
-            .expect("cluster client")
-            .get_connection()
-            .expect("cluster connection")
-    }
-
-    fn node_id(&self, i: usize) -> String {
-        text(&ok(&mut self.nodes[i].con(), &["CLUSTER", "MYID"]))
-    }
-
-    fn is_master(&self, i: usize) -> bool {
-        info_field(&mut self.nodes[i].con(), "replication", "role") == "master"
-    }
-
-    /// The index of the master serving `key` (ask any node for its slot's owner).
-    fn owner_of(&self, key: &str) -> usize {
-        let slot = int(&ok(&mut self.nodes[0].con(), &["CLUSTER", "KEYSLOT", key]));
-        (0..self.nodes.len())
-            .find(|&i| {
-                let mut c = self.nodes[i].con();
-                self.is_master(i) && int(&ok(&mut c, &["CLUSTER", "COUNTKEYSINSLOT", &slot.to_string()])) >= 0 && {
-                    let nodes = text(&ok(&mut c, &["CLUSTER", "NODES"]));
-                    nodes.lines().any(|l| {
-                        l.contains("myself")
-                            && l.split(' ').skip(8).any(|spec| {
-                                let (lo, hi) = spec.split_once('-').unwrap_or((spec, spec));
-                                matches!((lo.parse::<i64>(), hi.parse::<i64>()), (Ok(lo), Ok(hi)) if (lo..=hi).contains(&slot))
-                            })
-                    })
-                }
-            })
-            .expect("a master serves every slot")
-    }
-}
 
 fn q(con: &mut redis::cluster::ClusterConnection, words: &[&str]) -> Result<Value, String> {
     let mut c = redis::cmd(words[0]);
@@ -139,7 +35,7 @@ fn locks_route_by_slot_and_hash_tags_group_them() {
         );
     }
     // A node that does not serve the slot redirects.
-    let owner = cluster.owner_of("order:1");
+    let owner = cluster.owner_of("order:1").unwrap();
     let other = *masters.iter().find(|&&m| m != owner).unwrap();
     let err = cmd(&mut cluster.nodes[other].con(), &["LOCK.FENCE", "order:1"]).unwrap_err();
     assert!(err.starts_with("MOVED"), "{err}");
@@ -166,7 +62,7 @@ fn locks_route_by_slot_and_hash_tags_group_them() {
         .unwrap(),
         Value::Int(4)
     );
-    let owner = cluster.owner_of("{cart:7}:lock");
+    let owner = cluster.owner_of("{cart:7}:lock").unwrap();
     let err = cmd(
         &mut cluster.nodes[owner].con(),
         &["EVAL", script, "2", "{cart:7}:lock", "order:1", &token],
@@ -183,7 +79,7 @@ fn locks_route_by_slot_and_hash_tags_group_them() {
 fn resharding_carries_the_lock_and_answers_its_waiters() {
     let cluster = Cluster::start();
     let key = "invoice:42";
-    let src = cluster.owner_of(key);
+    let src = cluster.owner_of(key).unwrap();
     let dst = (0..6).find(|&i| i != src && cluster.is_master(i)).unwrap();
     let mut s = cluster.nodes[src].con();
     let t = acquire(&mut s, key, "alice", 60_000).unwrap();
@@ -241,36 +137,13 @@ fn resharding_carries_the_lock_and_answers_its_waiters() {
 fn cluster_failover_keeps_acknowledged_grants_and_answers_waiters() {
     let cluster = Cluster::start();
     let key = "account:9";
-    let m = cluster.owner_of(key);
+    let m = cluster.owner_of(key).unwrap();
     let mut mc = cluster.nodes[m].con();
     let t = acquire(&mut mc, key, "alice", 60_000).unwrap();
     assert_eq!(int(&ok(&mut mc, &["WAIT", "1", "5000"])), 1);
     let waiter = spawn_wait(&cluster.nodes[m], key, "bob", 60_000, 0);
     wait_blocked(&mut mc, 1);
-    let my_id = cluster.node_id(m);
-    let r = (0..6)
-        .find(|&i| {
-            text(&ok(&mut cluster.nodes[i].con(), &["CLUSTER", "NODES"]))
-                .lines()
-                .any(|l| l.contains("myself") && l.contains(&my_id) && l.contains("slave"))
-        })
-        .or_else(|| {
-            (0..6).find(|&i| {
-                i != m
-                    && text(&ok(&mut cluster.nodes[i].con(), &["CLUSTER", "NODES"]))
-                        .lines()
-                        .any(|l| {
-                            l.contains("myself") && l.split(' ').nth(3) == Some(my_id.as_str())
-                        })
-            })
-        })
-        .expect("the master's replica");
-    // A manual failover can time out (the replica must catch up first): ask again if so.
-    let took_over = (0..3).any(|_| {
-        let _ = cmd(&mut cluster.nodes[r].con(), &["CLUSTER", "FAILOVER"]);
-        eventually(Duration::from_secs(15), || cluster.is_master(r))
-    });
-    assert!(took_over, "the replica took over");
+    let r = cluster.manual_failover(m);
     let answer = waiter.join().unwrap();
     assert!(
         answer.as_ref().is_err_and(|e| e.starts_with("UNBLOCKED")),
@@ -291,7 +164,7 @@ fn cluster_failover_keeps_acknowledged_grants_and_answers_waiters() {
 fn a_killed_master_is_replaced_and_tokens_keep_increasing() {
     let mut cluster = Cluster::start();
     let key = "{shipment:3}";
-    let m = cluster.owner_of(key);
+    let m = cluster.owner_of(key).unwrap();
     let mut mc = cluster.nodes[m].con();
     let mut issued = Vec::new();
     for i in 0..20 {

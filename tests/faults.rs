@@ -11,6 +11,7 @@
 //! server is. Scenarios are `#[ignore]`d so `make test` stays quick; `make test-faults` runs them.
 
 mod common;
+use common::cluster::Cluster;
 use common::*;
 
 use std::collections::{HashMap, HashSet};
@@ -57,6 +58,8 @@ struct Chaos {
     server: Arc<Mutex<Server>>,
     /// A replica of the lock server, when the scenario asks for one.
     replica: Option<Arc<Mutex<Server>>>,
+    /// The cluster serving the lock, when the scenario runs on one.
+    cluster: Option<Arc<Mutex<Cluster>>>,
     /// Where clients send lock commands (changes when a replica is promoted).
     port: Arc<AtomicU16>,
     epoch: Arc<AtomicUsize>,
@@ -82,6 +85,33 @@ impl Chaos {
         let mut server = self.server.lock().unwrap();
         self.epoch.fetch_add(1, Ordering::SeqCst);
         server.restart();
+        self.epoch.fetch_add(1, Ordering::SeqCst);
+        self.injected.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Fail over the cluster shard that serves the lock: `kill -9` its master (the cluster
+    /// promotes the replica after the node timeout) or ask the replica to take over (CLUSTER
+    /// FAILOVER). Clients move to the new master.
+    fn fail_over_shard(&self, kill: bool) {
+        let mut cluster = self.cluster.as_ref().expect("a cluster").lock().unwrap();
+        let m = cluster.owner_of(LOCK).expect("the lock's master");
+        self.epoch.fetch_add(1, Ordering::SeqCst);
+        let new_master = if kill {
+            cluster.nodes[m].kill9();
+            let mut found = None;
+            assert!(
+                eventually(Duration::from_secs(40), || {
+                    found = cluster.owner_of(LOCK).filter(|&n| n != m);
+                    found.is_some()
+                }),
+                "the replica took over the dead master's slots"
+            );
+            found.unwrap()
+        } else {
+            cluster.manual_failover(m)
+        };
+        self.port
+            .store(cluster.nodes[new_master].port, Ordering::SeqCst);
         self.epoch.fetch_add(1, Ordering::SeqCst);
         self.injected.fetch_add(1, Ordering::Relaxed);
     }
@@ -149,6 +179,14 @@ fn run(lock_args: &[&str], clients: usize, ttl_ms: i64, dur: Duration, faults: F
     run_on(lock_args, false, clients, ttl_ms, dur, faults)
 }
 
+/// Where the lock lives.
+#[derive(Clone, Copy, PartialEq)]
+enum Topology {
+    Single,
+    WithReplica,
+    Cluster,
+}
+
 fn run_on(
     lock_args: &[&str],
     with_replica: bool,
@@ -157,14 +195,19 @@ fn run_on(
     dur: Duration,
     faults: Faults,
 ) -> Outcome {
-    run_full(lock_args, &[], with_replica, clients, ttl_ms, dur, faults)
+    let topology = if with_replica {
+        Topology::WithReplica
+    } else {
+        Topology::Single
+    };
+    run_full(lock_args, &[], topology, clients, ttl_ms, dur, faults)
 }
 
 #[allow(clippy::too_many_arguments)]
 fn run_full(
     lock_args: &[&str],
     lock_env: &[(&str, &str)],
-    with_replica: bool,
+    topology: Topology,
     clients: usize,
     ttl_ms: i64,
     dur: Duration,
@@ -173,7 +216,13 @@ fn run_full(
     let store = Server::start();
     let lock_server = Server::start_with_env(lock_env, lock_args);
     let port = Arc::new(AtomicU16::new(lock_server.port));
-    let replica = with_replica.then(|| {
+    let cluster = (topology == Topology::Cluster).then(|| {
+        let cluster = Cluster::start();
+        let owner = cluster.owner_of(LOCK).expect("the lock's master");
+        port.store(cluster.nodes[owner].port, Ordering::SeqCst);
+        Arc::new(Mutex::new(cluster))
+    });
+    let replica = (topology == Topology::WithReplica).then(|| {
         let master_port = lock_server.port.to_string();
         let mut args = vec!["--replicaof", "127.0.0.1", &master_port];
         args.extend_from_slice(lock_args);
@@ -201,6 +250,7 @@ fn run_full(
         let chaos = Chaos {
             server: server.clone(),
             replica: replica.clone(),
+            cluster: cluster.clone(),
             port: port.clone(),
             epoch: epoch.clone(),
             stop: stop.clone(),
@@ -326,6 +376,7 @@ fn run_full(
     });
     drop(server);
     drop(replica);
+    drop(cluster);
     Outcome {
         server_grants,
         records,
@@ -764,7 +815,7 @@ fn server_clock_jumps_forward_and_back() {
     let outcome = run_full(
         &[],
         &env,
-        false,
+        Topology::Single,
         6,
         300,
         Duration::from_secs(4),
@@ -836,4 +887,56 @@ fn waiters_time_out_exactly_as_the_lock_frees() {
         Some(outcome.records.len() as i64),
         "every grant the server did not revoke reached a client"
     );
+}
+
+#[test]
+#[ignore = "fault suite: make test-faults"]
+fn cluster_shard_master_killed_under_load() {
+    let chaos = |ch: Chaos| {
+        ch.sleep(Duration::from_millis(1500));
+        if ch.running() {
+            ch.fail_over_shard(true);
+        }
+    };
+    let outcome = run_full(
+        &[],
+        &[],
+        Topology::Cluster,
+        6,
+        300,
+        Duration::from_secs(8),
+        Faults {
+            pause: no_pause,
+            chaos: Some(Box::new(chaos)),
+        },
+    );
+    let (accepted, _) = check(&outcome);
+    assert_eq!(outcome.injected, 1);
+    assert!(accepted > 50);
+}
+
+#[test]
+#[ignore = "fault suite: make test-faults"]
+fn cluster_failover_of_the_lock_shard_under_load() {
+    let chaos = |ch: Chaos| {
+        ch.sleep(Duration::from_millis(1500));
+        if ch.running() {
+            ch.fail_over_shard(false);
+        }
+    };
+    let outcome = run_full(
+        &[],
+        &[],
+        Topology::Cluster,
+        6,
+        300,
+        Duration::from_secs(6),
+        Faults {
+            pause: pause_client_zero,
+            chaos: Some(Box::new(chaos)),
+        },
+    );
+    let (accepted, _) = check(&outcome);
+    assert_eq!(outcome.injected, 1);
+    assert!(accepted > 50);
 }
