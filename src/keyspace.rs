@@ -132,10 +132,6 @@ impl<'a> LockKey<'a> {
         }
     }
 
-    pub fn name(&self) -> &RedisString {
-        self.name
-    }
-
     /// The queue this lock's waiters stand in.
     pub fn queue_key(&self) -> QueueKey {
         QueueKey {
