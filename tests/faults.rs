@@ -633,7 +633,8 @@ fn debug_sleep_longer_than_the_lease() {
     assert!(accepted > 30);
 }
 
-/// Everything at once: paused holders, killed waiters, DEBUG SLEEP and kill -9 restarts.
+/// Everything at once: paused holders, killed waiters, DEBUG SLEEP, CLIENT PAUSE WRITE and
+/// kill -9 restarts.
 #[test]
 #[ignore = "fault suite: make test-faults"]
 fn soak_with_every_fault_together() {
@@ -645,8 +646,15 @@ fn soak_with_every_fault_together() {
                 return;
             }
             round += 1;
-            match round % 3 {
+            match round % 4 {
                 0 => ch.crash_and_restart(),
+                3 => {
+                    if let Some(mut con) = ch.con() {
+                        if cmd(&mut con, &["CLIENT", "PAUSE", "300", "WRITE"]).is_ok() {
+                            ch.injected.fetch_add(1, Ordering::Relaxed);
+                        }
+                    }
+                }
                 1 => {
                     if let Some(mut con) = ch.con() {
                         if cmd(&mut con, &["DEBUG", "SLEEP", "0.4"]).is_ok() {
