@@ -529,6 +529,16 @@ fn killed_waiters_never_wedge_the_queue() {
     assert!(accepted > 100, "the queue kept moving: {accepted}");
 }
 
+/// One fault, `after` the workload started.
+fn single_fault(after: Duration, fault: fn(&Chaos)) -> Box<dyn FnOnce(Chaos) + Send> {
+    Box::new(move |ch: Chaos| {
+        ch.sleep(after);
+        if ch.running() {
+            fault(&ch);
+        }
+    })
+}
+
 fn crash_loop(times: usize, every: Duration) -> Box<dyn FnOnce(Chaos) + Send> {
     Box::new(move |ch: Chaos| {
         for _ in 0..times {
@@ -727,12 +737,7 @@ fn client_pause_write_longer_than_the_lease() {
 #[test]
 #[ignore = "fault suite: make test-faults"]
 fn replica_promotion_after_the_replica_caught_up() {
-    let chaos = |ch: Chaos| {
-        ch.sleep(Duration::from_millis(1500));
-        if ch.running() {
-            ch.fail_over(false);
-        }
-    };
+    let chaos = single_fault(Duration::from_millis(1500), |ch| ch.fail_over(false));
     let outcome = run_on(
         &[],
         true,
@@ -741,7 +746,7 @@ fn replica_promotion_after_the_replica_caught_up() {
         Duration::from_secs(4),
         Faults {
             pause: no_pause,
-            chaos: Some(Box::new(chaos)),
+            chaos: Some(chaos),
         },
     );
     let (accepted, _) = check(&outcome);
@@ -752,12 +757,7 @@ fn replica_promotion_after_the_replica_caught_up() {
 #[test]
 #[ignore = "fault suite: make test-faults"]
 fn replica_promotion_with_lost_grants() {
-    let chaos = |ch: Chaos| {
-        ch.sleep(Duration::from_millis(1500));
-        if ch.running() {
-            ch.fail_over(true);
-        }
-    };
+    let chaos = single_fault(Duration::from_millis(1500), |ch| ch.fail_over(true));
     let outcome = run_on(
         &[],
         true,
@@ -766,7 +766,7 @@ fn replica_promotion_with_lost_grants() {
         Duration::from_secs(4),
         Faults {
             pause: no_pause,
-            chaos: Some(Box::new(chaos)),
+            chaos: Some(chaos),
         },
     );
     let (accepted, _) = check(&outcome);
@@ -900,12 +900,7 @@ fn waiters_time_out_exactly_as_the_lock_frees() {
 #[test]
 #[ignore = "fault suite: make test-faults"]
 fn cluster_shard_master_killed_under_load() {
-    let chaos = |ch: Chaos| {
-        ch.sleep(Duration::from_millis(1500));
-        if ch.running() {
-            ch.fail_over_shard(true);
-        }
-    };
+    let chaos = single_fault(Duration::from_millis(1500), |ch| ch.fail_over_shard(true));
     let outcome = run_full(
         &[],
         &[],
@@ -915,7 +910,7 @@ fn cluster_shard_master_killed_under_load() {
         Duration::from_secs(8),
         Faults {
             pause: no_pause,
-            chaos: Some(Box::new(chaos)),
+            chaos: Some(chaos),
         },
     );
     let (accepted, _) = check(&outcome);
@@ -926,12 +921,7 @@ fn cluster_shard_master_killed_under_load() {
 #[test]
 #[ignore = "fault suite: make test-faults"]
 fn cluster_failover_of_the_lock_shard_under_load() {
-    let chaos = |ch: Chaos| {
-        ch.sleep(Duration::from_millis(1500));
-        if ch.running() {
-            ch.fail_over_shard(false);
-        }
-    };
+    let chaos = single_fault(Duration::from_millis(1500), |ch| ch.fail_over_shard(false));
     let outcome = run_full(
         &[],
         &[],
@@ -941,7 +931,7 @@ fn cluster_failover_of_the_lock_shard_under_load() {
         Duration::from_secs(6),
         Faults {
             pause: pause_client_zero,
-            chaos: Some(Box::new(chaos)),
+            chaos: Some(chaos),
         },
     );
     let (accepted, _) = check(&outcome);
