@@ -117,30 +117,34 @@ pub fn watch_commands(ctx: &Context) {
 }
 
 extern "C" fn on_command(fctx: *mut raw::RedisModuleCommandFilterCtx) {
-    let mut args: [&[u8]; 6] = [&[]; 6];
     // SAFETY: the filter context is valid during the callback; arguments are only borrowed here.
-    let argc = unsafe {
-        let (Some(count), Some(arg)) = (
-            raw::RedisModule_CommandFilterArgsCount,
-            raw::RedisModule_CommandFilterArgGet,
-        ) else {
-            return;
-        };
-        let argc = usize::try_from(count(fctx)).unwrap_or(0).min(args.len());
-        for (i, slot) in args.iter_mut().enumerate().take(argc) {
-            *slot = redis_module::RedisString::string_as_slice(arg(fctx, i as c_int));
-        }
-        argc
+    let (Some(count), Some(arg)) = (unsafe { raw::RedisModule_CommandFilterArgsCount }, unsafe {
+        raw::RedisModule_CommandFilterArgGet
+    }) else {
+        return;
     };
-    let args = &args[..argc];
-    let first = args.first().copied().unwrap_or_default();
-    // Cheap exit for the common case: only CONFIG, CLIENT and FAILOVER matter.
+    // SAFETY: as above; `pos` stays below the argument count.
+    let arg_at =
+        |pos: usize| unsafe { redis_module::RedisString::string_as_slice(arg(fctx, pos as c_int)) };
+    // SAFETY: as above.
+    let total = usize::try_from(unsafe { count(fctx) }).unwrap_or(0);
+    if total == 0 {
+        return;
+    }
+    // Cheap exit for every other command: only CONFIG, CLIENT and FAILOVER matter.
+    let first = arg_at(0);
     if !(first.eq_ignore_ascii_case(b"config")
         || first.eq_ignore_ascii_case(b"client")
         || first.eq_ignore_ascii_case(b"failover"))
     {
         return;
     }
+    let mut args: [&[u8]; 8] = [&[]; 8];
+    let argc = total.min(args.len());
+    for (i, slot) in args.iter_mut().enumerate().take(argc) {
+        *slot = arg_at(i);
+    }
+    let args = &args[..argc];
     if argc == 2
         && first.eq_ignore_ascii_case(b"config")
         && args[1].eq_ignore_ascii_case(b"resetstat")
