@@ -208,8 +208,13 @@ pub fn release(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
         return Ok(RedisValue::Integer(0));
     }
     STATS.releases.incr();
+    released(&lock, now)
+}
+
+/// The holder is gone: say so, and hand the lock to the head of the queue (or free it).
+fn released(lock: &LockKey, now: Millis) -> RedisResult {
     lock.notify(LockEvent::Release);
-    expiry::pass_on(&lock, None, now);
+    expiry::pass_on(lock, None, now);
     Ok(RedisValue::Integer(1))
 }
 
@@ -226,9 +231,7 @@ pub fn force_release(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
         return Ok(RedisValue::Integer(0));
     }
     STATS.releases_forced.incr();
-    lock.notify(LockEvent::Release);
-    expiry::pass_on(&lock, None, now);
-    Ok(RedisValue::Integer(1))
+    released(&lock, now)
 }
 
 /// `LOCK.EXTEND key owner ttl-ms`
