@@ -11,7 +11,7 @@ use std::collections::HashMap;
 use std::sync::{LazyLock, Mutex, MutexGuard};
 
 use crate::blocking::BlockedClient;
-use crate::lock::{Holder, Millis, WaitQueue, Waiter};
+use crate::lock::{Holder, Millis, Place, WaitQueue, Waiter};
 use crate::metrics::STATS;
 
 /// The name a queue belongs to.
@@ -44,7 +44,8 @@ struct Entry {
 #[derive(Default)]
 struct Registry {
     queues: HashMap<QueueKey, Entry>,
-    client_queue: HashMap<u64, QueueKey>,
+    /// Where each blocked client stands: its queue and its place in it.
+    client_queue: HashMap<u64, (QueueKey, Place)>,
 }
 
 static REGISTRY: LazyLock<Mutex<Registry>> = LazyLock::new(Mutex::default);
@@ -59,9 +60,14 @@ fn registry() -> MutexGuard<'static, Registry> {
 /// Queue a blocked client at the tail.
 pub fn join(key: QueueKey, waiter: BlockedWaiter) {
     let mut reg = registry();
-    reg.client_queue
-        .insert(waiter.client.client_id, key.clone());
-    reg.queues.entry(key).or_default().queue.push(waiter);
+    let client_id = waiter.client.client_id;
+    let place = reg
+        .queues
+        .entry(key.clone())
+        .or_default()
+        .queue
+        .push(waiter);
+    reg.client_queue.insert(client_id, (key, place));
     STATS.waiters.add(1);
 }
 
@@ -69,9 +75,9 @@ pub fn join(key: QueueKey, waiter: BlockedWaiter) {
 /// was still queued (not yet answered), so the caller can hand the handle back to Redis.
 pub fn leave(client_id: u64) -> Option<BlockedClient> {
     let mut reg = registry();
-    let key = reg.client_queue.remove(&client_id)?;
+    let (key, place) = reg.client_queue.remove(&client_id)?;
     let entry = reg.queues.get_mut(&key)?;
-    let removed = entry.queue.remove_where(|c| c.client_id == client_id);
+    let removed = entry.queue.remove(place);
     if entry.queue.is_empty() {
         reg.queues.remove(&key);
     }
@@ -219,6 +225,6 @@ mod tests {
     fn a_queue_entry_stays_small() {
         // The README's per-waiter figure: the queue entry plus a client-index entry.
         assert_eq!(std::mem::size_of::<BlockedWaiter>(), 64);
-        assert_eq!(std::mem::size_of::<(u64, QueueKey)>(), 32);
+        assert_eq!(std::mem::size_of::<(u64, (QueueKey, Place))>(), 40);
     }
 }
