@@ -21,6 +21,9 @@ use crate::waiters::QueueKey;
 pub const APPLY_COMMAND: &CStr = c"LOCK.APPLY";
 pub const APPLY_FORMAT: &CStr = c"sblll";
 
+/// The longest key TTL the module ever sets: a century.
+const MAX_KEY_TTL_MS: Millis = 100 * 365 * 24 * 3_600_000;
+
 /// Keyspace events of the module class (`notify-keyspace-events` with `d` or `A`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum LockEvent {
@@ -201,7 +204,13 @@ impl<'a> LockKey<'a> {
         // Redis deletes a key when now > expire; the lease ends when now >= deadline. Setting
         // the expire to deadline - 1 makes both agree, so Redis never drops a live lock and a
         // free lock with nobody waiting stops being a key (EXISTS 0, memory returned).
-        let ttl = holder.deadline.saturating_sub(1).saturating_sub(now).max(1);
+        // Clamped so Redis adding its clock can never overflow, whatever an AOF or a master sends
+        // (real deadlines are at most lock.max-ttl, 10 years, away).
+        let ttl = holder
+            .deadline
+            .saturating_sub(1)
+            .saturating_sub(now)
+            .clamp(1, MAX_KEY_TTL_MS);
         let _ = self
             .key
             .set_expire(Duration::from_millis(ttl.unsigned_abs()));
