@@ -44,6 +44,28 @@ pub enum LockError {
 }
 
 impl LockError {
+    /// Every variant, so tests can check every wire string.
+    pub const ALL: [LockError; 18] = [
+        Self::NotAnInteger,
+        Self::TtlNotPositive,
+        Self::TtlTooLarge,
+        Self::TimeoutNegative,
+        Self::TimeoutTooLarge,
+        Self::EmptyOwner,
+        Self::TokenNotPositive,
+        Self::Syntax,
+        Self::WrongType,
+        Self::ApplyNotAllowed,
+        Self::DeadlineNotPositive,
+        Self::Demoted,
+        Self::TtlAboveMax,
+        Self::OwnerTooLong,
+        Self::QueueFull,
+        Self::CountNegative,
+        Self::Replica,
+        Self::SlotMoved,
+    ];
+
     pub const fn as_wire(self) -> &'static str {
         match self {
             Self::NotAnInteger => "ERR value is not an integer or out of range",
@@ -90,27 +112,7 @@ mod tests {
 
     #[test]
     fn every_wire_string_has_a_redis_error_prefix() {
-        use LockError::*;
-        for e in [
-            NotAnInteger,
-            TtlNotPositive,
-            TtlTooLarge,
-            TimeoutNegative,
-            TimeoutTooLarge,
-            EmptyOwner,
-            TokenNotPositive,
-            Syntax,
-            WrongType,
-            ApplyNotAllowed,
-            DeadlineNotPositive,
-            Demoted,
-            TtlAboveMax,
-            OwnerTooLong,
-            QueueFull,
-            CountNegative,
-            Replica,
-            SlotMoved,
-        ] {
+        for e in LockError::ALL {
             let prefix = e.as_wire().split(' ').next().unwrap_or("");
             assert!(
                 matches!(

@@ -113,9 +113,7 @@ pub fn settle(ctx: &Context, key: &QueueKey, revoked: Option<Token>) {
     let name = ctx.create_string(&key.name[..]);
     if !crate::cluster::may_grant(ctx, &name) {
         // The slot left this node (resharding): its waiters retry and follow the redirect.
-        for waiter in waiters::take_all(key) {
-            blocking::answer(waiter.client.handle, Answer::Failed(LockError::SlotMoved));
-        }
+        fail(waiters::take_all(key), LockError::SlotMoved);
         return;
     }
     let lock = LockKey::open(ctx, &name);
@@ -126,9 +124,7 @@ pub fn settle(ctx: &Context, key: &QueueKey, revoked: Option<Token>) {
         }
         Err(err) => {
             // Another type now lives under this name (SET, RESTORE, RENAME onto it).
-            for waiter in waiters::take_all(key) {
-                blocking::answer(waiter.client.handle, Answer::Failed(err));
-            }
+            fail(waiters::take_all(key), err);
         }
     }
 }
@@ -180,7 +176,12 @@ pub fn pass_on(lock: &LockKey, holder: Option<&Holder>, now: Millis) {
 
 /// Answer every waiter of a lock with `err` (used when the server stops being a master).
 pub fn fail_everyone(err: LockError) {
-    for waiter in waiters::take_everyone() {
+    fail(waiters::take_everyone(), err);
+}
+
+/// Answer waiters taken out of their queues with `err`.
+fn fail(taken: Vec<waiters::BlockedWaiter>, err: LockError) {
+    for waiter in taken {
         blocking::answer(waiter.client.handle, Answer::Failed(err));
     }
 }
