@@ -80,6 +80,14 @@ impl Chaos {
     fn con(&self) -> Option<Connection> {
         connect(self.port.load(Ordering::SeqCst))
     }
+    /// Run one command on the lock server; count it as a fault if the server took it.
+    fn inject(&self, words: &[&str]) {
+        if let Some(mut con) = self.con() {
+            if cmd(&mut con, words).is_ok() {
+                self.injected.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
     /// kill -9 the lock server and start it again from its files.
     fn crash_and_restart(&self) {
         let mut server = self.server.lock().unwrap();
@@ -529,6 +537,23 @@ fn killed_waiters_never_wedge_the_queue() {
     assert!(accepted > 100, "the queue kept moving: {accepted}");
 }
 
+/// The same command `times` times, `every` apart.
+fn repeat_command(
+    times: usize,
+    every: Duration,
+    words: &'static [&'static str],
+) -> Box<dyn FnOnce(Chaos) + Send> {
+    Box::new(move |ch: Chaos| {
+        for _ in 0..times {
+            ch.sleep(every);
+            if !ch.running() {
+                return;
+            }
+            ch.inject(words);
+        }
+    })
+}
+
 /// One fault, `after` the workload started.
 fn single_fault(after: Duration, fault: fn(&Chaos)) -> Box<dyn FnOnce(Chaos) + Send> {
     Box::new(move |ch: Chaos| {
@@ -616,18 +641,7 @@ fn kill9_and_restart_from_rdb() {
 #[test]
 #[ignore = "fault suite: make test-faults"]
 fn debug_sleep_longer_than_the_lease() {
-    let chaos = |ch: Chaos| {
-        let mut con = ch.con().expect("chaos connection");
-        for _ in 0..2 {
-            ch.sleep(Duration::from_millis(1000));
-            if !ch.running() {
-                return;
-            }
-            if cmd(&mut con, &["DEBUG", "SLEEP", "0.6"]).is_ok() {
-                ch.injected.fetch_add(1, Ordering::Relaxed);
-            }
-        }
-    };
+    let chaos = repeat_command(2, Duration::from_millis(1000), &["DEBUG", "SLEEP", "0.6"]);
     let outcome = run(
         &[],
         6,
@@ -635,7 +649,7 @@ fn debug_sleep_longer_than_the_lease() {
         Duration::from_secs(4),
         Faults {
             pause: pause_client_zero,
-            chaos: Some(Box::new(chaos)),
+            chaos: Some(chaos),
         },
     );
     let (accepted, _) = check(&outcome);
@@ -658,20 +672,8 @@ fn soak_with_every_fault_together() {
             round += 1;
             match round % 4 {
                 0 => ch.crash_and_restart(),
-                3 => {
-                    if let Some(mut con) = ch.con() {
-                        if cmd(&mut con, &["CLIENT", "PAUSE", "300", "WRITE"]).is_ok() {
-                            ch.injected.fetch_add(1, Ordering::Relaxed);
-                        }
-                    }
-                }
-                1 => {
-                    if let Some(mut con) = ch.con() {
-                        if cmd(&mut con, &["DEBUG", "SLEEP", "0.4"]).is_ok() {
-                            ch.injected.fetch_add(1, Ordering::Relaxed);
-                        }
-                    }
-                }
+                3 => ch.inject(&["CLIENT", "PAUSE", "300", "WRITE"]),
+                1 => ch.inject(&["DEBUG", "SLEEP", "0.4"]),
                 _ => {
                     if let Some(mut con) = ch.con() {
                         for id in blocked_ids(&mut con).into_iter().take(2) {
@@ -707,18 +709,11 @@ fn soak_with_every_fault_together() {
 #[test]
 #[ignore = "fault suite: make test-faults"]
 fn client_pause_write_longer_than_the_lease() {
-    let chaos = |ch: Chaos| {
-        let mut con = ch.con().expect("chaos connection");
-        for _ in 0..3 {
-            ch.sleep(Duration::from_millis(700));
-            if !ch.running() {
-                return;
-            }
-            if cmd(&mut con, &["CLIENT", "PAUSE", "500", "WRITE"]).is_ok() {
-                ch.injected.fetch_add(1, Ordering::Relaxed);
-            }
-        }
-    };
+    let chaos = repeat_command(
+        3,
+        Duration::from_millis(700),
+        &["CLIENT", "PAUSE", "500", "WRITE"],
+    );
     let outcome = run(
         &[],
         6,
@@ -726,7 +721,7 @@ fn client_pause_write_longer_than_the_lease() {
         Duration::from_secs(4),
         Faults {
             pause: pause_client_zero,
-            chaos: Some(Box::new(chaos)),
+            chaos: Some(chaos),
         },
     );
     let (accepted, _) = check(&outcome);
