@@ -9,7 +9,8 @@ command -v cargo >/dev/null 2>&1 || {
     echo "cargo is missing: install Rust with rustup (https://rustup.rs), then re-run." >&2
     exit 1
 }
-if ! ldconfig -p 2>/dev/null | grep -q 'libclang.*\.so' && ! ls /usr/lib/llvm-*/lib/libclang*.so* >/dev/null 2>&1; then
+# bindgen needs libclang itself (libclang.so / libclang-N.so), not libclang-cpp, which LLVM ships too.
+if ! ldconfig -p 2>/dev/null | grep -qE 'libclang(-[0-9.]+)?\.so' && ! ls /usr/lib/llvm-*/lib/libclang.so* /usr/lib/llvm-*/lib/libclang-[0-9]*.so* >/dev/null 2>&1; then
     missing_pkgs+=(libclang-dev)
 fi
 command -v redis-server >/dev/null 2>&1 || missing_pkgs+=(redis-server)

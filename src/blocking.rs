@@ -1,29 +1,45 @@
-//! The only place with raw block / unblock / timeout / disconnect FFI.
+//! The only place with raw block / unblock / disconnect FFI.
 //!
-//! A blocked `LOCK.ACQUIRE ... WAIT` is answered in one of three ways:
+//! A blocked `LOCK.ACQUIRE ... WAIT` is answered in exactly one of three ways, each decided by
+//! whoever takes the waiter out of its queue (everything runs on the main thread, so only one
+//! can):
 //! - granted: `answer` unblocks it with the token; the reply callback sends it. If the client
 //!   disconnects before the reply went out, the grant is revoked (`expiry::revoke_later`), so
 //!   the lock never stays with a closed connection;
-//! - timed out: Redis calls `on_timeout`, which leaves the queue and replies nil;
-//! - disconnected while queued: Redis calls `on_disconnect`, which leaves the queue.
+//! - timed out: the module's own timer (`expiry`, job `TimeOut`) takes it out and `answer`s nil;
+//! - disconnected while queued: Redis calls `on_disconnect`, which takes it out.
 //!
-//! Every handle goes back to Redis through `RedisModule_UnblockClient` exactly once, even after
-//! a timeout or a disconnect: that is what frees Redis's blocked-client record (with its reply
-//! buffer). A handle is unblocked by whoever takes it out of the queue.
+//! Clients are blocked *without* a server-side timeout. On Redis 7.0 the server's timeout path
+//! unblocks a client even when the module has just unblocked it with a grant, so neither the
+//! grant nor nil ever reached it (a lost reply, then a desynchronised connection). With the
+//! timeout kept in the module, grant and timeout are decided in one place on every server.
+//!
+//! `CLIENT UNBLOCK` goes through that same server path, so it is offered only where the server
+//! skips clients a module already unblocked (Redis 7.2+, Valkey): there `on_unblock` takes the
+//! waiter out and answers nil. On Redis 7.0 lock waiters register no timeout callback, so
+//! `CLIENT UNBLOCK` answers 0 and leaves them waiting (use their WAIT timeout or CLIENT KILL).
+//!
+//! Every handle goes back to Redis through `RedisModule_UnblockClient` exactly once: that is what
+//! frees Redis's blocked-client record (with its reply buffer).
 
 use std::os::raw::{c_int, c_void};
 use std::ptr::NonNull;
 
-use redis_module::{raw, Context};
+use redis_module::{raw, Context, RedisValue};
 
 use crate::error::LockError;
+use crate::guard;
 use crate::lock::Token;
 use crate::waiters::QueueKey;
 
-/// A client blocked by this module. Only the main thread uses it; the raw handle is moved
-/// into the registry, which must be `Send`.
+/// A client blocked by this module, with the timer that times it out (if it has a timeout).
+/// Only the main thread uses it; the raw handle is moved into the registry, which must be `Send`.
 #[derive(Debug)]
-pub struct BlockedClient(NonNull<raw::RedisModuleBlockedClient>);
+pub struct BlockedClient {
+    handle: NonNull<raw::RedisModuleBlockedClient>,
+    /// The pending timeout timer; `None` once it fired (or without WAIT timeout).
+    pub timeout: Option<crate::expiry::TimerId>,
+}
 
 // SAFETY: the handle is an opaque token owned by Redis; it is only ever used on the main thread.
 unsafe impl Send for BlockedClient {}
@@ -42,6 +58,7 @@ pub struct Grant {
 #[derive(Debug)]
 pub enum Answer {
     Granted(Grant),
+    TimedOut,
     Failed(LockError),
 }
 
@@ -63,40 +80,54 @@ pub fn can_block(ctx: &Context) -> bool {
         .contains(redis_module::ContextFlags::DENY_BLOCKING)
 }
 
-/// Block the calling client until `answer` or the timeout (0 = none).
-pub fn block(ctx: &Context, timeout_ms: i64) -> Option<BlockedClient> {
+/// The first server version whose timeout path skips clients a module already unblocked.
+const UNBLOCK_SAFE_VERSION: c_int = 0x00_07_02_00;
+
+/// Whether `CLIENT UNBLOCK` can be offered to lock waiters on this server.
+fn client_unblock_is_safe() -> bool {
+    // SAFETY: GetServerVersion takes no arguments and returns the version as 0x00MMmmpp.
+    unsafe { raw::RedisModule_GetServerVersion.is_some_and(|v| v() >= UNBLOCK_SAFE_VERSION) }
+}
+
+/// Block the calling client until `answer` (no server-side timeout: see the module docs).
+pub fn block(ctx: &Context) -> Option<BlockedClient> {
+    let on_unblock: raw::RedisModuleCmdFunc = if client_unblock_is_safe() {
+        Some(on_unblock)
+    } else {
+        None
+    };
     // SAFETY: BlockClient / SetDisconnectCallback are called on the main thread from a command
     // context; the callbacks are `extern "C"` functions with the signatures Redis expects.
     unsafe {
-        let bc = raw::RedisModule_BlockClient?(
-            ctx.ctx,
-            Some(on_reply),
-            Some(on_timeout),
-            Some(on_free),
-            timeout_ms,
-        );
-        let bc = NonNull::new(bc)?;
+        let bc =
+            raw::RedisModule_BlockClient?(ctx.ctx, Some(on_reply), on_unblock, Some(on_free), 0);
+        let handle = NonNull::new(bc)?;
         if let Some(set) = raw::RedisModule_SetDisconnectCallback {
-            set(bc.as_ptr(), Some(on_disconnect));
+            set(handle.as_ptr(), Some(on_disconnect));
         }
-        Some(BlockedClient(bc))
+        Some(BlockedClient {
+            handle,
+            timeout: None,
+        })
     }
 }
 
-/// Give the handle of a client that Redis already answered (timeout, disconnect) back to Redis,
-/// so it frees its blocked-client record. No reply is sent: Redis has detached the client.
+/// Give the handle of a client that is gone (disconnected) back to Redis, so it frees its
+/// blocked-client record. No reply is sent: there is nobody to send it to.
 fn release_handle(client: BlockedClient) {
+    crate::expiry::stop_timer(client.timeout);
     // SAFETY: the handle came from BlockClient and was taken out of the queue just now, so this
     // is its only UnblockClient call.
     unsafe {
         if let Some(unblock) = raw::RedisModule_UnblockClient {
-            unblock(client.0.as_ptr(), std::ptr::null_mut());
+            unblock(client.handle.as_ptr(), std::ptr::null_mut());
         }
     }
 }
 
 /// Unblock `client` with `answer`; its reply goes out at the end of this event-loop turn.
 pub fn answer(client: BlockedClient, answer: Answer) {
+    crate::expiry::stop_timer(client.timeout);
     let delivery = Box::into_raw(Box::new(Delivery {
         answer,
         delivered: false,
@@ -105,8 +136,18 @@ pub fn answer(client: BlockedClient, answer: Answer) {
     // Redis hands `delivery` back to `on_reply` and then to `on_free`, which frees it.
     unsafe {
         if let Some(unblock) = raw::RedisModule_UnblockClient {
-            unblock(client.0.as_ptr(), delivery.cast::<c_void>());
+            unblock(client.handle.as_ptr(), delivery.cast::<c_void>());
         }
+    }
+}
+
+/// The reply of a granted acquire: the token, or `[owner, token]` for owner `*`.
+pub fn grant_reply(owner: &[u8], token: Token, with_owner: bool) -> RedisValue {
+    let token = RedisValue::Integer(i64::try_from(token).unwrap_or(i64::MAX));
+    if with_owner {
+        RedisValue::Array(vec![RedisValue::StringBuffer(owner.to_vec()), token])
+    } else {
+        token
     }
 }
 
@@ -116,48 +157,71 @@ extern "C" fn on_reply(
     _argc: c_int,
 ) -> c_int {
     let context = Context::new(ctx);
-    // SAFETY: the private data is the `Delivery` boxed in `answer`; it stays alive until `on_free`.
-    let delivery = unsafe {
-        raw::RedisModule_GetBlockedClientPrivateData
-            .map(|f| f(ctx).cast::<Delivery>())
-            .and_then(|p| p.as_mut())
-    };
-    let Some(delivery) = delivery else {
-        return context.reply(Ok(redis_module::RedisValue::Null)) as c_int;
-    };
-    delivery.delivered = true;
-    let reply = match &delivery.answer {
-        Answer::Granted(grant) => Ok(crate::commands::grant_reply(
-            &grant.owner.bytes(),
-            grant.token,
-            grant.with_owner,
-        )),
-        Answer::Failed(err) => Err((*err).into()),
-    };
-    context.reply(reply) as c_int
+    guard::contain(
+        "the reply callback",
+        // Not delivered: `on_free` revokes a grant; the client learns it was not served.
+        || context.reply(Err(LockError::Internal.into())) as c_int,
+        || {
+            // SAFETY: the private data is the `Delivery` boxed in `answer`; it stays alive until
+            // `on_free`.
+            let delivery = unsafe {
+                raw::RedisModule_GetBlockedClientPrivateData
+                    .map(|f| f(ctx).cast::<Delivery>())
+                    .and_then(|p| p.as_mut())
+            };
+            let Some(delivery) = delivery else {
+                return context.reply(Ok(RedisValue::Null)) as c_int;
+            };
+            let reply = match &delivery.answer {
+                Answer::Granted(grant) => Ok(grant_reply(
+                    &grant.owner.bytes(),
+                    grant.token,
+                    grant.with_owner,
+                )),
+                Answer::TimedOut => Ok(RedisValue::Null),
+                Answer::Failed(err) => Err((*err).into()),
+            };
+            let status = context.reply(reply) as c_int;
+            delivery.delivered = true;
+            status
+        },
+    )
 }
 
-extern "C" fn on_timeout(
+/// `CLIENT UNBLOCK` of a waiter (Redis 7.2+ and Valkey only; the server then unblocks it).
+extern "C" fn on_unblock(
     ctx: *mut raw::RedisModuleCtx,
     _argv: *mut *mut raw::RedisModuleString,
     _argc: c_int,
 ) -> c_int {
     let context = Context::new(ctx);
-    if let Some(handle) = crate::waiters::leave(client_id(&context)) {
-        crate::metrics::STATS.wait_timeouts.incr();
-        release_handle(handle);
-    }
-    context.reply(Ok(redis_module::RedisValue::Null)) as c_int
+    guard::contain(
+        "the unblock callback",
+        || context.reply(Err(LockError::Internal.into())) as c_int,
+        || {
+            if let Some(handle) = crate::waiters::leave(client_id(&context)) {
+                crate::metrics::STATS.wait_timeouts.incr();
+                release_handle(handle);
+            }
+            context.reply(Ok(RedisValue::Null)) as c_int
+        },
+    )
 }
 
 extern "C" fn on_disconnect(
     ctx: *mut raw::RedisModuleCtx,
     _bc: *mut raw::RedisModuleBlockedClient,
 ) {
-    if let Some(handle) = crate::waiters::leave(client_id(&Context::new(ctx))) {
-        crate::metrics::STATS.waiters_disconnected.incr();
-        release_handle(handle);
-    }
+    guard::contain(
+        "the disconnect callback",
+        || (),
+        || {
+            if let Some(handle) = crate::waiters::leave(client_id(&Context::new(ctx))) {
+                crate::metrics::STATS.waiters_disconnected.incr();
+                release_handle(handle);
+            }
+        },
+    );
 }
 
 extern "C" fn on_free(_ctx: *mut raw::RedisModuleCtx, privdata: *mut c_void) {
@@ -166,12 +230,17 @@ extern "C" fn on_free(_ctx: *mut raw::RedisModuleCtx, privdata: *mut c_void) {
     }
     // SAFETY: Redis passes back the pointer made by `Box::into_raw` in `answer`, exactly once.
     let delivery = unsafe { Box::from_raw(privdata.cast::<Delivery>()) };
-    if let Answer::Granted(grant) = delivery.answer {
-        if !delivery.delivered {
-            // The client went away (timed out, disconnected) between the grant and its reply:
-            // give the lock back.
-            crate::metrics::STATS.grants_revoked.incr();
-            crate::expiry::revoke_later(grant.key, grant.token);
-        }
-    }
+    guard::contain(
+        "the free callback",
+        || (),
+        || {
+            if let Answer::Granted(grant) = delivery.answer {
+                if !delivery.delivered {
+                    // The client went away between the grant and its reply: give the lock back.
+                    crate::metrics::STATS.grants_revoked.incr();
+                    crate::expiry::revoke_later(grant.key, grant.token);
+                }
+            }
+        },
+    );
 }

@@ -50,6 +50,8 @@ pub struct Doc {
     complexity: &'static str,
     arity: c_int,
     key_flags: u32,
+    /// ACL categories: the standard ones the command's flags imply, plus `lock`.
+    pub acl: &'static str,
     args: &'static [Arg],
 }
 
@@ -65,6 +67,7 @@ pub const DOCS: &[Doc] = &[
         complexity: "O(1)",
         arity: -4,
         key_flags: RW_UPDATE,
+        acl: "write slow blocking lock",
         args: &[
             arg("key", Kind::Key),
             arg("owner", Kind::String),
@@ -78,6 +81,7 @@ pub const DOCS: &[Doc] = &[
         complexity: "O(1)",
         arity: 3,
         key_flags: RW_DELETE,
+        acl: "write fast lock",
         args: &[arg("key", Kind::Key), arg("owner", Kind::String)],
     },
     Doc {
@@ -86,6 +90,7 @@ pub const DOCS: &[Doc] = &[
         complexity: "O(1)",
         arity: 4,
         key_flags: RW_UPDATE,
+        acl: "write fast lock",
         args: &[arg("key", Kind::Key), arg("owner", Kind::String), arg("ttl-ms", Kind::Integer)],
     },
     Doc {
@@ -94,6 +99,7 @@ pub const DOCS: &[Doc] = &[
         complexity: "O(1)",
         arity: -2,
         key_flags: RO,
+        acl: "read fast lock",
         args: &[arg("key", Kind::Key), Arg { name: "token", kind: Kind::Integer, token: None, optional: true }],
     },
     Doc {
@@ -102,6 +108,7 @@ pub const DOCS: &[Doc] = &[
         complexity: "O(1) plus O(N) for the N queued owners listed",
         arity: -2,
         key_flags: RO,
+        acl: "read slow lock",
         args: &[arg("key", Kind::Key), option("COUNT", "count", Kind::Integer)],
     },
     Doc {
@@ -110,6 +117,7 @@ pub const DOCS: &[Doc] = &[
         complexity: "O(1)",
         arity: 2,
         key_flags: RW_DELETE,
+        acl: "write admin dangerous fast lock",
         args: &[arg("key", Kind::Key)],
     },
     Doc {
@@ -118,6 +126,7 @@ pub const DOCS: &[Doc] = &[
         complexity: "O(1)",
         arity: -5,
         key_flags: raw::REDISMODULE_CMD_KEY_OW | raw::REDISMODULE_CMD_KEY_UPDATE,
+        acl: "write slow lock",
         args: &[
             arg("key", Kind::Key),
             arg("owner", Kind::String),
@@ -204,6 +213,16 @@ pub fn register(ctx: &Context) -> Result<(), String> {
             };
             if set_info(command, &info) != raw::REDISMODULE_OK as c_int {
                 return Err(format!("SetCommandInfo refused the docs of {}", doc.name));
+            }
+            // Redis 7.0 has no SetCommandACLCategories: its module commands have no categories
+            // (the README gives the per-command ACL rules to use there).
+            if let Some(set_acl) = raw::RedisModule_SetCommandACLCategories {
+                if set_acl(command, cstring(doc.acl, &mut keep)) != raw::REDISMODULE_OK as c_int {
+                    return Err(format!(
+                        "the server refused the ACL categories of {}",
+                        doc.name
+                    ));
+                }
             }
         }
     }

@@ -19,16 +19,6 @@ use crate::waiters::{self, Blocked, QueueKey};
 /// How many queued owners LOCK.INFO lists without COUNT.
 pub const INFO_DEFAULT_COUNT: usize = 10;
 
-/// The reply of a granted acquire: the token, or `[owner, token]` for owner `*`.
-pub fn grant_reply(owner: &[u8], token: Token, with_owner: bool) -> RedisValue {
-    let token = token_value(token);
-    if with_owner {
-        RedisValue::Array(vec![RedisValue::StringBuffer(owner.to_vec()), token])
-    } else {
-        token
-    }
-}
-
 fn token_value(token: Token) -> RedisValue {
     RedisValue::Integer(i64::try_from(token).unwrap_or(i64::MAX))
 }
@@ -154,7 +144,7 @@ pub fn acquire(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
             if waiting {
                 expiry::settle_at(&lock.queue_key(), granted.deadline);
             }
-            Ok(grant_reply(owner, granted.token, with_owner))
+            Ok(blocking::grant_reply(owner, granted.token, with_owner))
         }
         Acquire::Busy => match wait {
             Some(timeout) if blocking::can_block(ctx) => {
@@ -163,12 +153,16 @@ pub fn acquire(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
                     STATS.queue_full.incr();
                     return Err(LockError::QueueFull.into());
                 }
-                let Some(handle) = blocking::block(ctx, timeout) else {
+                let Some(mut handle) = blocking::block(ctx) else {
                     STATS.rejected.incr();
                     return Ok(RedisValue::Null);
                 };
+                let client_id = blocking::client_id(ctx);
+                if timeout > 0 {
+                    handle.timeout = expiry::time_out_after(client_id, timeout);
+                }
                 let client = Blocked {
-                    client_id: blocking::client_id(ctx),
+                    client_id,
                     handle,
                     with_owner,
                     since_us: clock::now_us(),
@@ -340,9 +334,13 @@ pub fn apply(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     if !flags.intersects(ContextFlags::REPLICATED | ContextFlags::LOADING) {
         return Err(LockError::ApplyNotAllowed.into());
     }
+    let token = parse_token(token)?;
+    if !fencing::in_range(token) {
+        return Err(LockError::TokenAboveMax.into());
+    }
     let holder = Holder {
         owner: crate::owner::Owner::new(parse_owner(owner)?),
-        token: parse_token(token)?,
+        token,
         deadline: Some(parse_i64(deadline)?)
             .filter(|d| *d > 0)
             .ok_or(LockError::DeadlineNotPositive)?,

@@ -41,11 +41,17 @@ pub enum LockError {
     Replica,
     /// The lock's slot left this cluster node while the client waited.
     SlotMoved,
+    /// A token argument of LOCK.APPLY above the largest token (2^53 - 1).
+    TokenAboveMax,
+    /// No token above the last one is left: granting would repeat a token.
+    TokensExhausted,
+    /// A panic was contained inside the module (see `guard`).
+    Internal,
 }
 
 impl LockError {
     /// Every variant, so tests can check every wire string.
-    pub const ALL: [LockError; 18] = [
+    pub const ALL: [LockError; 21] = [
         Self::NotAnInteger,
         Self::TtlNotPositive,
         Self::TtlTooLarge,
@@ -64,6 +70,9 @@ impl LockError {
         Self::CountNegative,
         Self::Replica,
         Self::SlotMoved,
+        Self::TokenAboveMax,
+        Self::TokensExhausted,
+        Self::Internal,
     ];
 
     pub const fn as_wire(self) -> &'static str {
@@ -87,6 +96,13 @@ impl LockError {
             Self::CountNegative => "ERR COUNT must be zero or positive",
             Self::Replica => "READONLY You can't write against a read only replica.",
             Self::SlotMoved => "TRYAGAIN the lock's slot moved to another node while waiting; retry",
+            Self::TokenAboveMax => "ERR invalid token: above the largest token 9007199254740991 (2^53-1)",
+            Self::TokensExhausted => {
+                "ERR fencing tokens exhausted: the last token is 2^53-1, and a grant would repeat it"
+            }
+            Self::Internal => {
+                "ERR redis-lock internal error: the command was interrupted; the server log has the details"
+            }
             Self::Demoted => {
                 "UNBLOCKED force unblock from blocking operation, instance state changed (master -> replica?)"
             }

@@ -1,5 +1,6 @@
 //! Server events that move or drop locks under waiting clients (FLUSHDB/FLUSHALL, SWAPDB, this
 //! master becoming a replica), and `CONFIG RESETSTAT`, seen through a command filter.
+//! Every callback contains panics (`guard`).
 
 use std::os::raw::{c_int, c_void};
 
@@ -7,6 +8,7 @@ use redis_module::{raw, Context};
 
 use crate::error::LockError;
 use crate::expiry;
+use crate::guard;
 use crate::waiters;
 
 /// `RedisModuleFlushInfoV1` from redismodule.h.
@@ -63,10 +65,15 @@ extern "C" fn on_flush(
     }
     // SAFETY: for this event Redis passes a RedisModuleFlushInfoV1.
     let db = unsafe { data.cast::<FlushInfo>().as_ref() }.map_or(-1, |info| info.dbnum);
-    let db = (db >= 0).then_some(db);
-    for key in waiters::queues_in(db) {
-        expiry::settle_soon(&key);
-    }
+    guard::contain(
+        "the flush event",
+        || (),
+        || {
+            for key in waiters::queues_in((db >= 0).then_some(db)) {
+                expiry::settle_soon(&key);
+            }
+        },
+    );
 }
 
 /// The two dbs traded contents: every queue of either db meets a different holder (or none).
@@ -80,11 +87,17 @@ extern "C" fn on_swapdb(
     let Some(info) = (unsafe { data.cast::<SwapDbInfo>().as_ref() }) else {
         return;
     };
-    for db in [info.dbnum_first, info.dbnum_second] {
-        for key in waiters::queues_in(Some(db)) {
-            expiry::settle_soon(&key);
-        }
-    }
+    guard::contain(
+        "the swapdb event",
+        || (),
+        || {
+            for db in [info.dbnum_first, info.dbnum_second] {
+                for key in waiters::queues_in(Some(db)) {
+                    expiry::settle_soon(&key);
+                }
+            }
+        },
+    );
 }
 
 /// A replica never grants: waiters of a demoted master get an error at once.
@@ -95,14 +108,19 @@ extern "C" fn on_role_changed(
     _data: *mut c_void,
 ) {
     if sub == SUBEVENT_NOW_REPLICA {
-        expiry::fail_everyone(LockError::Demoted);
+        guard::contain(
+            "the role-change event",
+            || (),
+            || {
+                expiry::fail_everyone(LockError::Demoted);
+            },
+        );
     }
-    // A FAILOVER's write pause ends with the role change.
-    crate::pause::apply(crate::pause::PauseChange::Lifted);
 }
 
-/// Redis has no module event for `CONFIG RESETSTAT` nor for write pauses: a command filter
-/// notices those commands go by. It looks at no more than the first few arguments.
+/// Redis has no module event for `CONFIG RESETSTAT`: a command filter notices it (and EXEC /
+/// DISCARD, which may run or drop a queued one) go by; `resetstat` checks afterwards whether the
+/// server really ran it. Every other command costs one length check of its name.
 pub fn watch_commands(ctx: &Context) {
     // SAFETY: registering a filter callback of the expected signature at load time.
     unsafe {
@@ -117,41 +135,33 @@ pub fn watch_commands(ctx: &Context) {
 }
 
 extern "C" fn on_command(fctx: *mut raw::RedisModuleCommandFilterCtx) {
+    guard::contain("the command filter", || (), || filter(fctx));
+}
+
+fn filter(fctx: *mut raw::RedisModuleCommandFilterCtx) {
     // SAFETY: the filter context is valid during the callback; arguments are only borrowed here.
     let (Some(count), Some(arg)) = (unsafe { raw::RedisModule_CommandFilterArgsCount }, unsafe {
         raw::RedisModule_CommandFilterArgGet
     }) else {
         return;
     };
-    // SAFETY: as above; `pos` stays below the argument count.
-    let arg_at =
-        |pos: usize| unsafe { redis_module::RedisString::string_as_slice(arg(fctx, pos as c_int)) };
     // SAFETY: as above.
-    let total = usize::try_from(unsafe { count(fctx) }).unwrap_or(0);
-    if total == 0 {
+    let total = unsafe { count(fctx) };
+    if total < 1 {
         return;
     }
-    // Cheap exit for every other command: only CONFIG, CLIENT and FAILOVER matter.
+    // SAFETY: as above; `pos` stays below the argument count.
+    let arg_at = |pos: c_int| unsafe { redis_module::RedisString::string_as_slice(arg(fctx, pos)) };
     let first = arg_at(0);
-    if !(first.eq_ignore_ascii_case(b"config")
-        || first.eq_ignore_ascii_case(b"client")
-        || first.eq_ignore_ascii_case(b"failover"))
-    {
-        return;
-    }
-    let mut args: [&[u8]; 8] = [&[]; 8];
-    let argc = total.min(args.len());
-    for (i, slot) in args.iter_mut().enumerate().take(argc) {
-        *slot = arg_at(i);
-    }
-    let args = &args[..argc];
-    if argc == 2
-        && first.eq_ignore_ascii_case(b"config")
-        && args[1].eq_ignore_ascii_case(b"resetstat")
-    {
-        crate::metrics::STATS.reset();
-    }
-    if let Some(change) = crate::pause::change_of(args, crate::clock::now_ms()) {
-        crate::pause::apply(change);
+    match first.len() {
+        4 if total == 1 && first.eq_ignore_ascii_case(b"exec") => crate::resetstat::exec(),
+        7 if total == 1 && first.eq_ignore_ascii_case(b"discard") => crate::resetstat::discard(),
+        6 if total == 2
+            && first.eq_ignore_ascii_case(b"config")
+            && arg_at(1).eq_ignore_ascii_case(b"resetstat") =>
+        {
+            crate::resetstat::candidate()
+        }
+        _ => {}
     }
 }

@@ -1,33 +1,63 @@
-//! Timers that release expired locks and hand them to the next waiter.
+//! Timers that release expired locks, hand them to the next waiter, and time waiters out.
 //!
 //! A lock with nobody waiting needs no timer: its key carries a TTL at its deadline and Redis
 //! removes it (and replicates the DEL). A lock with waiters gets one timer at its deadline, so
 //! the head of the queue is served within a millisecond or two, not at Redis's 100 ms sweep.
 //! `settle` is the single place that decides what a queue gets; timers, DEL/FLUSH/SWAPDB
 //! events and revoked grants all end up there, and running it twice does no harm.
+//!
+//! While the server pauses writes (`CLIENT PAUSE`, `FAILOVER`, a shutdown waiting for
+//! replicas) it keeps the dataset still so a replica can catch up exactly; Redis 7.0 even
+//! asserts that nothing is propagated then. The server says whether that is the case
+//! (`RedisModule_AvoidReplicaTraffic`), so timers that would write wait for the pause to end,
+//! whatever command started or refused to start it.
 
 use std::os::raw::c_void;
 use std::sync::atomic::{AtomicPtr, Ordering};
 use std::sync::Mutex;
 
-use redis_module::{raw, Context, ContextFlags, NotifyEvent};
+use redis_module::{raw, Context, ContextFlags, NotifyEvent, RedisString};
 
 use crate::blocking::{self, Answer, Grant};
 use crate::clock;
 use crate::error::LockError;
+use crate::guard;
 use crate::keyspace::{self, LockEvent, LockKey};
 use crate::lock::{live, Holder, Millis, Token};
 use crate::metrics::STATS;
 use crate::waiters::{self, QueueKey};
 
-/// How soon to look again at a lock whose expired value Redis may not delete yet.
-const PAUSED_RETRY_MS: Millis = 20;
+/// How soon to look again while writes are paused, or at a lock whose expired value Redis
+/// may not delete yet.
+const PAUSED_RETRY_MS: Millis = 10;
+
+/// How soon a timer whose job panicked runs it again.
+const RETRY_AFTER_PANIC_MS: Millis = 1_000;
+
+/// The longest delay a timer is started with. Redis adds `delay * 1000` to its microsecond
+/// clock, so a deadline far away (from a master or an AOF) must not overflow it; a timer that
+/// fires early just looks again and starts the next one.
+const MAX_TIMER_DELAY_MS: Millis = 365 * 24 * 3_600_000;
+
+/// A pending module timer (Redis never hands out id 0).
+pub type TimerId = std::num::NonZeroU64;
 
 enum Job {
     /// Re-check a queue (deadline reached, key deleted, db flushed or swapped).
     Settle { key: QueueKey, due: Millis },
     /// A waiter disconnected before its grant's reply went out: release that grant.
     Revoke { key: QueueKey, token: Token },
+    /// A waiter's WAIT timeout ran out.
+    TimeOut { client_id: u64 },
+    /// A `CONFIG RESETSTAT` went by: see whether the server really ran it.
+    CheckResetStat,
+}
+
+impl Job {
+    /// Whether the job may write to the dataset (and so must wait while writes are paused).
+    fn writes(&self) -> bool {
+        matches!(self, Job::Settle { .. } | Job::Revoke { .. })
+    }
 }
 
 /// A module context for creating timers from callbacks that have none (unlink, free).
@@ -42,17 +72,62 @@ pub fn init(ctx: &Context) {
     TIMER_CTX.store(detached, Ordering::Relaxed);
 }
 
-fn start_timer(delay_ms: Millis, job: Job) {
+fn start_timer(delay_ms: Millis, job: Job) -> Option<TimerId> {
     let ctx = TIMER_CTX.load(Ordering::Relaxed);
     let data = Box::into_raw(Box::new(job)).cast::<c_void>();
-    // SAFETY: CreateTimer is called on the main thread; `on_timer` takes the box back exactly once.
+    // SAFETY: CreateTimer is called on the main thread; `on_timer` (or `stop_timer`) takes the
+    // box back exactly once.
     unsafe {
-        if let Some(create) = raw::RedisModule_CreateTimer {
-            create(ctx, delay_ms.max(0), Some(on_timer), data);
-        } else {
-            drop(Box::from_raw(data.cast::<Job>()));
+        match raw::RedisModule_CreateTimer {
+            Some(create) => TimerId::new(create(
+                ctx,
+                delay_ms.clamp(0, MAX_TIMER_DELAY_MS),
+                Some(on_timer),
+                data,
+            )),
+            None => {
+                drop(Box::from_raw(data.cast::<Job>()));
+                None
+            }
         }
     }
+}
+
+/// Stop a timer that has not fired yet and free its job.
+pub fn stop_timer(timer: Option<TimerId>) {
+    let Some(id) = timer else {
+        return;
+    };
+    let ctx = TIMER_CTX.load(Ordering::Relaxed);
+    let mut data: *mut c_void = std::ptr::null_mut();
+    // SAFETY: StopTimer hands back the data pointer of a pending timer of this module, which is
+    // a box made in `start_timer`; after it succeeds the timer never fires.
+    unsafe {
+        if let Some(stop) = raw::RedisModule_StopTimer {
+            if stop(ctx, id.get(), &mut data) == raw::REDISMODULE_OK as i32 && !data.is_null() {
+                drop(Box::from_raw(data.cast::<Job>()));
+            }
+        }
+    }
+}
+
+/// Time the waiter `client_id` out after `timeout_ms` (very long timeouts just wait).
+pub fn time_out_after(client_id: u64, timeout_ms: Millis) -> Option<TimerId> {
+    if timeout_ms > MAX_TIMER_DELAY_MS {
+        return None;
+    }
+    start_timer(timeout_ms, Job::TimeOut { client_id })
+}
+
+/// Look at the server's statistics once the current command has run.
+pub fn check_resetstat_soon() {
+    start_timer(0, Job::CheckResetStat);
+}
+
+/// Whether the server pauses writes right now (`CLIENT PAUSE`, `FAILOVER`, shutdown).
+fn writes_paused() -> bool {
+    // SAFETY: AvoidReplicaTraffic takes no arguments and reads the server's pause state.
+    unsafe { raw::RedisModule_AvoidReplicaTraffic.is_some_and(|f| f() != 0) }
 }
 
 extern "C" fn on_timer(ctx: *mut raw::RedisModuleCtx, data: *mut c_void) {
@@ -62,28 +137,50 @@ extern "C" fn on_timer(ctx: *mut raw::RedisModuleCtx, data: *mut c_void) {
     // SAFETY: `data` is the box made in `start_timer`; Redis calls each timer once.
     let job = unsafe { Box::from_raw(data.cast::<Job>()) };
     let ctx = Context::new(ctx);
-    if let Some(until) = crate::pause::paused_until(clock::now_ms()) {
-        // Writes are paused (CLIENT PAUSE, FAILOVER): hand nothing over until they resume.
-        if let Job::Settle { key, due } = &*job {
-            waiters::timer_fired(key, *due);
-        }
-        let delay = until.saturating_add(1).saturating_sub(clock::now_ms());
-        start_timer(delay, *job);
+    if let Job::Settle { key, due } = &*job {
+        // Bookkeeping first, so a failure below cannot leave the queue believing a timer is
+        // still pending.
+        waiters::timer_fired(key, *due);
+    }
+    if job.writes() && writes_paused() {
+        // Hand nothing over until writes resume.
+        start_timer(PAUSED_RETRY_MS, *job);
         return;
     }
-    match *job {
-        Job::Settle { key, due } => {
-            waiters::timer_fired(&key, due);
-            settle(&ctx, &key, None);
+    let ran = guard::contain(
+        "a timer",
+        || false,
+        || {
+            run(&ctx, &job);
+            true
+        },
+    );
+    // Every job can run again without harm: after a panic try once more a little later, so a
+    // waiter is never left without a timer.
+    if !ran && !matches!(*job, Job::CheckResetStat) {
+        let _ = start_timer(RETRY_AFTER_PANIC_MS, *job);
+    }
+}
+
+fn run(ctx: &Context, job: &Job) {
+    match job {
+        Job::Settle { key, .. } => settle(ctx, key, None),
+        Job::Revoke { key, token } => settle(ctx, key, Some(*token)),
+        &Job::TimeOut { client_id } => {
+            if let Some(mut client) = waiters::leave(client_id) {
+                client.timeout = None; // this timer: it has fired
+                STATS.wait_timeouts.incr();
+                blocking::answer(client, Answer::TimedOut);
+            }
         }
-        Job::Revoke { key, token } => settle(&ctx, &key, Some(token)),
+        Job::CheckResetStat => crate::resetstat::check(),
     }
 }
 
 /// Settle `key`'s queue at `due` (unix ms), unless a timer at least as early is pending.
 pub fn settle_at(key: &QueueKey, due: Millis) {
     if waiters::want_timer(key, due) {
-        start_timer(
+        let _ = start_timer(
             due.saturating_sub(clock::now_ms()),
             Job::Settle {
                 key: key.clone(),
@@ -100,7 +197,7 @@ pub fn settle_soon(key: &QueueKey) {
 
 /// Release the grant `token` of `key` on the next turn of the event loop, if it still holds.
 pub fn revoke_later(key: QueueKey, token: Token) {
-    start_timer(0, Job::Revoke { key, token });
+    let _ = start_timer(0, Job::Revoke { key, token });
 }
 
 /// Bring `key` in line with its queue: a free lock goes to the head of the queue; an expired
@@ -110,7 +207,7 @@ pub fn settle(ctx: &Context, key: &QueueKey, revoked: Option<Token>) {
         return; // replicas never grant or expire on their own
     }
     keyspace::select_db(ctx, key.db);
-    let name = ctx.create_string(&key.name[..]);
+    let name = RedisString::create_from_slice(ctx.ctx, &key.name);
     if !crate::cluster::may_grant(ctx, &name) {
         // The slot left this node (resharding): its waiters retry and follow the redirect.
         fail(waiters::take_all(key), LockError::SlotMoved);
@@ -213,6 +310,10 @@ pub fn note_unlinked(db: i32, name: &[u8], holder: &Holder) {
 /// Redis expired a key (its own lazy or active expiry): if it was a lock, its lease ran out
 /// while held. Count it and emit `lock.expire`.
 pub fn on_key_expired(ctx: &Context, _event: NotifyEvent, _name: &str, key: &[u8]) {
+    guard::contain("the expired-key event", || (), || expired(ctx, key));
+}
+
+fn expired(ctx: &Context, key: &[u8]) {
     let db = keyspace::selected_db(ctx);
     let expired = {
         let mut slot = LAST_UNLINKED.lock().unwrap_or_else(|p| p.into_inner());
@@ -222,7 +323,7 @@ pub fn on_key_expired(ctx: &Context, _event: NotifyEvent, _name: &str, key: &[u8
         }
     };
     if let Some(lock) = expired {
-        let name = ctx.create_string(key);
+        let name = RedisString::create_from_slice(ctx.ctx, key);
         let now = clock::now_ms().max(lock.deadline);
         keyspace::hold_ended(ctx, &name, lock.granted, lock.deadline, now);
     }

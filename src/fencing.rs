@@ -15,8 +15,19 @@
 //!   master's clock floor lies above every token it never saw, as long as the two hosts' clocks
 //!   differ by less than the time the failover takes.
 //! - Tokens stay below 2^53 until the year 2255, so JavaScript clients read them exactly.
+//!   `MAX_TOKEN` is a hard bound: loading, restoring or replaying a larger token is refused, and
+//!   once the last token is `MAX_TOKEN` grants fail with an error instead of repeating it.
 
 use std::sync::atomic::{AtomicU64, Ordering};
+
+/// The largest token ever issued or accepted: 2^53 - 1, the largest integer a JavaScript (or any
+/// IEEE double) client reads exactly.
+pub const MAX_TOKEN: u64 = (1 << 53) - 1;
+
+/// Whether `token` can be a fencing token (1 ..= MAX_TOKEN).
+pub const fn in_range(token: u64) -> bool {
+    token > 0 && token <= MAX_TOKEN
+}
 
 /// The pure rule, kept apart from the global so it can be tested.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -35,10 +46,14 @@ impl TokenSource {
     }
 
     /// Issue a fresh token: strictly above every token issued or observed, and at least `clock_us`.
-    pub fn issue(&mut self, clock_us: u64) -> u64 {
+    /// `None` once no token up to `MAX_TOKEN` is left (never repeat one).
+    pub fn issue(&mut self, clock_us: u64) -> Option<u64> {
         let token = self.last.saturating_add(1).max(clock_us);
+        if token > MAX_TOKEN {
+            return None;
+        }
         self.last = token;
-        token
+        Some(token)
     }
 
     /// Remember a token issued elsewhere (master, RDB, AOF) so later tokens are above it.
@@ -50,9 +65,9 @@ impl TokenSource {
 /// The server-wide last token. Only the main thread touches it; atomics avoid any `unsafe`.
 static LAST_TOKEN: AtomicU64 = AtomicU64::new(0);
 
-/// Issue the next token of this server.
-pub fn issue(clock_us: u64) -> u64 {
-    let mut issued = 0;
+/// Issue the next token of this server (`None`: exhausted).
+pub fn issue(clock_us: u64) -> Option<u64> {
+    let mut issued = None;
     let _ = LAST_TOKEN.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |last| {
         let mut source = TokenSource::new(last);
         issued = source.issue(clock_us);
@@ -79,15 +94,15 @@ mod tests {
     #[test]
     fn follows_the_clock_when_it_moves_forward() {
         let mut s = TokenSource::default();
-        assert_eq!(s.issue(1_000), 1_000);
-        assert_eq!(s.issue(5_000), 5_000);
+        assert_eq!(s.issue(1_000), Some(1_000));
+        assert_eq!(s.issue(5_000), Some(5_000));
     }
 
     #[test]
     fn counts_when_the_clock_stalls_or_jumps_back() {
         let mut s = TokenSource::new(10_000);
-        assert_eq!(s.issue(10_000), 10_001);
-        assert_eq!(s.issue(3), 10_002);
+        assert_eq!(s.issue(10_000), Some(10_001));
+        assert_eq!(s.issue(3), Some(10_002));
     }
 
     #[test]
@@ -95,13 +110,18 @@ mod tests {
         let mut s = TokenSource::default();
         s.observe(900);
         s.observe(100);
-        assert_eq!(s.issue(1), 901);
+        assert_eq!(s.issue(1), Some(901));
     }
 
     #[test]
-    fn saturates_instead_of_wrapping() {
-        let mut s = TokenSource::new(u64::MAX);
-        assert_eq!(s.issue(0), u64::MAX);
+    fn refuses_rather_than_repeat_or_pass_the_bound() {
+        let mut s = TokenSource::new(MAX_TOKEN - 1);
+        assert_eq!(s.issue(0), Some(MAX_TOKEN));
+        assert_eq!(s.issue(0), None);
+        assert_eq!(s.last(), MAX_TOKEN, "a refused issue changes nothing");
+        assert_eq!(TokenSource::new(u64::MAX).issue(0), None);
+        assert_eq!(TokenSource::new(0).issue(MAX_TOKEN + 1), None);
+        assert!(in_range(MAX_TOKEN) && !in_range(MAX_TOKEN + 1) && !in_range(0));
     }
 
     proptest! {
@@ -117,7 +137,7 @@ mod tests {
                     s.observe(value);
                     seen_max = seen_max.max(value);
                 } else {
-                    let t = s.issue(value);
+                    let t = s.issue(value).expect("far below the bound");
                     prop_assert!(t > prev && t > seen_max && t >= value);
                     prev = t;
                     seen_max = t;

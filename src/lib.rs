@@ -15,29 +15,33 @@ pub mod error;
 pub mod events;
 pub mod expiry;
 pub mod fencing;
+pub mod guard;
 pub mod keyspace;
 pub mod lock;
 pub mod metrics;
 pub mod owner;
-pub mod pause;
+pub mod resetstat;
 pub mod waiters;
 
 #[cfg(not(test))]
 mod registration {
     use redis_module::configuration::ConfigurationFlags;
-    use redis_module::{redis_module, AclCategory, Context, RedisString, Status};
+    use redis_module::{redis_module, AclCategory, Context, RedisResult, RedisString, Status};
 
     use crate::data_type::LOCK_TYPE;
+    use crate::guard;
     use crate::{command_docs, commands, config, events, expiry, metrics};
 
     fn init(ctx: &Context, _args: &[RedisString]) -> Status {
+        guard::install_hook();
         ctx.set_module_options(redis_module::raw::ModuleOptions::HANDLE_IO_ERRORS);
         expiry::init(ctx);
         metrics::register_info(ctx);
         events::watch_commands(ctx);
         let ready = events::subscribe(ctx)
             .map_err(str::to_string)
-            .and_then(|()| command_docs::register(ctx));
+            .and_then(|()| command_docs::register(ctx))
+            .and_then(|()| guard::debug_panics::register(ctx));
         match ready {
             Ok(()) => Status::Ok,
             Err(msg) => {
@@ -47,6 +51,29 @@ mod registration {
         }
     }
 
+    // Each command hands off to its handler with panics contained (`guard`).
+    fn acquire(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
+        guard::command(ctx, "LOCK.ACQUIRE", args, commands::acquire)
+    }
+    fn release(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
+        guard::command(ctx, "LOCK.RELEASE", args, commands::release)
+    }
+    fn extend(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
+        guard::command(ctx, "LOCK.EXTEND", args, commands::extend)
+    }
+    fn fence(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
+        guard::command(ctx, "LOCK.FENCE", args, commands::fence)
+    }
+    fn info(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
+        guard::command(ctx, "LOCK.INFO", args, commands::info)
+    }
+    fn force_release(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
+        guard::command(ctx, "LOCK.FORCERELEASE", args, commands::force_release)
+    }
+    fn apply(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
+        guard::command(ctx, "LOCK.APPLY", args, commands::apply)
+    }
+
     redis_module! {
         name: "lock",
         version: 1,
@@ -54,14 +81,16 @@ mod registration {
         data_types: [LOCK_TYPE],
         acl_categories: ["lock",],
         init: init,
+        // ACL categories are set with the command docs (`command_docs::DOCS`), where the server
+        // allows it.
         commands: [
-            ["lock.acquire", commands::acquire, "write deny-oom blocking", 1, 1, 1, "", "lock"],
-            ["lock.release", commands::release, "write fast", 1, 1, 1, "", "lock"],
-            ["lock.extend", commands::extend, "write deny-oom fast", 1, 1, 1, "", "lock"],
-            ["lock.fence", commands::fence, "readonly fast", 1, 1, 1, "", "lock"],
-            ["lock.info", commands::info, "readonly", 1, 1, 1, "", "lock"],
-            ["lock.forcerelease", commands::force_release, "write admin fast", 1, 1, 1, "", "lock"],
-            ["lock.apply", commands::apply, "write deny-oom", 1, 1, 1, "", "lock"],
+            ["lock.acquire", acquire, "write deny-oom blocking", 1, 1, 1, ""],
+            ["lock.release", release, "write fast", 1, 1, 1, ""],
+            ["lock.extend", extend, "write deny-oom fast", 1, 1, 1, ""],
+            ["lock.fence", fence, "readonly fast", 1, 1, 1, ""],
+            ["lock.info", info, "readonly", 1, 1, 1, ""],
+            ["lock.forcerelease", force_release, "write admin fast", 1, 1, 1, ""],
+            ["lock.apply", apply, "write deny-oom", 1, 1, 1, ""],
         ],
         event_handlers: [
             [@EXPIRED: expiry::on_key_expired],

@@ -73,7 +73,7 @@ pub fn acquire(
     owner: &[u8],
     ttl: Millis,
     now: Millis,
-    issue_token: impl FnOnce() -> Token,
+    issue_token: impl FnOnce() -> Option<Token>,
 ) -> Result<Acquire, LockError> {
     let deadline = deadline(now, ttl)?;
     Ok(match live(holder, now) {
@@ -85,7 +85,7 @@ pub fn acquire(
         None if others_waiting => Acquire::Busy,
         None => Acquire::Granted(Holder {
             owner: Owner::new(owner),
-            token: issue_token(),
+            token: issue_token().ok_or(LockError::TokensExhausted)?,
             deadline,
             granted: now,
         }),
@@ -185,19 +185,21 @@ impl<C> WaitQueue<C> {
     }
 
     /// If nobody holds the lock, give it to the head of the queue: its lease starts `now`.
+    /// Without a token left to issue, nobody is served (the waiters keep waiting).
     pub fn hand_off(
         &mut self,
         holder: Option<&Holder>,
         now: Millis,
-        issue_token: impl FnOnce() -> Token,
+        issue_token: impl FnOnce() -> Option<Token>,
     ) -> Option<(Waiter<C>, Holder)> {
-        if live(holder, now).is_some() {
+        if live(holder, now).is_some() || self.waiters.is_empty() {
             return None;
         }
+        let token = issue_token()?;
         let (_, waiter) = self.waiters.pop_first()?;
         let granted = Holder {
             owner: waiter.owner.clone(),
-            token: issue_token(),
+            token,
             // The ttl was checked when the waiter queued; saturate rather than fail later.
             deadline: now.saturating_add(waiter.ttl),
             granted: now,
@@ -227,8 +229,24 @@ mod tests {
 
     #[test]
     fn free_lock_is_granted_with_a_fresh_token() {
-        let got = acquire(None, false, b"a", 100, 1_000, || 7).unwrap();
+        let got = acquire(None, false, b"a", 100, 1_000, || Some(7)).unwrap();
         assert_eq!(got, Acquire::Granted(granted_at("a", 7, 1_100, 1_000)));
+    }
+
+    #[test]
+    fn without_a_token_left_nothing_is_granted() {
+        assert_eq!(
+            acquire(None, false, b"a", 100, 1_000, || None),
+            Err(LockError::TokensExhausted)
+        );
+        let mut q = WaitQueue::default();
+        q.push(Waiter {
+            client: 1,
+            owner: Owner::new(b"x"),
+            ttl: 10,
+        });
+        assert!(q.hand_off(None, 0, || None).is_none());
+        assert_eq!(q.len(), 1, "the waiter keeps its place");
     }
 
     #[test]
@@ -242,11 +260,11 @@ mod tests {
     fn other_owner_is_busy_until_the_deadline() {
         let h = holder("a", 7, 1_100);
         assert_eq!(
-            acquire(Some(&h), false, b"b", 10, 1_099, || 8).unwrap(),
+            acquire(Some(&h), false, b"b", 10, 1_099, || Some(8)).unwrap(),
             Acquire::Busy
         );
         assert_eq!(
-            acquire(Some(&h), false, b"b", 10, 1_100, || 8).unwrap(),
+            acquire(Some(&h), false, b"b", 10, 1_100, || Some(8)).unwrap(),
             Acquire::Granted(granted_at("b", 8, 1_110, 1_100))
         );
     }
@@ -254,12 +272,12 @@ mod tests {
     #[test]
     fn newcomer_never_overtakes_the_queue() {
         assert_eq!(
-            acquire(None, true, b"b", 10, 0, || 1).unwrap(),
+            acquire(None, true, b"b", 10, 0, || Some(1)).unwrap(),
             Acquire::Busy
         );
         let expired = holder("a", 1, 5);
         assert_eq!(
-            acquire(Some(&expired), true, b"b", 10, 9, || 2).unwrap(),
+            acquire(Some(&expired), true, b"b", 10, 9, || Some(2)).unwrap(),
             Acquire::Busy
         );
     }
@@ -267,15 +285,15 @@ mod tests {
     #[test]
     fn ttl_must_be_positive_and_fit() {
         assert_eq!(
-            acquire(None, false, b"a", 0, 0, || 1),
+            acquire(None, false, b"a", 0, 0, || Some(1)),
             Err(LockError::TtlNotPositive)
         );
         assert_eq!(
-            acquire(None, false, b"a", -5, 0, || 1),
+            acquire(None, false, b"a", -5, 0, || Some(1)),
             Err(LockError::TtlNotPositive)
         );
         assert_eq!(
-            acquire(None, false, b"a", i64::MAX, 10, || 1),
+            acquire(None, false, b"a", i64::MAX, 10, || Some(1)),
             Err(LockError::TtlTooLarge)
         );
         assert_eq!(
@@ -323,14 +341,14 @@ mod tests {
             ttl: 20,
         });
         let h = holder("a", 3, 100);
-        assert!(q.hand_off(Some(&h), 50, || 4).is_none());
-        let (w, granted) = q.hand_off(Some(&h), 100, || 4).unwrap();
+        assert!(q.hand_off(Some(&h), 50, || Some(4)).is_none());
+        let (w, granted) = q.hand_off(Some(&h), 100, || Some(4)).unwrap();
         assert_eq!(w.client, 1);
         assert_eq!(granted, granted_at("x", 4, 110, 100));
         assert_eq!(q.len(), 1);
         assert_eq!(q.remove(second).map(|w| w.client), Some(2));
         assert!(q.remove(second).is_none());
-        assert!(q.hand_off(None, 0, || 5).is_none());
+        assert!(q.hand_off(None, 0, || Some(5)).is_none());
     }
 
     /// One lock driven by random operations, checked against the properties the README promises.

@@ -20,8 +20,10 @@ impl Counter {
     pub fn get(&self) -> u64 {
         self.0.load(Ordering::Relaxed)
     }
-    fn reset(&self) {
-        self.0.store(0, Ordering::Relaxed);
+    /// Count only what came after `since` (an earlier reading).
+    fn reset_to_since(&self, since: u64) {
+        self.0
+            .store(self.get().saturating_sub(since), Ordering::Relaxed);
     }
 }
 
@@ -109,13 +111,46 @@ impl Histogram {
         self.max()
     }
 
-    fn reset(&self) {
-        for b in &self.buckets {
-            b.store(0, Ordering::Relaxed);
+    /// The bucket counts and the total, to reset to later.
+    fn reading(&self) -> HistogramReading {
+        HistogramReading {
+            buckets: std::array::from_fn(|b| self.buckets[b].load(Ordering::Relaxed)),
+            count: self.count(),
         }
-        self.count.store(0, Ordering::Relaxed);
-        self.max.store(0, Ordering::Relaxed);
     }
+
+    /// Keep only what was recorded after `since`. The exact maximum of those is not kept
+    /// apart, so it becomes at most the top of the highest bucket still in use.
+    fn reset_to_since(&self, since: &HistogramReading) {
+        let mut top = None;
+        for (b, bucket) in self.buckets.iter().enumerate() {
+            let left = bucket
+                .load(Ordering::Relaxed)
+                .saturating_sub(since.buckets[b]);
+            bucket.store(left, Ordering::Relaxed);
+            if left > 0 {
+                top = Some(b);
+            }
+        }
+        self.count
+            .store(self.count().saturating_sub(since.count), Ordering::Relaxed);
+        let cap = top.map_or(0, |b| if b == 0 { 0 } else { (1u64 << b.min(63)) - 1 });
+        self.max.store(self.max().min(cap), Ordering::Relaxed);
+    }
+}
+
+#[derive(Clone)]
+struct HistogramReading {
+    buckets: [u64; BUCKETS],
+    count: u64,
+}
+
+/// Every counter and histogram at one moment: what `CONFIG RESETSTAT` resets to.
+#[derive(Clone)]
+pub struct Reading {
+    counters: [u64; COUNTERS],
+    wait_time: HistogramReading,
+    hold_time: HistogramReading,
 }
 
 pub struct Stats {
@@ -137,6 +172,8 @@ pub struct Stats {
     pub extends: Counter,
     pub extend_not_owner: Counter,
     pub expired_while_held: Counter,
+    /// Panics caught at an entry point (see `guard`): each one is a bug worth a report.
+    pub panics: Counter,
     pub locks: Gauge,
     pub waiters: Gauge,
     pub wait_time: Histogram,
@@ -158,25 +195,39 @@ pub static STATS: Stats = Stats {
     extends: Counter::new(),
     extend_not_owner: Counter::new(),
     expired_while_held: Counter::new(),
+    panics: Counter::new(),
     locks: Gauge::new(),
     waiters: Gauge::new(),
     wait_time: Histogram::new(),
     hold_time: Histogram::new(),
 };
 
+const COUNTERS: usize = 15;
+
 impl Stats {
-    /// `CONFIG RESETSTAT`: counters and histograms to zero, peaks to the current values.
-    pub fn reset(&self) {
-        for c in self.counters() {
-            c.1.reset();
+    /// Read every counter and histogram (when a `CONFIG RESETSTAT` is about to run).
+    pub fn reading(&self) -> Reading {
+        let counters = self.counters();
+        Reading {
+            counters: std::array::from_fn(|i| counters[i].1.get()),
+            wait_time: self.wait_time.reading(),
+            hold_time: self.hold_time.reading(),
+        }
+    }
+
+    /// `CONFIG RESETSTAT` ran when the stats read `at`: count only what happened since, and
+    /// set peaks to the current values.
+    pub fn reset_since(&self, at: &Reading) {
+        for (i, c) in self.counters().iter().enumerate() {
+            c.1.reset_to_since(at.counters[i]);
         }
         self.locks.reset();
         self.waiters.reset();
-        self.wait_time.reset();
-        self.hold_time.reset();
+        self.wait_time.reset_to_since(&at.wait_time);
+        self.hold_time.reset_to_since(&at.hold_time);
     }
 
-    fn counters(&self) -> [(&'static str, &Counter); 14] {
+    fn counters(&self) -> [(&'static str, &Counter); COUNTERS] {
         [
             ("acquired_immediately", &self.acquired_immediately),
             ("acquired_after_wait", &self.acquired_after_wait),
@@ -192,6 +243,7 @@ impl Stats {
             ("extends", &self.extends),
             ("extend_not_owner", &self.extend_not_owner),
             ("expired_while_held", &self.expired_while_held),
+            ("panics", &self.panics),
         ]
     }
 }
@@ -229,7 +281,13 @@ pub fn register_info(ctx: &Context) {
 }
 
 extern "C" fn on_info(ctx: *mut raw::RedisModuleInfoCtx, _for_crash_report: c_int) {
-    let _ = add_info(&InfoContext::new(ctx));
+    crate::guard::contain(
+        "the INFO callback",
+        || (),
+        || {
+            let _ = add_info(&InfoContext::new(ctx));
+        },
+    );
 }
 
 #[cfg(test)]
@@ -248,8 +306,13 @@ mod tests {
         let p50 = h.quantile(0.5);
         assert!((120..256).contains(&p50), "p50 {p50}");
         assert_eq!(h.quantile(0.99), 5_000);
+        let before = h.reading();
         h.record(0);
-        h.reset();
+        h.record(300);
+        h.reset_to_since(&before);
+        assert_eq!(h.count(), 2, "only what came after the reading");
+        assert_eq!(h.max(), 511, "capped by the highest bucket left");
+        h.reset_to_since(&h.reading());
         assert_eq!((h.count(), h.max(), h.quantile(0.99)), (0, 0, 0));
     }
 

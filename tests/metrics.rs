@@ -105,3 +105,70 @@ fn disconnects_and_full_queues_are_counted() {
     ) == 1.0));
     assert_eq!(stat(&mut c, "waiters"), 0.0);
 }
+
+/// Only a CONFIG RESETSTAT the server really runs resets INFO lock: denied (NOPERM), queued and
+/// discarded attempts change nothing; one run by EXEC, or twice in a row, resets.
+#[test]
+fn resetstat_resets_only_when_the_server_runs_it() {
+    let s = Server::start();
+    let mut c = s.con();
+    let count_one = |c: &mut Connection| {
+        assert_eq!(acquire(c, "k", "a", 60_000).map(|_| ()), Some(()));
+        assert_eq!(release(c, "k", "a"), 1);
+    };
+    count_one(&mut c);
+    ok(
+        &mut c,
+        &[
+            "ACL", "SETUSER", "limited", "on", "nopass", "+@all", "-config",
+        ],
+    );
+    let mut l = s.con();
+    ok(&mut l, &["AUTH", "limited", "x"]);
+    let denied = cmd(&mut l, &["CONFIG", "RESETSTAT"]);
+    assert!(
+        matches!(&denied, Err(e) if e.starts_with("NOPERM")),
+        "{denied:?}"
+    );
+    assert_eq!(
+        stat(&mut c, "releases"),
+        1.0,
+        "a denied RESETSTAT changes nothing"
+    );
+
+    ok(&mut c, &["MULTI"]);
+    ok(&mut c, &["CONFIG", "RESETSTAT"]);
+    ok(&mut c, &["DISCARD"]);
+    assert_eq!(
+        stat(&mut c, "releases"),
+        1.0,
+        "a discarded RESETSTAT changes nothing"
+    );
+
+    ok(&mut c, &["MULTI"]);
+    ok(&mut c, &["CONFIG", "RESETSTAT"]);
+    ok(&mut c, &["LOCK.ACQUIRE", "k", "a", "60000"]);
+    ok(&mut c, &["LOCK.RELEASE", "k", "a"]);
+    ok(&mut c, &["EXEC"]);
+    // EXEC reset the stats, then its queued ACQUIRE and RELEASE counted again.
+    assert_eq!(
+        stat(&mut c, "releases"),
+        1.0,
+        "RESETSTAT inside EXEC resets"
+    );
+    assert_eq!(stat(&mut c, "acquired_immediately"), 1.0);
+
+    count_one(&mut c);
+    ok(&mut c, &["CONFIG", "RESETSTAT"]);
+    assert_eq!(stat(&mut c, "releases"), 0.0);
+    count_one(&mut c);
+    ok(&mut c, &["CONFIG", "RESETSTAT"]);
+    assert_eq!(
+        stat(&mut c, "releases"),
+        0.0,
+        "a second RESETSTAT resets again"
+    );
+    ok(&mut c, &["CONFIG", "RESETSTAT"]);
+    ok(&mut c, &["CONFIG", "RESETSTAT"]);
+    assert_eq!(stat(&mut c, "releases"), 0.0);
+}

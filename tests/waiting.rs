@@ -365,6 +365,9 @@ fn a_grant_to_a_connection_that_closed_before_the_reply_is_revoked() {
     )) == 0));
 }
 
+/// Redis 7.0's `CLIENT UNBLOCK` could race a grant and lose the reply, so lock waiters do not
+/// offer it there (it answers 0); Redis 7.2+ and Valkey skip already-answered clients, so there
+/// it answers nil and the waiter leaves the queue.
 #[test]
 fn client_unblock_answers_nil_and_leaves_the_queue() {
     let s = Server::start();
@@ -373,6 +376,19 @@ fn client_unblock_answers_nil_and_leaves_the_queue() {
     let w = spawn_wait(&s, "k", "w", 60_000, 0);
     wait_blocked(&mut c, 1);
     let id = blocked_ids(&mut c)[0].to_string();
+    if is_redis_7_0(&mut c) {
+        assert_eq!(
+            int(&ok(&mut c, &["CLIENT", "UNBLOCK", &id])),
+            0,
+            "Redis 7.0: not offered"
+        );
+        assert_eq!(blocked_clients(&mut c), 1, "still waiting");
+        ok(&mut c, &["CLIENT", "KILL", "ID", &id]);
+        assert!(w.join().unwrap().is_err());
+        assert_eq!(release(&mut c, "k", "h"), 1);
+        assert_eq!(int(&ok(&mut c, &["EXISTS", "k"])), 0);
+        return;
+    }
     assert_eq!(int(&ok(&mut c, &["CLIENT", "UNBLOCK", &id])), 1);
     assert_eq!(w.join().unwrap(), Ok(Value::Nil));
     assert_eq!(release(&mut c, "k", "h"), 1);
@@ -425,4 +441,64 @@ fn handoffs_wait_for_a_client_write_pause_to_end() {
         assert_eq!(fence(&mut c, &key), Some(t));
     }
     assert_eq!(ok(&mut c, &["PING"]), Value::SimpleString("PONG".into()));
+}
+
+/// A grant racing the WAIT timeout: every try gets exactly one reply, a token it holds or nil,
+/// and the connection stays in step (Redis 7.0 used to lose the reply, then hand the client's
+/// next reply to the ACQUIRE).
+#[test]
+fn a_grant_racing_the_wait_timeout_gets_exactly_one_reply() {
+    let s = Server::start();
+    let mut c = s.con();
+    let mut long_lived = s.con();
+    let (mut granted, mut timed_out) = (0, 0);
+    for i in 0..80 {
+        let key = format!("race{i}");
+        let wait = (45 + i % 11).to_string();
+        acquire(&mut c, &key, "holder", 50).unwrap();
+        let mut fresh;
+        let waiter = if i % 2 == 0 {
+            fresh = s.con();
+            &mut fresh
+        } else {
+            &mut long_lived
+        };
+        waiter
+            .set_read_timeout(Some(Duration::from_secs(5)))
+            .unwrap();
+        match cmd(
+            waiter,
+            &["LOCK.ACQUIRE", &key, "waiter", "1000", "WAIT", &wait],
+        ) {
+            Ok(Value::Int(t)) => {
+                granted += 1;
+                assert_eq!(
+                    fence(&mut c, &key),
+                    Some(t),
+                    "try {i}: the token it got is live"
+                );
+            }
+            Ok(Value::Nil) => {
+                timed_out += 1;
+                assert_eq!(
+                    release(&mut c, &key, "waiter"),
+                    0,
+                    "try {i}: nil, so not held"
+                );
+            }
+            other => panic!("try {i}: {other:?}"),
+        }
+        assert_eq!(
+            cmd(waiter, &["PING"]),
+            Ok(Value::SimpleString("PONG".into())),
+            "try {i}: the connection is in step"
+        );
+    }
+    assert_eq!(
+        stat(&mut c, "grants_revoked"),
+        0.0,
+        "no delivered grant was revoked"
+    );
+    assert_eq!(blocked_clients(&mut c), 0);
+    println!("granted {granted}, timed out {timed_out}");
 }

@@ -499,3 +499,16 @@ pub fn stat(con: &mut Connection, field: &str) -> f64 {
     v.parse()
         .unwrap_or_else(|_| panic!("INFO lock has no numeric lock_{field}: {v:?}"))
 }
+
+/// `redis_version` of INFO server as (major, minor) (Valkey reports its Redis compatibility
+/// version, 7.2).
+pub fn redis_version(con: &mut Connection) -> (u32, u32) {
+    let v = info_field(con, "server", "redis_version");
+    let mut parts = v.split('.').map(|p| p.parse().unwrap_or(0));
+    (parts.next().unwrap_or(0), parts.next().unwrap_or(0))
+}
+
+/// Redis 7.0 (older than 7.2), whose module API lacks a few things the README names.
+pub fn is_redis_7_0(con: &mut Connection) -> bool {
+    redis_version(con) < (7, 2)
+}

@@ -1,0 +1,276 @@
+//! Keys and owners are binary: NUL bytes, 0xFF, empty segments and 512 KB values go through every
+//! command and every expiry, handoff, event, replication and persistence path without a crash
+//! (a NUL byte in a key used to abort the server when its lease ran out).
+
+mod common;
+use common::*;
+use std::time::Duration;
+
+/// Keys (and owners) that no code path may turn into a C string.
+fn awkward_names() -> Vec<Vec<u8>> {
+    vec![
+        b"a\x00b".to_vec(),
+        b"\x00".to_vec(),
+        b"\xff\xfe\x00\xff".to_vec(),
+        b"::\x00::".to_vec(),
+        b"{tag}\x00\r\n".to_vec(),
+        vec![b'k'; 512 * 1024],
+        [b"big\x00".as_slice(), &vec![0xffu8; 512 * 1024]].concat(),
+    ]
+}
+
+/// Allow 512 KB owners (the default limit is 1 KB).
+const BIG_OWNERS: [&str; 2] = ["max-owner-length", "1048576"];
+
+fn r(con: &mut Connection, args: &[&[u8]]) -> Result<Value, String> {
+    run(con, args)
+}
+
+fn token(v: Result<Value, String>) -> i64 {
+    match v {
+        Ok(Value::Int(t)) => t,
+        other => panic!("expected a token, got {other:?}"),
+    }
+}
+
+fn alive_and_calm(s: &Server, c: &mut Connection) {
+    assert_eq!(cmd(c, &["PING"]), Ok(Value::SimpleString("PONG".into())));
+    assert_eq!(
+        stat(c, "panics"),
+        0.0,
+        "no panic anywhere; log:\n{}",
+        s.log()
+    );
+}
+
+#[test]
+fn every_command_takes_binary_keys_and_owners() {
+    let s = Server::start_with_module_args(&BIG_OWNERS, &[]);
+    let mut c = s.con();
+    let mut c3 = s.con3();
+    for name in awkward_names() {
+        for owner in awkward_names() {
+            let k = &name[..];
+            let o = &owner[..];
+            let t = token(r(&mut c, &[b"LOCK.ACQUIRE", k, o, b"60000"]));
+            assert_eq!(
+                token(r(&mut c, &[b"LOCK.ACQUIRE", k, o, b"60000"])),
+                t,
+                "renewal"
+            );
+            assert_eq!(
+                r(&mut c, &[b"LOCK.ACQUIRE", k, b"other", b"100"]),
+                Ok(Value::Nil)
+            );
+            assert_eq!(r(&mut c, &[b"LOCK.FENCE", k]), Ok(Value::Int(t)));
+            let ts = t.to_string();
+            assert_eq!(
+                r(&mut c, &[b"LOCK.FENCE", k, ts.as_bytes()]),
+                Ok(Value::Int(1))
+            );
+            assert_eq!(
+                r(&mut c, &[b"LOCK.EXTEND", k, o, b"60000"]),
+                Ok(Value::Int(1))
+            );
+            assert_eq!(
+                r(&mut c, &[b"LOCK.EXTEND", k, b"x", b"60000"]),
+                Ok(Value::Int(0))
+            );
+            for con in [&mut c, &mut c3] {
+                let info = r(con, &[b"LOCK.INFO", k]).expect("LOCK.INFO");
+                assert_eq!(
+                    map_field(&info, "owner"),
+                    Some(Value::BulkString(owner.clone()))
+                );
+            }
+            assert_eq!(r(&mut c, &[b"LOCK.RELEASE", k, b"x"]), Ok(Value::Int(0)));
+            assert_eq!(r(&mut c, &[b"LOCK.RELEASE", k, o]), Ok(Value::Int(1)));
+            assert_eq!(r(&mut c, &[b"LOCK.FENCE", k]), Ok(Value::Nil));
+            token(r(&mut c, &[b"LOCK.ACQUIRE", k, o, b"60000"]));
+            assert_eq!(r(&mut c, &[b"LOCK.FORCERELEASE", k]), Ok(Value::Int(1)));
+        }
+        // Owner `*`: the generated owner comes back with the token.
+        let got = r(&mut c, &[b"LOCK.ACQUIRE", &name, b"*", b"60000"]).expect("acquire *");
+        assert!(
+            matches!(got, Value::Array(ref v) if v.len() == 2),
+            "{got:?}"
+        );
+        assert_eq!(r(&mut c, &[b"LOCK.FORCERELEASE", &name]), Ok(Value::Int(1)));
+    }
+    alive_and_calm(&s, &mut c);
+}
+
+#[test]
+fn binary_keys_expire_hand_off_and_wake_waiters_on_delete() {
+    let s = Server::start_with_module_args(&BIG_OWNERS, &[]);
+    let mut c = s.con();
+    ok(&mut c, &["CONFIG", "SET", "notify-keyspace-events", "KEA"]);
+    for name in awkward_names() {
+        let k = &name[..];
+        // 1. The lease runs out with nobody waiting: Redis expires the key (the crash report).
+        token(r(&mut c, &[b"LOCK.ACQUIRE", k, b"a\x00o", b"50"]));
+        assert!(
+            eventually(Duration::from_secs(5), || {
+                r(&mut c, &[b"EXISTS", k]) == Ok(Value::Int(0))
+            }),
+            "the expired lock left the keyspace"
+        );
+        // 2. The lease runs out with a waiter: the timer hands it over.
+        token(r(&mut c, &[b"LOCK.ACQUIRE", k, b"first\x00", b"100"]));
+        let mut w = s.con();
+        let key = name.clone();
+        let waiter = std::thread::spawn(move || {
+            run(
+                &mut w,
+                &[
+                    b"LOCK.ACQUIRE",
+                    &key,
+                    b"\xffnext",
+                    b"60000",
+                    b"WAIT",
+                    b"10000",
+                ],
+            )
+        });
+        wait_blocked(&mut c, 1);
+        let t = token(waiter.join().unwrap());
+        assert_eq!(
+            r(&mut c, &[b"LOCK.FENCE", k]),
+            Ok(Value::Int(t)),
+            "handed over at expiry"
+        );
+        // 3. DEL with a waiter queued: the unlink hook wakes it.
+        let mut w = s.con();
+        let key = name.clone();
+        let waiter = std::thread::spawn(move || {
+            run(
+                &mut w,
+                &[b"LOCK.ACQUIRE", &key, b"third", b"60000", b"WAIT", b"10000"],
+            )
+        });
+        wait_blocked(&mut c, 1);
+        assert_eq!(r(&mut c, &[b"DEL", k]), Ok(Value::Int(1)));
+        let t = token(waiter.join().unwrap());
+        assert_eq!(
+            r(&mut c, &[b"LOCK.FENCE", k]),
+            Ok(Value::Int(t)),
+            "handed over after DEL"
+        );
+        // 4. Release to a waiter, then the waiter's connection drops while queued.
+        let mut w = s.con();
+        let key = name.clone();
+        let waiter = std::thread::spawn(move || {
+            run(
+                &mut w,
+                &[
+                    b"LOCK.ACQUIRE",
+                    &key,
+                    b"fourth",
+                    b"60000",
+                    b"WAIT",
+                    b"10000",
+                ],
+            )
+        });
+        wait_blocked(&mut c, 1);
+        assert_eq!(
+            r(&mut c, &[b"LOCK.RELEASE", k, b"third"]),
+            Ok(Value::Int(1))
+        );
+        token(waiter.join().unwrap());
+        assert_eq!(r(&mut c, &[b"LOCK.FORCERELEASE", k]), Ok(Value::Int(1)));
+        // 5. UNLINK, RENAME and SWAPDB-free paths with a binary key: FLUSHALL under a waiter.
+        token(r(&mut c, &[b"LOCK.ACQUIRE", k, b"h", b"60000"]));
+        let mut w = s.con();
+        let key = name.clone();
+        let waiter = std::thread::spawn(move || {
+            run(
+                &mut w,
+                &[b"LOCK.ACQUIRE", &key, b"fifth", b"60000", b"WAIT", b"10000"],
+            )
+        });
+        wait_blocked(&mut c, 1);
+        ok(&mut c, &["FLUSHALL"]);
+        let t = token(waiter.join().unwrap());
+        assert_eq!(
+            r(&mut c, &[b"LOCK.FENCE", k]),
+            Ok(Value::Int(t)),
+            "handed over after FLUSHALL"
+        );
+        ok(&mut c, &["FLUSHALL"]);
+    }
+    assert!(stat(&mut c, "expired_while_held") >= awkward_names().len() as f64 * 2.0);
+    alive_and_calm(&s, &mut c);
+}
+
+#[test]
+fn binary_keys_replicate_persist_and_restore() {
+    let mut s = Server::start_with_module_args(&BIG_OWNERS, &["--appendonly", "yes"]);
+    let port = s.port.to_string();
+    let replica = Server::start_with_module_args(&BIG_OWNERS, &["--replicaof", "127.0.0.1", &port]);
+    let mut c = s.con();
+    let mut rc = replica.con();
+    assert!(
+        eventually(Duration::from_secs(20), || info_field(
+            &mut rc,
+            "replication",
+            "master_link_status"
+        ) == "up"),
+        "replica synced"
+    );
+    let mut tokens = Vec::new();
+    for (i, name) in awkward_names().into_iter().enumerate() {
+        let owner = [b"o\x00".as_slice(), &name].concat();
+        let t = token(r(&mut c, &[b"LOCK.ACQUIRE", &name, &owner, b"600000"]));
+        tokens.push((name, owner, t));
+        // DUMP / RESTORE round trip of a binary key under another binary name.
+        let payload = match r(&mut c, &[b"DUMP", &tokens[i].0]) {
+            Ok(Value::BulkString(p)) => p,
+            other => panic!("DUMP {other:?}"),
+        };
+        let copy = [b"copy\x00".as_slice(), &tokens[i].0].concat();
+        assert_eq!(
+            r(&mut c, &[b"RESTORE", &copy, b"0", &payload]),
+            Ok(Value::Okay)
+        );
+        assert_eq!(r(&mut c, &[b"LOCK.FENCE", &copy]), Ok(Value::Int(t)));
+        assert_eq!(r(&mut c, &[b"DEL", &copy]), Ok(Value::Int(1)));
+    }
+    assert_eq!(int(&ok(&mut c, &["WAIT", "1", "5000"])), 1);
+    for (name, owner, t) in &tokens {
+        assert_eq!(
+            r(&mut rc, &[b"LOCK.FENCE", name]),
+            Ok(Value::Int(*t)),
+            "replica"
+        );
+        let info = r(&mut rc, &[b"LOCK.INFO", name]).expect("info on the replica");
+        assert_eq!(
+            map_field(&info, "owner"),
+            Some(Value::BulkString(owner.clone()))
+        );
+    }
+    ok(&mut c, &["DEBUG", "RELOAD"]);
+    for (name, _, t) in &tokens {
+        assert_eq!(
+            r(&mut c, &[b"LOCK.FENCE", name]),
+            Ok(Value::Int(*t)),
+            "after DEBUG RELOAD"
+        );
+    }
+    ok(&mut c, &["BGREWRITEAOF"]);
+    wait_persistence_idle(&mut c);
+    s.restart();
+    let mut c = s.con();
+    for (name, owner, t) in &tokens {
+        assert_eq!(
+            r(&mut c, &[b"LOCK.FENCE", name]),
+            Ok(Value::Int(*t)),
+            "after AOF restart"
+        );
+        assert_eq!(
+            r(&mut c, &[b"LOCK.RELEASE", name, owner]),
+            Ok(Value::Int(1))
+        );
+    }
+    alive_and_calm(&s, &mut c);
+}

@@ -1,0 +1,146 @@
+//! Handoffs wait while the server really pauses writes, and only then: a pause command the
+//! server refused, denied, queued and discarded, or failed never freezes the queue. (Module
+//! timers learn the pause from the server, not from the commands clients send.)
+
+mod common;
+use common::*;
+use std::time::{Duration, Instant};
+
+/// Hold `p` for 300 ms with a waiter behind it, run `attempt`, and check the waiter gets the
+/// lock at the expiry (well before its 2.5 s WAIT timeout).
+fn waiter_is_served_despite(attempt: impl FnOnce(&Server, &mut Connection)) {
+    let s = Server::start();
+    let mut c = s.con();
+    ok(
+        &mut c,
+        &[
+            "ACL",
+            "SETUSER",
+            "limited",
+            "on",
+            "nopass",
+            "+@all",
+            "-client",
+            "-failover",
+            "-config",
+        ],
+    );
+    acquire(&mut c, "p", "holder", 300).unwrap();
+    let started = Instant::now();
+    let w = spawn_wait(&s, "p", "waiter", 1000, 2500);
+    wait_blocked(&mut c, 1);
+    attempt(&s, &mut c);
+    let got = w.join().unwrap();
+    let waited = started.elapsed();
+    assert!(
+        matches!(got, Ok(Value::Int(_))),
+        "the waiter got {got:?} after {waited:?}"
+    );
+    assert!(
+        waited < Duration::from_millis(2000),
+        "served at the expiry, not frozen: {waited:?}"
+    );
+    assert_eq!(
+        cmd(&mut c, &["PING"]),
+        Ok(Value::SimpleString("PONG".into()))
+    );
+}
+
+fn as_limited(s: &Server) -> Connection {
+    let mut l = s.con();
+    ok(&mut l, &["AUTH", "limited", "any"]);
+    l
+}
+
+#[test]
+fn a_pause_with_a_syntax_error_pauses_nothing() {
+    waiter_is_served_despite(|_, c| {
+        assert!(cmd(c, &["CLIENT", "PAUSE", "100000", "BOGUS"]).is_err());
+    });
+}
+
+/// Valkey refuses this timeout as out of range (then nothing is paused); Redis 7.0 accepts it and
+/// really pauses, so there the handoff waits for CLIENT UNPAUSE.
+#[test]
+fn a_pause_out_of_range_pauses_nothing() {
+    waiter_is_served_despite(|_, c| {
+        if cmd(c, &["CLIENT", "PAUSE", "9223372036854775807"]).is_ok() {
+            // A pause of all clients: even INFO would wait. Lift it; the handoff follows.
+            std::thread::sleep(Duration::from_millis(500));
+            ok(c, &["CLIENT", "UNPAUSE"]);
+        }
+    });
+}
+
+#[test]
+fn a_failover_without_replicas_pauses_nothing() {
+    waiter_is_served_despite(|_, c| {
+        assert!(cmd(c, &["FAILOVER"]).is_err(), "refused without a replica");
+    });
+}
+
+#[test]
+fn denied_pause_and_failover_pause_nothing() {
+    waiter_is_served_despite(|s, _| {
+        let mut l = as_limited(s);
+        let denied = cmd(&mut l, &["CLIENT", "PAUSE", "100000"]);
+        assert!(
+            matches!(&denied, Err(e) if e.starts_with("NOPERM")),
+            "{denied:?}"
+        );
+        let denied = cmd(&mut l, &["FAILOVER"]);
+        assert!(
+            matches!(&denied, Err(e) if e.starts_with("NOPERM")),
+            "{denied:?}"
+        );
+    });
+}
+
+#[test]
+fn a_discarded_pause_pauses_nothing() {
+    waiter_is_served_despite(|_, c| {
+        ok(c, &["MULTI"]);
+        assert_eq!(
+            cmd(c, &["CLIENT", "PAUSE", "100000", "WRITE"]),
+            Ok(Value::SimpleString("QUEUED".into()))
+        );
+        ok(c, &["DISCARD"]);
+    });
+}
+
+/// The control: a real pause holds the handoff until it ends, then the waiter is served.
+#[test]
+fn a_real_pause_holds_the_handoff_until_it_ends() {
+    let s = Server::start();
+    let mut c = s.con();
+    acquire(&mut c, "p", "holder", 100).unwrap();
+    let started = Instant::now();
+    let w = spawn_wait(&s, "p", "waiter", 1000, 5000);
+    wait_blocked(&mut c, 1);
+    ok(&mut c, &["CLIENT", "PAUSE", "800", "WRITE"]);
+    let got = w.join().unwrap();
+    let waited = started.elapsed();
+    assert!(matches!(got, Ok(Value::Int(_))), "{got:?}");
+    assert!(
+        waited >= Duration::from_millis(750),
+        "held during the pause: {waited:?}"
+    );
+}
+
+/// A pause lifted early by CLIENT UNPAUSE lets the handoff go at once.
+#[test]
+fn unpause_releases_the_handoff() {
+    let s = Server::start();
+    let mut c = s.con();
+    acquire(&mut c, "p", "holder", 100).unwrap();
+    let w = spawn_wait(&s, "p", "waiter", 1000, 5000);
+    wait_blocked(&mut c, 1);
+    let started = Instant::now();
+    ok(&mut c, &["CLIENT", "PAUSE", "100000", "WRITE"]);
+    std::thread::sleep(Duration::from_millis(400));
+    assert_eq!(blocked_clients(&mut c), 1, "held while paused");
+    ok(&mut c, &["CLIENT", "UNPAUSE"]);
+    let got = w.join().unwrap();
+    assert!(matches!(got, Ok(Value::Int(_))), "{got:?}");
+    assert!(started.elapsed() < Duration::from_secs(3));
+}
