@@ -48,12 +48,18 @@ bench: release
 		cargo run --release -p redis-lock-bench -- --out docs/bench $(BENCH_ARGS)
 
 ## The fault-injection safety suite (about a minute per server): paused holders, killed waiters,
-## kill -9 + restart from AOF/RDB, DEBUG SLEEP, all at once.
+## kill -9 + restart from AOF/RDB, DEBUG SLEEP, all at once; then the randomized suite
+## (argument fuzzing and model-checked histories, LOCK_FUZZ_SECS each, seed printed).
+LOCK_FUZZ_SECS ?= 15
 test-faults: build valkey
 	LOCK_TEST_SERVER=redis-server LOCK_MODULE=$(CURDIR)/$(MODULE_DEBUG) \
 		cargo test --test faults -- --ignored --test-threads=1 --nocapture --skip fault_helper_process
 	LOCK_TEST_SERVER=$(CURDIR)/$(VALKEY) LOCK_MODULE=$(CURDIR)/$(MODULE_DEBUG) \
 		cargo test --test faults -- --ignored --test-threads=1 --nocapture --skip fault_helper_process
+	LOCK_TEST_SERVER=redis-server LOCK_MODULE=$(CURDIR)/$(MODULE_DEBUG) LOCK_FUZZ_SECS=$(LOCK_FUZZ_SECS) \
+		cargo test --test fuzz -- --ignored --test-threads=2 --nocapture
+	LOCK_TEST_SERVER=$(CURDIR)/$(VALKEY) LOCK_MODULE=$(CURDIR)/$(MODULE_DEBUG) LOCK_FUZZ_SECS=$(LOCK_FUZZ_SECS) \
+		cargo test --test fuzz -- --ignored --test-threads=2 --nocapture
 
 clippy:
 	cargo clippy --workspace --all-targets -- -D warnings
