@@ -115,7 +115,7 @@ fn fuzz_arguments_of_every_command() {
             ),
         }
         sent += 1;
-        if sent % 200 == 0 {
+        if sent.is_multiple_of(200) {
             for con in cons.iter_mut() {
                 assert_eq!(cmd(con, &["PING"]), Ok(Value::SimpleString("PONG".into())));
             }
