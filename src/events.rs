@@ -153,15 +153,24 @@ fn filter(fctx: *mut raw::RedisModuleCommandFilterCtx) {
     // SAFETY: as above; `pos` stays below the argument count.
     let arg_at = |pos: c_int| unsafe { redis_module::RedisString::string_as_slice(arg(fctx, pos)) };
     let first = arg_at(0);
-    match first.len() {
-        4 if total == 1 && first.eq_ignore_ascii_case(b"exec") => crate::resetstat::exec(),
-        7 if total == 1 && first.eq_ignore_ascii_case(b"discard") => crate::resetstat::discard(),
+    let candidate = match first.len() {
+        4 if total == 1 && first.eq_ignore_ascii_case(b"exec") => {
+            crate::resetstat::exec_is_candidate()
+        }
+        7 if total == 1 && first.eq_ignore_ascii_case(b"discard") => {
+            crate::resetstat::discard();
+            false
+        }
         6 if total == 2
             && first.eq_ignore_ascii_case(b"config")
             && arg_at(1).eq_ignore_ascii_case(b"resetstat") =>
         {
-            crate::resetstat::candidate()
+            crate::resetstat::candidate();
+            true
         }
-        _ => {}
+        _ => false,
+    };
+    if candidate {
+        expiry::check_resetstat_soon();
     }
 }

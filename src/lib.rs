@@ -36,7 +36,7 @@ mod registration {
         guard::install_hook();
         ctx.set_module_options(redis_module::raw::ModuleOptions::HANDLE_IO_ERRORS);
         expiry::init(ctx);
-        metrics::register_info(ctx);
+        metrics::register_info(ctx, Some(on_info));
         events::watch_commands(ctx);
         let ready = events::subscribe(ctx)
             .map_err(str::to_string)
@@ -49,6 +49,19 @@ mod registration {
                 Status::Err
             }
         }
+    }
+
+    extern "C" fn on_info(
+        ctx: *mut redis_module::raw::RedisModuleInfoCtx,
+        _for_crash_report: std::os::raw::c_int,
+    ) {
+        guard::contain(
+            "the INFO callback",
+            || (),
+            || {
+                let _ = metrics::add_info(&redis_module::InfoContext::new(ctx));
+            },
+        );
     }
 
     // Each command hands off to its handler with panics contained (`guard`).

@@ -56,15 +56,15 @@ pub fn was_reset(before: &Snapshot, after: &Snapshot) -> bool {
             || after.net_input_bytes < before.net_input_bytes)
 }
 
-/// The filter saw `CONFIG RESETSTAT` (or an EXEC that may run a queued one).
+/// The filter saw `CONFIG RESETSTAT` (or an EXEC that may run a queued one): note the
+/// statistics now; the caller has `check` run once the command has run.
 pub fn candidate() {
     let before = (read(), STATS.reading());
     PENDING.lock().unwrap_or_else(|p| p.into_inner()).before = Some(before);
-    crate::expiry::check_resetstat_soon();
 }
 
-/// The filter saw `EXEC`: a candidate if a `CONFIG RESETSTAT` may be queued.
-pub fn exec() {
+/// The filter saw `EXEC`: whether it is a candidate (a `CONFIG RESETSTAT` may be queued).
+pub fn exec_is_candidate() -> bool {
     let queued = std::mem::take(
         &mut PENDING
             .lock()
@@ -74,6 +74,7 @@ pub fn exec() {
     if queued {
         candidate();
     }
+    queued
 }
 
 /// The filter saw `DISCARD`.

@@ -33,6 +33,22 @@ fn token(v: Result<Value, String>) -> i64 {
     }
 }
 
+/// `LOCK.ACQUIRE name owner 60000 WAIT 10000` on its own connection and thread.
+fn wait_for(
+    s: &Server,
+    name: &[u8],
+    owner: &'static [u8],
+) -> std::thread::JoinHandle<Result<Value, String>> {
+    let mut w = s.con();
+    let key = name.to_vec();
+    std::thread::spawn(move || {
+        run(
+            &mut w,
+            &[b"LOCK.ACQUIRE", &key, owner, b"60000", b"WAIT", b"10000"],
+        )
+    })
+}
+
 fn alive_and_calm(s: &Server, c: &mut Connection) {
     assert_eq!(cmd(c, &["PING"]), Ok(Value::SimpleString("PONG".into())));
     assert_eq!(
@@ -117,21 +133,7 @@ fn binary_keys_expire_hand_off_and_wake_waiters_on_delete() {
         );
         // 2. The lease runs out with a waiter: the timer hands it over.
         token(r(&mut c, &[b"LOCK.ACQUIRE", k, b"first\x00", b"100"]));
-        let mut w = s.con();
-        let key = name.clone();
-        let waiter = std::thread::spawn(move || {
-            run(
-                &mut w,
-                &[
-                    b"LOCK.ACQUIRE",
-                    &key,
-                    b"\xffnext",
-                    b"60000",
-                    b"WAIT",
-                    b"10000",
-                ],
-            )
-        });
+        let waiter = wait_for(&s, &name, b"\xffnext");
         wait_blocked(&mut c, 1);
         let t = token(waiter.join().unwrap());
         assert_eq!(
@@ -140,14 +142,7 @@ fn binary_keys_expire_hand_off_and_wake_waiters_on_delete() {
             "handed over at expiry"
         );
         // 3. DEL with a waiter queued: the unlink hook wakes it.
-        let mut w = s.con();
-        let key = name.clone();
-        let waiter = std::thread::spawn(move || {
-            run(
-                &mut w,
-                &[b"LOCK.ACQUIRE", &key, b"third", b"60000", b"WAIT", b"10000"],
-            )
-        });
+        let waiter = wait_for(&s, &name, b"third");
         wait_blocked(&mut c, 1);
         assert_eq!(r(&mut c, &[b"DEL", k]), Ok(Value::Int(1)));
         let t = token(waiter.join().unwrap());
@@ -157,21 +152,7 @@ fn binary_keys_expire_hand_off_and_wake_waiters_on_delete() {
             "handed over after DEL"
         );
         // 4. Release to a waiter, then the waiter's connection drops while queued.
-        let mut w = s.con();
-        let key = name.clone();
-        let waiter = std::thread::spawn(move || {
-            run(
-                &mut w,
-                &[
-                    b"LOCK.ACQUIRE",
-                    &key,
-                    b"fourth",
-                    b"60000",
-                    b"WAIT",
-                    b"10000",
-                ],
-            )
-        });
+        let waiter = wait_for(&s, &name, b"fourth");
         wait_blocked(&mut c, 1);
         assert_eq!(
             r(&mut c, &[b"LOCK.RELEASE", k, b"third"]),
@@ -181,14 +162,7 @@ fn binary_keys_expire_hand_off_and_wake_waiters_on_delete() {
         assert_eq!(r(&mut c, &[b"LOCK.FORCERELEASE", k]), Ok(Value::Int(1)));
         // 5. UNLINK, RENAME and SWAPDB-free paths with a binary key: FLUSHALL under a waiter.
         token(r(&mut c, &[b"LOCK.ACQUIRE", k, b"h", b"60000"]));
-        let mut w = s.con();
-        let key = name.clone();
-        let waiter = std::thread::spawn(move || {
-            run(
-                &mut w,
-                &[b"LOCK.ACQUIRE", &key, b"fifth", b"60000", b"WAIT", b"10000"],
-            )
-        });
+        let waiter = wait_for(&s, &name, b"fifth");
         wait_blocked(&mut c, 1);
         ok(&mut c, &["FLUSHALL"]);
         let t = token(waiter.join().unwrap());
