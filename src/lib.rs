@@ -1,46 +1,41 @@
 //! redis-lock: fair, fenced, replicated locks as native Redis commands.
 //!
-//! This file only registers the module: its type, commands, configuration and events.
+//! This file only registers the module: its type, commands (from `shell::table`), configuration
+//! and events, and installs the shell's callbacks into the FFI layer. The layers and what may
+//! call what: `docs/architecture.md`.
 
 #![cfg_attr(test, allow(dead_code, unused_imports))]
 
-pub mod blocking;
-pub mod clock;
-pub mod cluster;
-pub mod command_docs;
-pub mod commands;
-pub mod config;
-pub mod data_type;
-pub mod error;
-pub mod events;
-pub mod expiry;
-pub mod fencing;
-pub mod guard;
-pub mod keyspace;
-pub mod lock;
-pub mod metrics;
-pub mod owner;
-pub mod resetstat;
-pub mod waiters;
+pub mod core;
+pub mod effects;
+pub mod ffi;
+pub mod shell;
 
 #[cfg(not(test))]
 mod registration {
     use redis_module::configuration::ConfigurationFlags;
-    use redis_module::{redis_module, AclCategory, Context, RedisResult, RedisString, Status};
+    use redis_module::{redis_module, AclCategory, Context, RedisString, Status};
 
-    use crate::data_type::LOCK_TYPE;
-    use crate::guard;
-    use crate::{command_docs, commands, config, events, expiry, metrics};
+    use crate::core::config;
+    use crate::ffi::data_type::LOCK_TYPE;
+    use crate::ffi::events;
+    use crate::ffi::guard;
+    use crate::ffi::handlers;
+    use crate::ffi::server;
+    use crate::ffi::timer;
+    use crate::shell::callbacks;
+    use crate::shell::table;
 
     fn init(ctx: &Context, _args: &[RedisString]) -> Status {
         guard::install_hook();
         ctx.set_module_options(redis_module::raw::ModuleOptions::HANDLE_IO_ERRORS);
-        expiry::init(ctx);
-        metrics::register_info(ctx, Some(on_info));
+        handlers::install(&callbacks::HANDLERS);
+        timer::init(ctx);
+        server::register_info(ctx);
         events::watch_commands(ctx);
         let ready = events::subscribe(ctx)
             .map_err(str::to_string)
-            .and_then(|()| command_docs::register(ctx))
+            .and_then(|()| table::register(ctx))
             .and_then(|()| guard::debug_panics::register(ctx));
         match ready {
             Ok(()) => Status::Ok,
@@ -51,42 +46,6 @@ mod registration {
         }
     }
 
-    extern "C" fn on_info(
-        ctx: *mut redis_module::raw::RedisModuleInfoCtx,
-        _for_crash_report: std::os::raw::c_int,
-    ) {
-        guard::contain(
-            "the INFO callback",
-            || (),
-            || {
-                let _ = metrics::add_info(&redis_module::InfoContext::new(ctx));
-            },
-        );
-    }
-
-    // Each command hands off to its handler with panics contained (`guard`).
-    fn acquire(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
-        guard::command(ctx, "LOCK.ACQUIRE", args, commands::acquire)
-    }
-    fn release(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
-        guard::command(ctx, "LOCK.RELEASE", args, commands::release)
-    }
-    fn extend(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
-        guard::command(ctx, "LOCK.EXTEND", args, commands::extend)
-    }
-    fn fence(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
-        guard::command(ctx, "LOCK.FENCE", args, commands::fence)
-    }
-    fn info(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
-        guard::command(ctx, "LOCK.INFO", args, commands::info)
-    }
-    fn force_release(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
-        guard::command(ctx, "LOCK.FORCERELEASE", args, commands::force_release)
-    }
-    fn apply(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
-        guard::command(ctx, "LOCK.APPLY", args, commands::apply)
-    }
-
     redis_module! {
         name: "lock",
         version: 1,
@@ -94,19 +53,8 @@ mod registration {
         data_types: [LOCK_TYPE],
         acl_categories: ["lock",],
         init: init,
-        // ACL categories are set with the command docs (`command_docs::DOCS`), where the server
-        // allows it.
-        commands: [
-            ["lock.acquire", acquire, "write deny-oom blocking", 1, 1, 1, ""],
-            ["lock.release", release, "write fast", 1, 1, 1, ""],
-            ["lock.extend", extend, "write deny-oom fast", 1, 1, 1, ""],
-            ["lock.fence", fence, "readonly fast", 1, 1, 1, ""],
-            ["lock.info", info, "readonly", 1, 1, 1, ""],
-            ["lock.forcerelease", force_release, "write admin fast", 1, 1, 1, ""],
-            ["lock.apply", apply, "write deny-oom", 1, 1, 1, ""],
-        ],
         event_handlers: [
-            [@EXPIRED: expiry::on_key_expired],
+            [@EXPIRED: callbacks::on_key_expired],
         ],
         configurations: [
             i64: [

@@ -8,12 +8,10 @@
 //! way; a real reset leaves the command's stats at `calls=1,...,rejected_calls=0,failed_calls=0`
 //! and restarts `total_net_input_bytes` from zero.
 
-use std::ffi::CStr;
 use std::sync::Mutex;
 
-use redis_module::raw;
-
-use crate::metrics::{Reading, STATS};
+use crate::core::metrics::{Reading, STATS};
+use crate::ffi::server::info_field;
 
 /// The server statistics a reset changes, read just before and just after a candidate.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -114,26 +112,6 @@ fn read() -> Snapshot {
         net_input_bytes: info_field(c"stats", c"total_net_input_bytes")
             .and_then(|v| v.parse().ok())
             .unwrap_or(0),
-    }
-}
-
-/// One field of an INFO section, read through the module API (no command is run).
-fn info_field(section: &CStr, field: &CStr) -> Option<String> {
-    // SAFETY: GetServerInfo accepts a NULL context (the data is then freed by us, below);
-    // the field's C string lives until FreeServerInfo and is copied out before.
-    unsafe {
-        let data = raw::RedisModule_GetServerInfo?(std::ptr::null_mut(), section.as_ptr());
-        if data.is_null() {
-            return None;
-        }
-        let value = raw::RedisModule_ServerInfoGetFieldC.and_then(|get| {
-            let ptr = get(data, field.as_ptr());
-            (!ptr.is_null()).then(|| CStr::from_ptr(ptr).to_string_lossy().into_owned())
-        });
-        if let Some(free) = raw::RedisModule_FreeServerInfo {
-            free(std::ptr::null_mut(), data);
-        }
-        value
     }
 }
 

@@ -4,22 +4,19 @@
 //! miss the replicas, the AOF, the events or the metrics.
 
 use std::ffi::CStr;
-use std::os::raw::{c_char, c_int, c_longlong};
+use std::sync::Mutex;
 use std::time::Duration;
 
 use redis_module::key::RedisKeyWritable;
-use redis_module::{raw, Context, RedisString};
+use redis_module::{Context, RedisString};
 
-use crate::data_type::LOCK_TYPE;
-use crate::error::LockError;
-use crate::lock::{Holder, Millis};
-use crate::metrics::STATS;
-use crate::waiters::QueueKey;
-
-/// The internal command that replicas and the AOF replay to set a holder, and its argument
-/// format for `RedisModule_Replicate` / `EmitAOF`: key, owner buffer, token, deadline, grant time.
-pub const APPLY_COMMAND: &CStr = c"LOCK.APPLY";
-pub const APPLY_FORMAT: &CStr = c"sblll";
+use crate::core::error::LockError;
+use crate::core::lock::{Holder, Millis};
+use crate::core::metrics::STATS;
+use crate::core::registry::QueueKey;
+use crate::ffi::clock;
+use crate::ffi::data_type::LOCK_TYPE;
+use crate::ffi::server;
 
 /// The longest key TTL the module ever sets: a century.
 const MAX_KEY_TTL_MS: Millis = 100 * 365 * 24 * 3_600_000;
@@ -53,49 +50,7 @@ impl LockEvent {
 
 /// Emit a lock event on `key`.
 pub fn notify(ctx: &Context, event: LockEvent, key: &RedisString) {
-    // SAFETY: a static event name and a live key string, on the main thread.
-    unsafe {
-        if let Some(notify) = raw::RedisModule_NotifyKeyspaceEvent {
-            notify(
-                ctx.ctx,
-                raw::REDISMODULE_NOTIFY_MODULE,
-                event.name().as_ptr(),
-                key.inner,
-            );
-        }
-    }
-}
-
-/// Replicate (and log to the AOF) the holder of `key` as one `LOCK.APPLY` effect.
-fn replicate_apply(ctx: &Context, key: &RedisString, holder: &Holder) {
-    let owner = holder.owner.bytes();
-    // SAFETY: the arguments match APPLY_FORMAT: a module string, a buffer and its length, and
-    // three long longs; Redis copies them into its own argv.
-    unsafe {
-        if let Some(replicate) = raw::RedisModule_Replicate {
-            replicate(
-                ctx.ctx,
-                APPLY_COMMAND.as_ptr(),
-                APPLY_FORMAT.as_ptr(),
-                key.inner,
-                owner.as_ptr().cast::<c_char>(),
-                owner.len(),
-                i64::try_from(holder.token).unwrap_or(i64::MAX) as c_longlong,
-                holder.deadline as c_longlong,
-                holder.granted as c_longlong,
-            );
-        }
-    }
-}
-
-/// Replicate (and log to the AOF) `DEL key`.
-fn replicate_del(ctx: &Context, key: &RedisString) {
-    // SAFETY: "s" takes one module string.
-    let _: c_int = unsafe {
-        raw::RedisModule_Replicate.map_or(0, |replicate| {
-            replicate(ctx.ctx, c"DEL".as_ptr(), c"s".as_ptr(), key.inner)
-        })
-    };
+    server::notify(ctx, event.name(), key);
 }
 
 /// A hold ended at `now`: record how long it lasted, and whether the lease ran out first.
@@ -138,7 +93,7 @@ impl<'a> LockKey<'a> {
     /// The queue this lock's waiters stand in.
     pub fn queue_key(&self) -> QueueKey {
         QueueKey {
-            db: selected_db(self.ctx),
+            db: server::selected_db(self.ctx),
             name: self.name.as_slice().into(),
         }
     }
@@ -183,7 +138,7 @@ impl<'a> LockKey<'a> {
     pub fn store(&self, holder: &Holder, event: LockEvent, now: Millis) -> Result<(), LockError> {
         self.end_previous_hold(Some(holder.token), now);
         self.write(holder, now)?;
-        replicate_apply(self.ctx, self.name, holder);
+        server::replicate_apply(self.ctx, self.name, holder);
         self.notify(event);
         Ok(())
     }
@@ -222,25 +177,56 @@ impl<'a> LockKey<'a> {
         if self.exists() {
             self.end_previous_hold(None, now);
             let _ = self.key.delete();
-            replicate_del(self.ctx, self.name);
+            server::replicate_del(self.ctx, self.name);
         }
     }
 }
 
-/// The db the context's client has selected.
-pub fn selected_db(ctx: &Context) -> i32 {
-    // SAFETY: GetSelectedDb only reads the context's client.
-    unsafe { raw::RedisModule_GetSelectedDb.map_or(0, |f| f(ctx.ctx)) }
+/// Read a lock key's holder without writing (replicas, read-only commands).
+pub fn read_holder(ctx: &Context, name: &RedisString) -> Result<Option<Holder>, LockError> {
+    ctx.open_key(name)
+        .get_value::<Holder>(&LOCK_TYPE)
+        .map(|h| h.cloned())
+        .map_err(|_| LockError::WrongType)
 }
 
-/// Select `db` on the context's client (timer contexts start in db 0).
-pub fn select_db(ctx: &Context, db: i32) {
-    if selected_db(ctx) != db {
-        // SAFETY: SelectDb changes the context's own (temporary) client; an invalid id fails.
-        unsafe {
-            if let Some(select) = raw::RedisModule_SelectDb {
-                select(ctx.ctx, db);
-            }
+/// The last lock that left the keyspace after its deadline, so the `expired` notification that
+/// follows it can tell a lock's expiry from any other key's.
+struct Unlinked {
+    db: i32,
+    name: Box<[u8]>,
+    granted: Millis,
+    deadline: Millis,
+}
+
+static LAST_UNLINKED: Mutex<Option<Unlinked>> = Mutex::new(None);
+
+/// A lock value left the keyspace (unlink hook). Only one past its deadline can be an expiry.
+pub fn note_unlinked(db: i32, name: &[u8], holder: &Holder) {
+    if clock::now_ms() >= holder.deadline {
+        let mut slot = LAST_UNLINKED.lock().unwrap_or_else(|p| p.into_inner());
+        *slot = Some(Unlinked {
+            db,
+            name: name.into(),
+            granted: holder.granted,
+            deadline: holder.deadline,
+        });
+    }
+}
+
+/// Redis expired the key `name` of `db`: if it was the lock noted by `note_unlinked`, its lease
+/// ran out while held. Account for it and emit `lock.expire`.
+pub fn expired(ctx: &Context, db: i32, name: &[u8]) {
+    let expired = {
+        let mut slot = LAST_UNLINKED.lock().unwrap_or_else(|p| p.into_inner());
+        match slot.as_ref() {
+            Some(u) if u.db == db && *u.name == *name => slot.take(),
+            _ => None,
         }
+    };
+    if let Some(lock) = expired {
+        let key = RedisString::create_from_slice(ctx.ctx, name);
+        let now = clock::now_ms().max(lock.deadline);
+        hold_ended(ctx, &key, lock.granted, lock.deadline, now);
     }
 }

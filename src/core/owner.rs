@@ -6,8 +6,6 @@
 
 use std::ops::Deref;
 
-use redis_module::raw;
-
 const UUID_LEN: usize = 36;
 const HYPHENS: [usize; 4] = [8, 13, 18, 23];
 
@@ -115,16 +113,9 @@ impl From<&[u8]> for Owner {
     }
 }
 
-/// A fresh hyphenated UUID (version 4) from the server's own random source (no panic path: if
-/// the API were missing, the bytes would stay zero and the UUID would still be well-formed).
-pub fn generate() -> String {
-    let mut bytes = [0u8; 16];
-    // SAFETY: GetRandomBytes fills exactly `len` bytes of the buffer it is given.
-    unsafe {
-        if let Some(fill) = raw::RedisModule_GetRandomBytes {
-            fill(bytes.as_mut_ptr(), bytes.len());
-        }
-    }
+/// A fresh hyphenated UUID (version 4) made from 16 random bytes (the shell reads them from
+/// the server's own random source).
+pub fn uuid_from_random(bytes: [u8; 16]) -> String {
     uuid::Builder::from_random_bytes(bytes)
         .into_uuid()
         .hyphenated()

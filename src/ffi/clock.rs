@@ -7,7 +7,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use redis_module::raw;
 
-use crate::lock::Millis;
+use crate::core::lock::Millis;
 
 fn system_since_epoch() -> std::time::Duration {
     // A clock before 1970 reads as 1970: deadlines then simply lie in the future.

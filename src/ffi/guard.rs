@@ -13,8 +13,8 @@ use std::sync::Mutex;
 
 use redis_module::{raw, Context, RedisResult, RedisString};
 
-use crate::error::LockError;
-use crate::metrics::STATS;
+use crate::core::error::LockError;
+use crate::core::metrics::STATS;
 
 /// A command handler, as the registration table lists them.
 pub type Handler = fn(&Context, Vec<RedisString>) -> RedisResult;
@@ -26,6 +26,20 @@ pub fn command(ctx: &Context, name: &str, args: Vec<RedisString>, handler: Handl
         || Err(LockError::Internal.into()),
         || handler(ctx, args),
     )
+}
+
+/// The body of a command's `extern "C"` entry point: decode the arguments, run `handler` (which
+/// contains panics through `command`), send its reply.
+pub fn serve(
+    ctx: *mut raw::RedisModuleCtx,
+    argv: *mut *mut raw::RedisModuleString,
+    argc: std::os::raw::c_int,
+    handler: impl FnOnce(&Context, Vec<RedisString>) -> RedisResult,
+) -> std::os::raw::c_int {
+    let context = Context::new(ctx);
+    let args = redis_module::decode_args(ctx, argv, argc);
+    let reply = handler(&context, args);
+    context.reply(reply) as std::os::raw::c_int
 }
 
 /// Where and why the last panic happened, written by the panic hook, read by `contain`.
@@ -163,10 +177,9 @@ pub mod debug_panics {
             argv: *mut *mut raw::RedisModuleString,
             argc: c_int,
         ) -> c_int {
-            let context = Context::new(ctx);
-            let args = redis_module::decode_args(ctx, argv, argc);
-            let reply = super::command(&context, "LOCK.DEBUG", args, debug);
-            context.reply(reply) as c_int
+            super::serve(ctx, argv, argc, |ctx, args| {
+                super::command(ctx, "LOCK.DEBUG", args, debug)
+            })
         }
 
         // SAFETY: registering a command at load time with static C strings.

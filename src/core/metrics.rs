@@ -1,9 +1,8 @@
-//! Counters, gauges and latency histograms, and the `INFO lock` section. Every update is O(1);
-//! atomics because a value's free callback may run on a lazy-free thread.
+//! Counters, gauges and latency histograms (the `INFO lock` section renders them, see
+//! `shell::info`). Every update is O(1); atomics because a value's free callback may run on a
+//! lazy-free thread.
 
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
-
-use redis_module::{raw, Context, InfoContext, RedisResult};
 
 /// A monotonically increasing count since start or `CONFIG RESETSTAT`.
 pub struct Counter(AtomicU64);
@@ -225,7 +224,8 @@ impl Stats {
         self.hold_time.reset_to_since(&at.hold_time);
     }
 
-    fn counters(&self) -> [(&'static str, &Counter); COUNTERS] {
+    /// Every counter with its INFO field name.
+    pub fn counters(&self) -> [(&'static str, &Counter); COUNTERS] {
         [
             ("acquired_immediately", &self.acquired_immediately),
             ("acquired_after_wait", &self.acquired_after_wait),
@@ -244,39 +244,6 @@ impl Stats {
             ("panics", &self.panics),
         ]
     }
-}
-
-fn ms(micros: u64) -> String {
-    format!("{:.3}", micros as f64 / 1000.0)
-}
-
-/// The `INFO lock` section `lock_stats` (Redis prefixes each field with `lock_`).
-pub fn add_info(ctx: &InfoContext) -> RedisResult<()> {
-    let s = &STATS;
-    let mut section = ctx.builder().add_section("stats");
-    for (name, counter) in s.counters() {
-        section = section.field(name, counter.get())?;
-    }
-    for (name, gauge) in [("locks", &s.locks), ("waiters", &s.waiters)] {
-        section = section
-            .field(name, gauge.get())?
-            .field(&format!("{name}_peak"), gauge.peak())?;
-    }
-    for (name, h) in [("wait_time", &s.wait_time), ("hold_time", &s.hold_time)] {
-        section = section
-            .field(&format!("{name}_count"), h.count())?
-            .field(&format!("{name}_p50_ms"), ms(h.quantile(0.50)))?
-            .field(&format!("{name}_p99_ms"), ms(h.quantile(0.99)))?
-            .field(&format!("{name}_max_ms"), ms(h.max()))?;
-    }
-    section.build_section()?.build_info()?;
-    Ok(())
-}
-
-/// Replace the INFO callback the registration macro installs with `on_info`, which lib.rs
-/// defines (it contains panics, and `guard` counts them here: the arrow points one way).
-pub fn register_info(ctx: &Context, on_info: raw::RedisModuleInfoFunc) {
-    raw::register_info_function(ctx.ctx, on_info);
 }
 
 #[cfg(test)]

@@ -1,13 +1,13 @@
-//! The only place with raw block / unblock / disconnect FFI.
+//! Blocking a client and answering it: the raw block / unblock / disconnect FFI.
 //!
 //! A blocked `LOCK.ACQUIRE ... WAIT` is answered in exactly one of three ways, each decided by
 //! whoever takes the waiter out of its queue (everything runs on the main thread, so only one
 //! can):
 //! - granted: `answer` unblocks it with the token; the reply callback sends it. If the client
-//!   disconnects before the reply went out, the grant is revoked (`expiry::revoke_later`), so
+//!   disconnects before the reply went out, the grant is revoked (a `Revoke` timer job), so
 //!   the lock never stays with a closed connection;
-//! - timed out: the module's own timer (`expiry`, job `TimeOut`) takes it out and `answer`s nil;
-//! - disconnected while queued: Redis calls `on_disconnect`, which takes it out.
+//! - timed out: the module's own timer (job `TimeOut`) takes it out and `answer`s nil;
+//! - disconnected while queued: Redis calls `on_disconnect`; the shell's handler takes it out.
 //!
 //! Clients are blocked *without* a server-side timeout. On Redis 7.0 the server's timeout path
 //! unblocks a client even when the module has just unblocked it with a grant, so neither the
@@ -15,8 +15,8 @@
 //! timeout kept in the module, grant and timeout are decided in one place on every server.
 //!
 //! `CLIENT UNBLOCK` goes through that same server path, so it is offered only where the server
-//! skips clients a module already unblocked (Redis 7.2+, Valkey): there `on_unblock` takes the
-//! waiter out and answers nil. On Redis 7.0 lock waiters register no timeout callback, so
+//! skips clients a module already unblocked (Redis 7.2+, Valkey): there `on_unblock` has the
+//! shell take the waiter out and answers nil. On Redis 7.0 lock waiters register no timeout callback, so
 //! `CLIENT UNBLOCK` answers 0 and leaves them waiting (use their WAIT timeout or CLIENT KILL).
 //!
 //! Every handle goes back to Redis through `RedisModule_UnblockClient` exactly once: that is what
@@ -27,10 +27,13 @@ use std::ptr::NonNull;
 
 use redis_module::{raw, Context, RedisValue};
 
-use crate::error::LockError;
-use crate::guard;
-use crate::lock::Token;
-use crate::waiters::QueueKey;
+use crate::core::error::LockError;
+use crate::core::metrics::STATS;
+use crate::core::settle::{Answer, Job};
+use crate::ffi::guard;
+use crate::ffi::handlers;
+use crate::ffi::server;
+use crate::ffi::timer::{self, TimerId};
 
 /// A client blocked by this module, with the timer that times it out (if it has a timeout).
 /// Only the main thread uses it; the raw handle is moved into the registry, which must be `Send`.
@@ -38,29 +41,11 @@ use crate::waiters::QueueKey;
 pub struct BlockedClient {
     handle: NonNull<raw::RedisModuleBlockedClient>,
     /// The pending timeout timer; `None` once it fired (or without WAIT timeout).
-    pub timeout: Option<crate::expiry::TimerId>,
+    pub timeout: Option<TimerId>,
 }
 
 // SAFETY: the handle is an opaque token owned by Redis; it is only ever used on the main thread.
 unsafe impl Send for BlockedClient {}
-
-/// The lock handed to a waiter.
-#[derive(Debug)]
-pub struct Grant {
-    pub key: QueueKey,
-    pub owner: crate::owner::Owner,
-    pub token: Token,
-    /// The waiter asked with owner `*`: the reply is `[owner, token]`.
-    pub with_owner: bool,
-}
-
-/// How a blocked client is answered.
-#[derive(Debug)]
-pub enum Answer {
-    Granted(Grant),
-    TimedOut,
-    Failed(LockError),
-}
 
 /// The private data passed through `RedisModule_UnblockClient`.
 struct Delivery {
@@ -68,25 +53,12 @@ struct Delivery {
     delivered: bool,
 }
 
-/// The id of the calling client (for a callback of a blocked client: that client).
-pub fn client_id(ctx: &Context) -> u64 {
-    // SAFETY: GetClientId is part of the module API since Redis 5 and takes any context.
-    unsafe { raw::RedisModule_GetClientId.map_or(0, |f| f(ctx.ctx)) }
-}
-
-/// Whether the caller may block (not in MULTI, Lua, functions, RM_Call, ...).
-pub fn can_block(ctx: &Context) -> bool {
-    !ctx.get_flags()
-        .contains(redis_module::ContextFlags::DENY_BLOCKING)
-}
-
 /// The first server version whose timeout path skips clients a module already unblocked.
 const UNBLOCK_SAFE_VERSION: c_int = 0x00_07_02_00;
 
 /// Whether `CLIENT UNBLOCK` can be offered to lock waiters on this server.
 fn client_unblock_is_safe() -> bool {
-    // SAFETY: GetServerVersion takes no arguments and returns the version as 0x00MMmmpp.
-    unsafe { raw::RedisModule_GetServerVersion.is_some_and(|v| v() >= UNBLOCK_SAFE_VERSION) }
+    server::version() >= UNBLOCK_SAFE_VERSION
 }
 
 /// Block the calling client until `answer` (no server-side timeout: see the module docs).
@@ -114,8 +86,8 @@ pub fn block(ctx: &Context) -> Option<BlockedClient> {
 
 /// Give the handle of a client that is gone (disconnected) back to Redis, so it frees its
 /// blocked-client record. No reply is sent: there is nobody to send it to.
-fn release_handle(client: BlockedClient) {
-    crate::expiry::stop_timer(client.timeout);
+pub fn release_handle(client: BlockedClient) {
+    timer::stop(client.timeout);
     // SAFETY: the handle came from BlockClient and was taken out of the queue just now, so this
     // is its only UnblockClient call.
     unsafe {
@@ -127,7 +99,7 @@ fn release_handle(client: BlockedClient) {
 
 /// Unblock `client` with `answer`; its reply goes out at the end of this event-loop turn.
 pub fn answer(client: BlockedClient, answer: Answer) {
-    crate::expiry::stop_timer(client.timeout);
+    timer::stop(client.timeout);
     let delivery = Box::into_raw(Box::new(Delivery {
         answer,
         delivered: false,
@@ -138,16 +110,6 @@ pub fn answer(client: BlockedClient, answer: Answer) {
         if let Some(unblock) = raw::RedisModule_UnblockClient {
             unblock(client.handle.as_ptr(), delivery.cast::<c_void>());
         }
-    }
-}
-
-/// The reply of a granted acquire: the token, or `[owner, token]` for owner `*`.
-pub fn grant_reply(owner: &[u8], token: Token, with_owner: bool) -> RedisValue {
-    let token = RedisValue::Integer(i64::try_from(token).unwrap_or(i64::MAX));
-    if with_owner {
-        RedisValue::Array(vec![RedisValue::StringBuffer(owner.to_vec()), token])
-    } else {
-        token
     }
 }
 
@@ -172,16 +134,7 @@ extern "C" fn on_reply(
             let Some(delivery) = delivery else {
                 return context.reply(Ok(RedisValue::Null)) as c_int;
             };
-            let reply = match &delivery.answer {
-                Answer::Granted(grant) => Ok(grant_reply(
-                    &grant.owner.bytes(),
-                    grant.token,
-                    grant.with_owner,
-                )),
-                Answer::TimedOut => Ok(RedisValue::Null),
-                Answer::Failed(err) => Err((*err).into()),
-            };
-            let status = context.reply(reply) as c_int;
+            let status = context.reply(delivery.answer.reply()) as c_int;
             delivery.delivered = true;
             status
         },
@@ -199,9 +152,8 @@ extern "C" fn on_unblock(
         "the unblock callback",
         || context.reply(Err(LockError::Internal.into())) as c_int,
         || {
-            if let Some(handle) = crate::waiters::leave(client_id(&context)) {
-                crate::metrics::STATS.wait_timeouts.incr();
-                release_handle(handle);
+            if let Some(h) = handlers::get() {
+                (h.client_unblocked)(server::client_id(&context));
             }
             context.reply(Ok(RedisValue::Null)) as c_int
         },
@@ -216,9 +168,8 @@ extern "C" fn on_disconnect(
         "the disconnect callback",
         || (),
         || {
-            if let Some(handle) = crate::waiters::leave(client_id(&Context::new(ctx))) {
-                crate::metrics::STATS.waiters_disconnected.incr();
-                release_handle(handle);
+            if let Some(h) = handlers::get() {
+                (h.disconnected)(server::client_id(&Context::new(ctx)));
             }
         },
     );
@@ -237,8 +188,14 @@ extern "C" fn on_free(_ctx: *mut raw::RedisModuleCtx, privdata: *mut c_void) {
             if let Answer::Granted(grant) = delivery.answer {
                 if !delivery.delivered {
                     // The client went away between the grant and its reply: give the lock back.
-                    crate::metrics::STATS.grants_revoked.incr();
-                    crate::expiry::revoke_later(grant.key, grant.token);
+                    STATS.grants_revoked.incr();
+                    let _ = timer::start(
+                        0,
+                        Job::Revoke {
+                            key: grant.key,
+                            token: grant.token,
+                        },
+                    );
                 }
             }
         },

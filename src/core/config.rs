@@ -33,3 +33,21 @@ pub fn max_ttl() -> i64 {
 pub fn max_owner_length() -> usize {
     usize::try_from(MAX_OWNER_LENGTH.load(Ordering::Relaxed)).unwrap_or(usize::MAX)
 }
+
+/// The limits a command checks its arguments against, read once per command.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Limits {
+    pub max_ttl: i64,
+    pub max_owner_length: usize,
+    pub max_waiters: usize,
+}
+
+impl Limits {
+    pub fn current() -> Self {
+        Self {
+            max_ttl: max_ttl(),
+            max_owner_length: max_owner_length(),
+            max_waiters: max_waiters(),
+        }
+    }
+}

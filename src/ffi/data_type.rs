@@ -1,6 +1,7 @@
 //! The `redislock` module type: RDB save/load (versioned), auxiliary token data, AOF rewrite,
-//! MEMORY USAGE, DEBUG DIGEST, COPY, and the unlink hook that wakes waiters of a deleted lock.
-//! Every callback contains panics (`guard`).
+//! MEMORY USAGE, DEBUG DIGEST, COPY, and the unlink hook that wakes waiters of a deleted lock
+//! (the shell's `unlinked` handler). Every callback contains panics (`guard`); the value's
+//! layout is `core::codec`'s.
 //!
 //! What a load accepts: a token outside 1..=2^53-1 is always refused (it would poison the token
 //! source, see `fencing`). A value restored by a client (`RESTORE`, and `MIGRATE` into this node)
@@ -15,24 +16,21 @@ use std::os::raw::{c_char, c_int, c_void};
 use redis_module::native_types::RedisType;
 use redis_module::{raw, RedisString};
 
-use crate::fencing;
-use crate::guard;
-use crate::keyspace::{APPLY_COMMAND, APPLY_FORMAT};
-use crate::lock::Holder;
-use crate::metrics::STATS;
-use crate::waiters::{self, QueueKey};
-
-/// Encoding of a lock value in RDB and DUMP payloads.
-/// Version 1: owner, token, deadline. Version 2 adds the grant time (for LOCK.INFO `held`).
-/// A newer version is refused (the load fails cleanly instead of misreading bytes).
-pub const ENCODING_VERSION: i32 = 2;
+use crate::core::codec::{self, Reader, Refused, Writer, APPLY_COMMAND, APPLY_FORMAT};
+use crate::core::config;
+use crate::core::fencing;
+use crate::core::lock::Holder;
+use crate::core::metrics::STATS;
+use crate::ffi::clock;
+use crate::ffi::guard;
+use crate::ffi::handlers;
 
 /// Type methods version 4 (Redis 7.0) brings `unlink2`, which names the db and key.
 const TYPE_METHODS_VERSION: u64 = 4;
 
 pub static LOCK_TYPE: RedisType = RedisType::new(
     "redislock",
-    ENCODING_VERSION,
+    codec::ENCODING_VERSION,
     raw::RedisModuleTypeMethods {
         version: TYPE_METHODS_VERSION,
         rdb_load: Some(rdb_load),
@@ -64,39 +62,77 @@ unsafe fn holder_of<'a>(value: *const c_void) -> Option<&'a Holder> {
     value.cast::<Holder>().as_ref()
 }
 
+/// An RDB stream read through the module API.
+struct RdbReader(*mut raw::RedisModuleIO);
+
+impl Reader for RdbReader {
+    fn read_bytes(&mut self) -> Option<Vec<u8>> {
+        raw::load_string_buffer(self.0)
+            .ok()
+            .map(|b| b.as_ref().to_vec())
+    }
+    fn read_unsigned(&mut self) -> Option<u64> {
+        raw::load_unsigned(self.0).ok()
+    }
+    fn read_signed(&mut self) -> Option<i64> {
+        raw::load_signed(self.0).ok()
+    }
+}
+
+/// An RDB stream written through the module API.
+struct RdbWriter(*mut raw::RedisModuleIO);
+
+impl Writer for RdbWriter {
+    fn write_bytes(&mut self, bytes: &[u8]) {
+        raw::save_slice(self.0, bytes);
+    }
+    fn write_unsigned(&mut self, value: u64) {
+        raw::save_unsigned(self.0, value);
+    }
+    fn write_signed(&mut self, value: i64) {
+        raw::save_signed(self.0, value);
+    }
+}
+
+/// A DEBUG DIGEST being computed.
+struct DigestWriter(*mut raw::RedisModuleDigest);
+
+impl Writer for DigestWriter {
+    fn write_bytes(&mut self, bytes: &[u8]) {
+        // SAFETY: a live digest and a buffer with its length, during the digest callback.
+        unsafe {
+            if let Some(add) = raw::RedisModule_DigestAddStringBuffer {
+                add(self.0, bytes.as_ptr().cast::<c_char>(), bytes.len());
+            }
+        }
+    }
+    fn write_unsigned(&mut self, value: u64) {
+        self.write_signed(codec::token_i64(value));
+    }
+    fn write_signed(&mut self, value: i64) {
+        // SAFETY: a live digest, during the digest callback.
+        unsafe {
+            if let Some(add) = raw::RedisModule_DigestAddLongLong {
+                add(self.0, value);
+            }
+        }
+    }
+}
+
 fn load_holder(rdb: *mut raw::RedisModuleIO, encver: c_int) -> Result<Holder, &'static str> {
-    const CORRUPT: &str = "refusing a lock value: truncated or corrupt";
-    let owner = raw::load_string_buffer(rdb).map_err(|_| CORRUPT)?;
-    let token = raw::load_unsigned(rdb).map_err(|_| CORRUPT)?;
-    let deadline = raw::load_signed(rdb).map_err(|_| CORRUPT)?;
-    let granted = if encver >= 2 {
-        raw::load_signed(rdb).map_err(|_| CORRUPT)?
-    } else {
-        crate::clock::now_ms() // version 1 did not record it: count from the load
-    };
-    if owner.as_ref().is_empty() {
-        return Err(CORRUPT);
-    }
-    if !fencing::in_range(token) {
-        return Err("refusing a lock value: its token is outside 1..=2^53-1");
-    }
+    let holder =
+        codec::decode(&mut RdbReader(rdb), encver, clock::now_ms()).map_err(Refused::message)?;
     if restored_by_a_client(rdb) {
-        if owner.as_ref().len() > crate::config::max_owner_length() {
+        if holder.owner.bytes().len() > config::max_owner_length() {
             return Err("refusing a restored lock: its owner is longer than lock.max-owner-length");
         }
-        let now = crate::clock::now_ms();
-        if deadline.saturating_sub(now) > crate::config::max_ttl() {
+        if holder.deadline.saturating_sub(clock::now_ms()) > config::max_ttl() {
             return Err(
                 "refusing a restored lock: its lease ends later than lock.max-ttl from now",
             );
         }
     }
-    Ok(Holder {
-        owner: crate::owner::Owner::new(owner.as_ref()),
-        token,
-        deadline,
-        granted,
-    })
+    Ok(holder)
 }
 
 /// Whether a client's RESTORE (or a MIGRATE into this node) is loading the value, rather than
@@ -119,10 +155,6 @@ fn restored_by_a_client(rdb: *mut raw::RedisModuleIO) -> bool {
 
 extern "C" fn rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> *mut c_void {
     guard::contain("rdb_load", std::ptr::null_mut, || {
-        if encver > ENCODING_VERSION {
-            log_io_warning(rdb, "refusing a lock value encoded by a newer redis-lock");
-            return std::ptr::null_mut();
-        }
         match load_holder(rdb, encver) {
             Ok(holder) => {
                 fencing::observe(holder.token);
@@ -145,12 +177,7 @@ extern "C" fn rdb_save(rdb: *mut raw::RedisModuleIO, value: *mut c_void) {
     guard::contain(
         "rdb_save",
         || (),
-        || {
-            raw::save_slice(rdb, &holder.owner.bytes());
-            raw::save_unsigned(rdb, holder.token);
-            raw::save_signed(rdb, holder.deadline);
-            raw::save_signed(rdb, holder.granted);
-        },
+        || codec::encode(holder, &mut RdbWriter(rdb)),
     );
 }
 
@@ -167,8 +194,7 @@ extern "C" fn aof_rewrite(
         "aof_rewrite",
         || (),
         || {
-            let owner = holder.owner.bytes();
-            let token = i64::try_from(holder.token).unwrap_or(i64::MAX);
+            let record = codec::apply_record(holder);
             // SAFETY: EmitAOF reads the arguments as the format says: a module string, a buffer
             // with its length, and three long longs.
             unsafe {
@@ -178,11 +204,11 @@ extern "C" fn aof_rewrite(
                         APPLY_COMMAND.as_ptr(),
                         APPLY_FORMAT.as_ptr(),
                         key,
-                        owner.as_ptr().cast::<c_char>(),
-                        owner.len(),
-                        token as std::os::raw::c_longlong,
-                        holder.deadline as std::os::raw::c_longlong,
-                        holder.granted as std::os::raw::c_longlong,
+                        record.owner.as_ptr().cast::<c_char>(),
+                        record.owner.len(),
+                        record.token as std::os::raw::c_longlong,
+                        record.deadline as std::os::raw::c_longlong,
+                        record.granted as std::os::raw::c_longlong,
                     );
                 }
             }
@@ -205,21 +231,14 @@ extern "C" fn digest(md: *mut raw::RedisModuleDigest, value: *mut c_void) {
 }
 
 fn add_to_digest(md: *mut raw::RedisModuleDigest, value: *mut c_void) {
-    // SAFETY: Redis passes a value of this type and a live digest.
+    // SAFETY: Redis passes a value of this type.
+    let Some(holder) = (unsafe { holder_of(value) }) else {
+        return;
+    };
+    codec::digest(holder, &mut DigestWriter(md));
+    // SAFETY: a live digest, during the digest callback.
     unsafe {
-        let Some(holder) = holder_of(value) else {
-            return;
-        };
-        if let (Some(add_buf), Some(add_ll), Some(end)) = (
-            raw::RedisModule_DigestAddStringBuffer,
-            raw::RedisModule_DigestAddLongLong,
-            raw::RedisModule_DigestEndSequence,
-        ) {
-            let owner = holder.owner.bytes();
-            add_buf(md, owner.as_ptr().cast::<c_char>(), owner.len());
-            add_ll(md, i64::try_from(holder.token).unwrap_or(i64::MAX));
-            add_ll(md, holder.deadline);
-            add_ll(md, holder.granted);
+        if let Some(end) = raw::RedisModule_DigestEndSequence {
             end(md);
         }
     }
@@ -250,8 +269,8 @@ extern "C" fn copy(
     })
 }
 
-/// A lock left the keyspace (DEL, UNLINK, expiry, overwrite, RENAME or MOVE away): if anyone
-/// waits for that name, let `settle` hand it over on the next turn of the event loop.
+/// A lock left the keyspace (DEL, UNLINK, expiry, overwrite, RENAME or MOVE away): the shell
+/// notes a possible expiry and wakes the waiters of that name.
 extern "C" fn unlink2(ctx: *mut raw::RedisModuleKeyOptCtx, value: *const c_void) {
     guard::contain("the unlink callback", || (), || unlinked(ctx, value));
 }
@@ -268,18 +287,8 @@ fn unlinked(ctx: *mut raw::RedisModuleKeyOptCtx, value: *const c_void) {
         (db_of(ctx), RedisString::string_as_slice(name_of(ctx)))
     };
     // SAFETY: Redis passes a value of this type.
-    if let Some(holder) = unsafe { holder_of(value) } {
-        crate::expiry::note_unlinked(db, name, holder);
-    }
-    if !waiters::anyone_waiting() {
-        return;
-    }
-    let key = QueueKey {
-        db,
-        name: name.into(),
-    };
-    if waiters::has_waiters(&key) {
-        crate::expiry::settle_soon(&key);
+    if let (Some(holder), Some(h)) = (unsafe { holder_of(value) }, handlers::get()) {
+        (h.unlinked)(db, name, holder);
     }
 }
 
@@ -297,7 +306,7 @@ extern "C" fn aux_load(rdb: *mut raw::RedisModuleIO, encver: c_int, _when: c_int
         "aux_load",
         || ERR,
         || {
-            if encver > ENCODING_VERSION {
+            if encver > codec::ENCODING_VERSION {
                 log_io_warning(rdb, "refusing token data encoded by a newer redis-lock");
                 return ERR;
             }

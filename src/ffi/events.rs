@@ -1,15 +1,13 @@
 //! Server events that move or drop locks under waiting clients (FLUSHDB/FLUSHALL, SWAPDB, this
-//! master becoming a replica), and `CONFIG RESETSTAT`, seen through a command filter.
-//! Every callback contains panics (`guard`).
+//! master becoming a replica), and the command filter (which watches for `CONFIG RESETSTAT`).
+//! Every callback contains panics (`guard`) and hands over to the shell's handlers.
 
 use std::os::raw::{c_int, c_void};
 
 use redis_module::{raw, Context};
 
-use crate::error::LockError;
-use crate::expiry;
-use crate::guard;
-use crate::waiters;
+use crate::ffi::guard;
+use crate::ffi::handlers::{self, CommandArgs};
 
 /// `RedisModuleFlushInfoV1` from redismodule.h.
 #[repr(C)]
@@ -69,8 +67,8 @@ extern "C" fn on_flush(
         "the flush event",
         || (),
         || {
-            for key in waiters::queues_in((db >= 0).then_some(db)) {
-                expiry::settle_soon(&key);
+            if let Some(h) = handlers::get() {
+                (h.flushed)((db >= 0).then_some(db));
             }
         },
     );
@@ -91,10 +89,8 @@ extern "C" fn on_swapdb(
         "the swapdb event",
         || (),
         || {
-            for db in [info.dbnum_first, info.dbnum_second] {
-                for key in waiters::queues_in(Some(db)) {
-                    expiry::settle_soon(&key);
-                }
+            if let Some(h) = handlers::get() {
+                (h.swapped)(info.dbnum_first, info.dbnum_second);
             }
         },
     );
@@ -112,15 +108,16 @@ extern "C" fn on_role_changed(
             "the role-change event",
             || (),
             || {
-                expiry::fail_everyone(LockError::Demoted);
+                if let Some(h) = handlers::get() {
+                    (h.demoted)();
+                }
             },
         );
     }
 }
 
-/// Redis has no module event for `CONFIG RESETSTAT`: a command filter notices it (and EXEC /
-/// DISCARD, which may run or drop a queued one) go by; `resetstat` checks afterwards whether the
-/// server really ran it. Every other command costs one length check of its name.
+/// Redis has no module event for `CONFIG RESETSTAT`: a command filter shows the shell every
+/// command (its first two arguments), which notices it, EXEC and DISCARD go by.
 pub fn watch_commands(ctx: &Context) {
     // SAFETY: registering a filter callback of the expected signature at load time.
     unsafe {
@@ -139,38 +136,12 @@ extern "C" fn on_command(fctx: *mut raw::RedisModuleCommandFilterCtx) {
 }
 
 fn filter(fctx: *mut raw::RedisModuleCommandFilterCtx) {
-    // SAFETY: the filter context is valid during the callback; arguments are only borrowed here.
-    let (Some(count), Some(arg)) = (unsafe { raw::RedisModule_CommandFilterArgsCount }, unsafe {
-        raw::RedisModule_CommandFilterArgGet
-    }) else {
+    // SAFETY: the filter context is valid during the callback.
+    let total = unsafe { raw::RedisModule_CommandFilterArgsCount.map_or(0, |count| count(fctx)) };
+    let (Ok(total @ 1..), Some(h)) = (usize::try_from(total), handlers::get()) else {
         return;
     };
-    // SAFETY: as above.
-    let total = unsafe { count(fctx) };
-    if total < 1 {
-        return;
-    }
-    // SAFETY: as above; `pos` stays below the argument count.
-    let arg_at = |pos: c_int| unsafe { redis_module::RedisString::string_as_slice(arg(fctx, pos)) };
-    let first = arg_at(0);
-    let candidate = match first.len() {
-        4 if total == 1 && first.eq_ignore_ascii_case(b"exec") => {
-            crate::resetstat::exec_is_candidate()
-        }
-        7 if total == 1 && first.eq_ignore_ascii_case(b"discard") => {
-            crate::resetstat::discard();
-            false
-        }
-        6 if total == 2
-            && first.eq_ignore_ascii_case(b"config")
-            && arg_at(1).eq_ignore_ascii_case(b"resetstat") =>
-        {
-            crate::resetstat::candidate();
-            true
-        }
-        _ => false,
-    };
-    if candidate {
-        expiry::check_resetstat_soon();
-    }
+    // SAFETY: the context and its count, used only during this callback.
+    let args = unsafe { CommandArgs::new(fctx, total) };
+    (h.command_seen)(&args);
 }

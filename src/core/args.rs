@@ -1,0 +1,349 @@
+//! Argument parsing over bytes, with Redis's own integer rules, so every parser is unit-tested
+//! without a server. Each command's arguments after the key parse into one value; arity is the
+//! command table's business (`shell::table`), so the parsers see the right count.
+
+use crate::core::config::Limits;
+use crate::core::error::LockError;
+use crate::core::fencing;
+use crate::core::lock::{self, Millis, Token};
+
+/// One command argument's bytes (module strings in the server, byte slices in tests).
+pub trait Arg {
+    fn bytes(&self) -> &[u8];
+}
+
+impl Arg for &[u8] {
+    fn bytes(&self) -> &[u8] {
+        self
+    }
+}
+
+/// How many queued owners LOCK.INFO lists without COUNT.
+pub const INFO_DEFAULT_COUNT: usize = 10;
+
+/// The longest decimal a 64-bit integer can have, sign included (Redis's `LONG_STR_SIZE` - 1).
+const MAX_INTEGER_LEN: usize = 20;
+
+/// A signed 64-bit integer exactly as Redis reads one (`string2ll`): optional `-`, no `+`, no
+/// spaces, no leading zeros, no `-0`, in range.
+pub fn integer(arg: &[u8]) -> Result<i64, LockError> {
+    if arg.is_empty() || arg.len() > MAX_INTEGER_LEN {
+        return Err(LockError::NotAnInteger);
+    }
+    if arg == b"0" {
+        return Ok(0);
+    }
+    let (negative, digits) = match arg {
+        [b'-', rest @ ..] => (true, rest),
+        _ => (false, arg),
+    };
+    let Some((b'1'..=b'9', _)) = digits.split_first() else {
+        return Err(LockError::NotAnInteger);
+    };
+    let mut value: u64 = 0;
+    for &d in digits {
+        if !d.is_ascii_digit() {
+            return Err(LockError::NotAnInteger);
+        }
+        value = value
+            .checked_mul(10)
+            .and_then(|v| v.checked_add(u64::from(d - b'0')))
+            .ok_or(LockError::NotAnInteger)?;
+    }
+    if negative {
+        0i64.checked_sub_unsigned(value)
+            .ok_or(LockError::NotAnInteger)
+    } else {
+        i64::try_from(value).map_err(|_| LockError::NotAnInteger)
+    }
+}
+
+/// A lease length: positive, within `lock.max-ttl`, and a deadline that fits.
+pub fn ttl(arg: &[u8], now: Millis, limits: &Limits) -> Result<Millis, LockError> {
+    let ttl = integer(arg)?;
+    lock::deadline(now, ttl)?;
+    if ttl > limits.max_ttl {
+        return Err(LockError::TtlAboveMax);
+    }
+    Ok(ttl)
+}
+
+/// A fencing token argument: positive.
+pub fn token(arg: &[u8]) -> Result<Token, LockError> {
+    u64::try_from(integer(arg)?)
+        .ok()
+        .filter(|t| *t > 0)
+        .ok_or(LockError::TokenNotPositive)
+}
+
+/// An owner: any non-empty bytes.
+pub fn owner(arg: &[u8]) -> Result<&[u8], LockError> {
+    match arg {
+        [] => Err(LockError::EmptyOwner),
+        owner => Ok(owner),
+    }
+}
+
+/// The owner of an acquire: `*` asks the server to make one up.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OwnerArg<'a> {
+    Given(&'a [u8]),
+    Generate,
+}
+
+/// `LOCK.ACQUIRE key owner ttl-ms [WAIT timeout-ms]`, after the key.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AcquireArgs<'a> {
+    pub owner: OwnerArg<'a>,
+    pub ttl: Millis,
+    /// `None` without WAIT; `Some(0)` waits without limit.
+    pub wait: Option<Millis>,
+}
+
+pub fn acquire<'a, A: Arg>(
+    rest: &'a [A],
+    now: Millis,
+    limits: &Limits,
+) -> Result<AcquireArgs<'a>, LockError> {
+    let [owner_arg, ttl_arg, options @ ..] = rest else {
+        return Err(LockError::Syntax);
+    };
+    let ttl = ttl(ttl_arg.bytes(), now, limits)?;
+    let wait = wait(options, now)?;
+    let owner = match owner_arg.bytes() {
+        b"*" => OwnerArg::Generate,
+        given => {
+            let given = owner(given)?;
+            if given.len() > limits.max_owner_length {
+                return Err(LockError::OwnerTooLong);
+            }
+            OwnerArg::Given(given)
+        }
+    };
+    Ok(AcquireArgs { owner, ttl, wait })
+}
+
+/// `[WAIT timeout-ms]`
+fn wait<A: Arg>(options: &[A], now: Millis) -> Result<Option<Millis>, LockError> {
+    match options {
+        [] => Ok(None),
+        [flag, timeout] if flag.bytes().eq_ignore_ascii_case(b"WAIT") => {
+            let timeout = integer(timeout.bytes())?;
+            if timeout < 0 {
+                return Err(LockError::TimeoutNegative);
+            }
+            // Keep a minute of headroom below overflow of the absolute time.
+            now.checked_add(timeout)
+                .and_then(|t| t.checked_add(60_000))
+                .ok_or(LockError::TimeoutTooLarge)?;
+            Ok(Some(timeout))
+        }
+        _ => Err(LockError::Syntax),
+    }
+}
+
+/// `LOCK.EXTEND key owner ttl-ms`, after the key.
+pub fn extend<'a, A: Arg>(
+    rest: &'a [A],
+    now: Millis,
+    limits: &Limits,
+) -> Result<(&'a [u8], Millis), LockError> {
+    let [owner_arg, ttl_arg] = rest else {
+        return Err(LockError::Syntax);
+    };
+    let owner = owner(owner_arg.bytes())?;
+    Ok((owner, ttl(ttl_arg.bytes(), now, limits)?))
+}
+
+/// `LOCK.FENCE key [token]`, after the key.
+pub fn fence<A: Arg>(rest: &[A]) -> Result<Option<Token>, LockError> {
+    match rest {
+        [] => Ok(None),
+        [t] => token(t.bytes()).map(Some),
+        _ => Err(LockError::Syntax),
+    }
+}
+
+/// `LOCK.INFO key [COUNT n]`, after the key.
+pub fn info<A: Arg>(rest: &[A]) -> Result<usize, LockError> {
+    match rest {
+        [] => Ok(INFO_DEFAULT_COUNT),
+        [flag, n] if flag.bytes().eq_ignore_ascii_case(b"COUNT") => {
+            usize::try_from(integer(n.bytes())?).map_err(|_| LockError::CountNegative)
+        }
+        _ => Err(LockError::Syntax),
+    }
+}
+
+/// `LOCK.APPLY key owner token deadline-unix-ms [granted-unix-ms]`, after the key.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ApplyArgs<'a> {
+    pub owner: &'a [u8],
+    pub token: Token,
+    pub deadline: Millis,
+    /// Absent in the first version's records: then `held` counts from the replay.
+    pub granted: Option<Millis>,
+}
+
+pub fn apply<A: Arg>(rest: &[A]) -> Result<ApplyArgs<'_>, LockError> {
+    let (owner_arg, token_arg, deadline_arg, granted_arg) = match rest {
+        [o, t, d] => (o, t, d, None),
+        [o, t, d, g] => (o, t, d, Some(g)),
+        _ => return Err(LockError::Syntax),
+    };
+    let token = token(token_arg.bytes())?;
+    if !fencing::in_range(token) {
+        return Err(LockError::TokenAboveMax);
+    }
+    let owner = owner(owner_arg.bytes())?;
+    let deadline = Some(integer(deadline_arg.bytes())?)
+        .filter(|d| *d > 0)
+        .ok_or(LockError::DeadlineNotPositive)?;
+    let granted = granted_arg.map(|g| integer(g.bytes())).transpose()?;
+    Ok(ApplyArgs {
+        owner,
+        token,
+        deadline,
+        granted,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    const LIMITS: Limits = Limits {
+        max_ttl: 1_000,
+        max_owner_length: 4,
+        max_waiters: 10,
+    };
+
+    fn args(words: &[&'static str]) -> Vec<&'static [u8]> {
+        words.iter().map(|w| w.as_bytes()).collect()
+    }
+
+    #[test]
+    fn integers_follow_redis_rules() {
+        for (text, want) in [
+            ("0", Some(0)),
+            ("7", Some(7)),
+            ("-7", Some(-7)),
+            ("9223372036854775807", Some(i64::MAX)),
+            ("-9223372036854775808", Some(i64::MIN)),
+            ("9223372036854775808", None),
+            ("-9223372036854775809", None),
+            ("99999999999999999999", None),
+            ("", None),
+            ("-", None),
+            ("+1", None),
+            (" 1", None),
+            ("1 ", None),
+            ("01", None),
+            ("-0", None),
+            ("00", None),
+            ("1.0", None),
+            ("1e3", None),
+            ("0x10", None),
+            ("١", None),
+        ] {
+            assert_eq!(integer(text.as_bytes()).ok(), want, "{text:?}");
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn every_i64_round_trips(n in any::<i64>()) {
+            prop_assert_eq!(integer(n.to_string().as_bytes()), Ok(n));
+        }
+
+        #[test]
+        fn agrees_with_a_strict_reading_of_any_bytes(bytes in proptest::collection::vec(any::<u8>(), 0..22)) {
+            // A strict reference: the canonical decimal form of the value it parses to.
+            let reference = std::str::from_utf8(&bytes).ok()
+                .and_then(|s| s.parse::<i64>().ok())
+                .filter(|n| n.to_string().as_bytes() == bytes.as_slice());
+            prop_assert_eq!(integer(&bytes).ok(), reference);
+        }
+    }
+
+    #[test]
+    fn acquire_arguments() {
+        let now = 1_000;
+        assert_eq!(
+            acquire(&args(&["o", "10"]), now, &LIMITS),
+            Ok(AcquireArgs {
+                owner: OwnerArg::Given(b"o"),
+                ttl: 10,
+                wait: None
+            })
+        );
+        assert_eq!(
+            acquire(&args(&["*", "10", "wait", "0"]), now, &LIMITS),
+            Ok(AcquireArgs {
+                owner: OwnerArg::Generate,
+                ttl: 10,
+                wait: Some(0)
+            })
+        );
+        for (words, err) in [
+            (&["o", "0"][..], LockError::TtlNotPositive),
+            (&["o", "x"], LockError::NotAnInteger),
+            (&["o", "1001"], LockError::TtlAboveMax),
+            (&["", "10"], LockError::EmptyOwner),
+            (&["owner", "10"], LockError::OwnerTooLong),
+            (&["o", "10", "WAIT"], LockError::Syntax),
+            (&["o", "10", "WAIT", "-1"], LockError::TimeoutNegative),
+            (
+                &["o", "10", "WAIT", "9223372036854775807"],
+                LockError::TimeoutTooLarge,
+            ),
+            (&["o", "10", "NOWAIT", "1"], LockError::Syntax),
+            (&["o"], LockError::Syntax),
+        ] {
+            assert_eq!(acquire(&args(words), now, &LIMITS), Err(err), "{words:?}");
+        }
+        // The ttl is checked before the owner, as the first version did.
+        assert_eq!(
+            acquire(&args(&["", "0"]), now, &LIMITS),
+            Err(LockError::TtlNotPositive)
+        );
+    }
+
+    #[test]
+    fn other_commands_arguments() {
+        assert_eq!(extend(&args(&["o", "5"]), 0, &LIMITS), Ok((&b"o"[..], 5)));
+        assert_eq!(
+            extend(&args(&["", "5"]), 0, &LIMITS),
+            Err(LockError::EmptyOwner)
+        );
+        assert_eq!(fence(&args(&[])), Ok(None));
+        assert_eq!(fence(&args(&["12"])), Ok(Some(12)));
+        assert_eq!(fence(&args(&["0"])), Err(LockError::TokenNotPositive));
+        assert_eq!(info(&args(&[])), Ok(INFO_DEFAULT_COUNT));
+        assert_eq!(info(&args(&["count", "3"])), Ok(3));
+        assert_eq!(info(&args(&["COUNT", "-1"])), Err(LockError::CountNegative));
+        assert_eq!(info(&args(&["LIMIT", "1"])), Err(LockError::Syntax));
+        assert_eq!(
+            apply(&args(&["o", "5", "100", "90"])),
+            Ok(ApplyArgs {
+                owner: b"o",
+                token: 5,
+                deadline: 100,
+                granted: Some(90)
+            })
+        );
+        assert_eq!(
+            apply(&args(&["o", "5", "100"])).map(|a| a.granted),
+            Ok(None)
+        );
+        assert_eq!(
+            apply(&args(&["o", "9007199254740992", "100"])),
+            Err(LockError::TokenAboveMax)
+        );
+        assert_eq!(
+            apply(&args(&["o", "5", "0"])),
+            Err(LockError::DeadlineNotPositive)
+        );
+    }
+}

@@ -1,0 +1,15 @@
+//! The pure core: the lock's rules, its queues, the settle decision, argument parsing, the value
+//! encoding, and the counters. No FFI and no server: everything here is unit- and
+//! property-tested with `cargo test --lib`. Files here import only each other.
+
+pub mod args;
+pub mod codec;
+pub mod config;
+pub mod error;
+pub mod fencing;
+pub mod lock;
+pub mod metrics;
+pub mod owner;
+pub mod queue;
+pub mod registry;
+pub mod settle;

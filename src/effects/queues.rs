@@ -1,0 +1,136 @@
+//! The server's wait queues: one `core::registry::Registry` over blocked clients, with the
+//! `lock_waiters` gauge kept in step.
+//!
+//! Everything runs on Redis's main thread. The mutex is never held while calling into Redis
+//! (a key lookup can expire a key and re-enter us through the unlink callback): every function
+//! here takes it, works on the registry alone, and lets it go before returning.
+
+use std::sync::{LazyLock, Mutex, MutexGuard};
+
+use crate::core::lock::{Holder, Millis};
+use crate::core::metrics::STATS;
+use crate::core::queue::Waiter;
+use crate::core::registry::{Client, QueueKey, Registry};
+use crate::ffi::block::BlockedClient;
+use crate::ffi::clock;
+
+/// A blocked `LOCK.ACQUIRE ... WAIT`.
+#[derive(Debug)]
+pub struct Blocked {
+    pub client_id: u64,
+    pub handle: BlockedClient,
+    /// Asked with owner `*`: the reply carries the generated owner.
+    pub with_owner: bool,
+    /// When it started waiting (unix µs), for the wait-time histogram.
+    pub since_us: u64,
+}
+
+impl Client for Blocked {
+    fn id(&self) -> u64 {
+        self.client_id
+    }
+}
+
+pub type BlockedWaiter = Waiter<Blocked>;
+
+static REGISTRY: LazyLock<Mutex<Registry<Blocked>>> = LazyLock::new(Mutex::default);
+
+fn registry() -> MutexGuard<'static, Registry<Blocked>> {
+    // A panic elsewhere must not wedge every later command: take the data as it is.
+    REGISTRY
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+fn count_out(n: usize) {
+    STATS.waiters.sub(i64::try_from(n).unwrap_or(i64::MAX));
+}
+
+/// Queue a blocked client at the tail.
+pub fn join(key: QueueKey, waiter: BlockedWaiter) {
+    registry().join(key, waiter);
+    STATS.waiters.add(1);
+}
+
+/// Take a client out of whatever queue it is in (timeout, disconnect). Returns its handle if it
+/// was still queued (not yet answered), so the caller can hand the handle back to Redis.
+pub fn leave(client_id: u64) -> Option<BlockedClient> {
+    let waiter = registry().leave(client_id)?;
+    count_out(1);
+    Some(waiter.client.handle)
+}
+
+/// Whether any lock on this server has a queue (a cheap check before building a key).
+pub fn anyone_waiting() -> bool {
+    registry().anyone_waiting()
+}
+
+pub fn has_waiters(key: &QueueKey) -> bool {
+    registry().has_waiters(key)
+}
+
+pub fn waiting(key: &QueueKey) -> usize {
+    registry().waiting(key)
+}
+
+/// The queue length and the owners of its first `count` waiters, in order.
+pub fn owners(key: &QueueKey, count: usize) -> (usize, Vec<Box<[u8]>>) {
+    registry().owners(key, count)
+}
+
+/// If `holder` is not live, pop the head of the queue and make it the holder, with a fresh
+/// token of this server.
+pub fn hand_off(
+    key: &QueueKey,
+    holder: Option<&Holder>,
+    now: Millis,
+) -> Option<(BlockedWaiter, Holder)> {
+    let handed = registry().hand_off(key, holder, now, || {
+        crate::core::fencing::issue(clock::now_us())
+    });
+    if handed.is_some() {
+        count_out(1);
+    }
+    handed
+}
+
+/// Remove and return every waiter of one queue.
+pub fn take_all(key: &QueueKey) -> Vec<BlockedWaiter> {
+    let waiters = registry().take_all(key);
+    count_out(waiters.len());
+    waiters
+}
+
+/// Remove and return every waiter of every queue.
+pub fn take_everyone() -> Vec<BlockedWaiter> {
+    let everyone = registry().take_everyone();
+    count_out(everyone.len());
+    everyone
+}
+
+/// The queues of one db (`None`: of every db).
+pub fn queues_in(db: Option<i32>) -> Vec<QueueKey> {
+    registry().queues_in(db)
+}
+
+/// See `Registry::want_timer`.
+pub fn want_timer(key: &QueueKey, due: Millis) -> bool {
+    registry().want_timer(key, due)
+}
+
+/// See `Registry::timer_fired`.
+pub fn timer_fired(key: &QueueKey, due: Millis) {
+    registry().timer_fired(key, due);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_queue_entry_stays_small() {
+        // The README's per-waiter figure: the queue entry plus a client-index entry (see
+        // `core::registry`).
+        assert_eq!(std::mem::size_of::<BlockedWaiter>(), 72);
+    }
+}

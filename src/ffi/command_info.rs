@@ -1,0 +1,205 @@
+//! Registering a command from its one description (`Spec`, declared in `shell::table`): the
+//! command itself (`RedisModule_CreateCommand`), its COMMAND DOCS / COMMAND INFO (summary,
+//! complexity, arity, key specs, arguments, since: `RedisModule_SetCommandInfo`, which Redis 7.0
+//! and Valkey both have) and its ACL categories where the server takes them. Redis copies
+//! everything it is given, so the C structures here are temporaries.
+
+use std::ffi::CString;
+use std::os::raw::c_int;
+
+use redis_module::{raw, Context};
+
+/// The version of redis-lock that introduced these commands.
+const SINCE: &str = "0.1.0";
+
+#[derive(Clone, Copy)]
+pub enum Kind {
+    Key,
+    String,
+    Integer,
+    UnixTime,
+}
+
+pub struct Arg {
+    name: &'static str,
+    kind: Kind,
+    /// The keyword in front of the value (`WAIT timeout-ms`).
+    token: Option<&'static str>,
+    optional: bool,
+}
+
+/// A positional argument.
+pub const fn arg(name: &'static str, kind: Kind) -> Arg {
+    Arg {
+        name,
+        kind,
+        token: None,
+        optional: false,
+    }
+}
+
+/// An optional `TOKEN value` pair.
+pub const fn option(token: &'static str, name: &'static str, kind: Kind) -> Arg {
+    Arg {
+        name,
+        kind,
+        token: Some(token),
+        optional: true,
+    }
+}
+
+/// An optional positional argument.
+pub const fn optional(name: &'static str, kind: Kind) -> Arg {
+    Arg {
+        name,
+        kind,
+        token: None,
+        optional: true,
+    }
+}
+
+/// Everything the server is told about one command.
+pub struct Spec {
+    /// As users write it (`LOCK.ACQUIRE`); registered in lower case.
+    pub name: &'static str,
+    /// Command flags for `RedisModule_CreateCommand` ("write deny-oom fast", ...).
+    pub flags: &'static str,
+    /// Redis's convention: N exactly, -N at least N (the command name counts).
+    pub arity: c_int,
+    /// Flags of the key spec of the key at position 1.
+    pub key_flags: u32,
+    /// ACL categories: the standard ones the command's flags imply, plus `lock`.
+    pub acl: &'static str,
+    pub summary: &'static str,
+    pub complexity: &'static str,
+    pub args: &'static [Arg],
+}
+
+impl Spec {
+    /// Whether `argc` arguments (the name included) match the arity.
+    pub fn arity_allows(&self, argc: usize) -> bool {
+        let argc = c_int::try_from(argc).unwrap_or(c_int::MAX);
+        if self.arity >= 0 {
+            argc == self.arity
+        } else {
+            argc >= -self.arity
+        }
+    }
+}
+
+// Key spec flags: exactly one of RO/RW/OW/RM, and at most one of INSERT/DELETE/UPDATE (Redis
+// validates both).
+pub const RW_UPDATE: u32 = raw::REDISMODULE_CMD_KEY_RW | raw::REDISMODULE_CMD_KEY_UPDATE;
+pub const RW_DELETE: u32 = raw::REDISMODULE_CMD_KEY_RW | raw::REDISMODULE_CMD_KEY_DELETE;
+pub const RO: u32 = raw::REDISMODULE_CMD_KEY_RO | raw::REDISMODULE_CMD_KEY_ACCESS;
+pub const OW_UPDATE: u32 = raw::REDISMODULE_CMD_KEY_OW | raw::REDISMODULE_CMD_KEY_UPDATE;
+
+fn cstring(s: &str, keep: &mut Vec<CString>) -> *const std::os::raw::c_char {
+    let c = CString::new(s).unwrap_or_default();
+    let ptr = c.as_ptr();
+    keep.push(c); // moving a CString does not move its heap buffer
+    ptr
+}
+
+fn arg_type(kind: Kind) -> raw::RedisModuleCommandArgType {
+    match kind {
+        Kind::Key => raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_KEY,
+        Kind::String => raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_STRING,
+        Kind::Integer => raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_INTEGER,
+        Kind::UnixTime => raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_UNIX_TIME,
+    }
+}
+
+/// Create the command `spec` with `entry` as its handler, then attach its docs and ACL
+/// categories. Servers without the docs API keep working without them.
+pub fn register(ctx: &Context, spec: &Spec, entry: raw::RedisModuleCmdFunc) -> Result<(), String> {
+    let mut keep = Vec::new();
+    let name = cstring(&spec.name.to_ascii_lowercase(), &mut keep);
+    // SAFETY: registering at load time with C strings kept alive in `keep`; Redis copies them.
+    let created = unsafe {
+        raw::RedisModule_CreateCommand.map_or(raw::REDISMODULE_ERR as c_int, |create| {
+            create(
+                ctx.ctx,
+                name,
+                entry,
+                cstring(spec.flags, &mut keep),
+                1,
+                1,
+                1,
+            )
+        })
+    };
+    if created != raw::REDISMODULE_OK as c_int {
+        return Err(format!("failed to create the command {}", spec.name));
+    }
+    // SAFETY: both functions exist together from Redis 7.0 on; every pointer handed over lives
+    // in `keep` / the local vectors until SetCommandInfo returns, and Redis copies what it needs.
+    unsafe {
+        let (Some(get_command), Some(set_info)) =
+            (raw::RedisModule_GetCommand, raw::RedisModule_SetCommandInfo)
+        else {
+            return Ok(());
+        };
+        let doc = spec;
+        let command = get_command(ctx.ctx, name);
+        if command.is_null() {
+            return Err(format!("{} is not registered", doc.name));
+        }
+        let mut key_specs: Vec<raw::RedisModuleCommandKeySpec> = vec![std::mem::zeroed(); 2];
+        key_specs[0].flags = u64::from(doc.key_flags);
+        key_specs[0].begin_search_type =
+            raw::RedisModuleKeySpecBeginSearchType_REDISMODULE_KSPEC_BS_INDEX;
+        key_specs[0].bs.index.pos = 1;
+        key_specs[0].find_keys_type =
+            raw::RedisModuleKeySpecFindKeysType_REDISMODULE_KSPEC_FK_RANGE;
+        key_specs[0].fk.range.lastkey = 0;
+        key_specs[0].fk.range.keystep = 1;
+        key_specs[0].fk.range.limit = 0;
+
+        let mut args: Vec<raw::RedisModuleCommandArg> =
+            vec![std::mem::zeroed(); doc.args.len() + 1];
+        for (slot, a) in args.iter_mut().zip(doc.args) {
+            slot.name = cstring(a.name, &mut keep);
+            slot.type_ = arg_type(a.kind);
+            slot.key_spec_index = if matches!(a.kind, Kind::Key) { 0 } else { -1 };
+            if let Some(token) = a.token {
+                slot.token = cstring(token, &mut keep);
+            }
+            if a.optional {
+                slot.flags = raw::REDISMODULE_CMD_ARG_OPTIONAL as c_int;
+            }
+        }
+
+        let version = raw::RedisModuleCommandInfoVersion {
+            version: 1,
+            sizeof_historyentry: std::mem::size_of::<raw::RedisModuleCommandHistoryEntry>(),
+            sizeof_keyspec: std::mem::size_of::<raw::RedisModuleCommandKeySpec>(),
+            sizeof_arg: std::mem::size_of::<raw::RedisModuleCommandArg>(),
+        };
+        let info = raw::RedisModuleCommandInfo {
+            version: &version,
+            summary: cstring(doc.summary, &mut keep),
+            complexity: cstring(doc.complexity, &mut keep),
+            since: cstring(SINCE, &mut keep),
+            history: std::ptr::null_mut(),
+            tips: std::ptr::null(),
+            arity: doc.arity,
+            key_specs: key_specs.as_mut_ptr(),
+            args: args.as_mut_ptr(),
+        };
+        if set_info(command, &info) != raw::REDISMODULE_OK as c_int {
+            return Err(format!("SetCommandInfo refused the docs of {}", doc.name));
+        }
+        // Redis 7.0 has no SetCommandACLCategories: its module commands have no categories
+        // (the README gives the per-command ACL rules to use there).
+        if let Some(set_acl) = raw::RedisModule_SetCommandACLCategories {
+            if set_acl(command, cstring(doc.acl, &mut keep)) != raw::REDISMODULE_OK as c_int {
+                return Err(format!(
+                    "the server refused the ACL categories of {}",
+                    doc.name
+                ));
+            }
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,77 @@
+//! The shell's functions that Redis reaches through the trampolines of this layer. The shell
+//! installs them once at load (`lib.rs` with `shell::callbacks::HANDLERS`); a callback that
+//! fires before that (none can) would do nothing.
+
+use std::sync::OnceLock;
+
+use std::os::raw::c_int;
+
+use redis_module::{raw, Context, InfoContext, RedisString};
+
+use crate::core::lock::Holder;
+use crate::core::settle::Job;
+
+/// A command the filter saw. Arguments are read on demand: the filter sees every command on
+/// the server, and most need only their name looked at.
+pub struct CommandArgs {
+    fctx: *mut raw::RedisModuleCommandFilterCtx,
+    count: usize,
+}
+
+impl CommandArgs {
+    /// # Safety
+    /// `fctx` must be the filter context of the running filter callback, and `count` its
+    /// argument count; the value must not outlive the callback.
+    pub unsafe fn new(fctx: *mut raw::RedisModuleCommandFilterCtx, count: usize) -> Self {
+        Self { fctx, count }
+    }
+
+    pub fn count(&self) -> usize {
+        self.count
+    }
+
+    /// The argument at `pos` (empty past the end).
+    pub fn get(&self, pos: usize) -> &[u8] {
+        let (Ok(at), true) = (c_int::try_from(pos), pos < self.count) else {
+            return &[];
+        };
+        // SAFETY: the filter context is valid for the callback this value lives in (see `new`),
+        // `at` is below the argument count, and the bytes are borrowed only as long as `self`.
+        unsafe {
+            raw::RedisModule_CommandFilterArgGet
+                .map_or(&[], |get| RedisString::string_as_slice(get(self.fctx, at)))
+        }
+    }
+}
+
+pub struct Handlers {
+    /// A module timer fired with its job.
+    pub timer: fn(&Context, Job),
+    /// A blocked waiter's connection closed.
+    pub disconnected: fn(client_id: u64),
+    /// `CLIENT UNBLOCK` of a blocked waiter (the server then unblocks it with nil).
+    pub client_unblocked: fn(client_id: u64),
+    /// A lock value left the keyspace (DEL, expiry, overwrite, RENAME, MOVE, FLUSH).
+    pub unlinked: fn(db: i32, name: &[u8], holder: &Holder),
+    /// A db was flushed (`None`: every db).
+    pub flushed: fn(db: Option<i32>),
+    /// Two dbs traded contents.
+    pub swapped: fn(first: i32, second: i32),
+    /// This master became a replica.
+    pub demoted: fn(),
+    /// The command filter saw a command (every command on the server: keep it cheap).
+    pub command_seen: fn(&CommandArgs),
+    /// `INFO lock` is being rendered.
+    pub info: fn(&InfoContext),
+}
+
+static HANDLERS: OnceLock<&'static Handlers> = OnceLock::new();
+
+/// Install the shell's handlers (once, at load).
+pub fn install(handlers: &'static Handlers) {
+    let _ = HANDLERS.set(handlers);
+}
+
+pub fn get() -> Option<&'static Handlers> {
+    HANDLERS.get().copied()
+}

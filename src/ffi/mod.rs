@@ -1,0 +1,17 @@
+//! The Redis boundary: every raw module-API call, each behind a safe function, and the
+//! `extern "C"` trampolines Redis calls. All of the crate's `unsafe` lives here, each block with
+//! a `SAFETY:` comment.
+//!
+//! Trampolines contain panics (`guard`) and hand over to the `Handlers` the shell installs at
+//! load (`handlers`): that is how Redis calls back up into the shell while every `use crate::`
+//! line here names only `core` or `ffi`.
+
+pub mod block;
+pub mod clock;
+pub mod command_info;
+pub mod data_type;
+pub mod events;
+pub mod guard;
+pub mod handlers;
+pub mod server;
+pub mod timer;

@@ -1,0 +1,150 @@
+//! Small safe wrappers over the module API: the calling client and its db, the server's version
+//! and pause state, random bytes, INFO fields, replication of effects and keyspace events.
+
+use std::ffi::CStr;
+use std::os::raw::{c_char, c_int, c_longlong};
+
+use redis_module::{raw, Context, ContextFlags, InfoContext, RedisString};
+
+use crate::core::codec::{self, APPLY_COMMAND, APPLY_FORMAT};
+use crate::core::lock::Holder;
+use crate::ffi::guard;
+use crate::ffi::handlers;
+
+/// The id of the calling client (for a callback of a blocked client: that client).
+pub fn client_id(ctx: &Context) -> u64 {
+    // SAFETY: GetClientId is part of the module API since Redis 5 and takes any context.
+    unsafe { raw::RedisModule_GetClientId.map_or(0, |f| f(ctx.ctx)) }
+}
+
+/// Whether the caller may block (not in MULTI, Lua, functions, RM_Call, ...).
+pub fn can_block(ctx: &Context) -> bool {
+    !ctx.get_flags().contains(ContextFlags::DENY_BLOCKING)
+}
+
+/// The db the context's client has selected.
+pub fn selected_db(ctx: &Context) -> i32 {
+    // SAFETY: GetSelectedDb only reads the context's client.
+    unsafe { raw::RedisModule_GetSelectedDb.map_or(0, |f| f(ctx.ctx)) }
+}
+
+/// Select `db` on the context's client (timer contexts start in db 0).
+pub fn select_db(ctx: &Context, db: i32) {
+    if selected_db(ctx) != db {
+        // SAFETY: SelectDb changes the context's own (temporary) client; an invalid id fails.
+        unsafe {
+            if let Some(select) = raw::RedisModule_SelectDb {
+                select(ctx.ctx, db);
+            }
+        }
+    }
+}
+
+/// The server's version as 0x00MMmmpp (0 if the API is missing).
+pub fn version() -> c_int {
+    // SAFETY: GetServerVersion takes no arguments.
+    unsafe { raw::RedisModule_GetServerVersion.map_or(0, |v| v()) }
+}
+
+/// Whether the server pauses writes right now (`CLIENT PAUSE`, `FAILOVER`, shutdown).
+pub fn writes_paused() -> bool {
+    // SAFETY: AvoidReplicaTraffic takes no arguments and reads the server's pause state.
+    unsafe { raw::RedisModule_AvoidReplicaTraffic.is_some_and(|f| f() != 0) }
+}
+
+/// 16 bytes from the server's random source (zeros if the API were missing).
+pub fn random_bytes() -> [u8; 16] {
+    let mut bytes = [0u8; 16];
+    // SAFETY: GetRandomBytes fills exactly `len` bytes of the buffer it is given.
+    unsafe {
+        if let Some(fill) = raw::RedisModule_GetRandomBytes {
+            fill(bytes.as_mut_ptr(), bytes.len());
+        }
+    }
+    bytes
+}
+
+/// One field of an INFO section, read through the module API (no command is run).
+pub fn info_field(section: &CStr, field: &CStr) -> Option<String> {
+    // SAFETY: GetServerInfo accepts a NULL context (the data is then freed by us, below);
+    // the field's C string lives until FreeServerInfo and is copied out before.
+    unsafe {
+        let data = raw::RedisModule_GetServerInfo?(std::ptr::null_mut(), section.as_ptr());
+        if data.is_null() {
+            return None;
+        }
+        let value = raw::RedisModule_ServerInfoGetFieldC.and_then(|get| {
+            let ptr = get(data, field.as_ptr());
+            (!ptr.is_null()).then(|| CStr::from_ptr(ptr).to_string_lossy().into_owned())
+        });
+        if let Some(free) = raw::RedisModule_FreeServerInfo {
+            free(std::ptr::null_mut(), data);
+        }
+        value
+    }
+}
+
+/// Replace the INFO callback the registration macro installs with ours, which contains panics
+/// and renders through the shell's handler.
+pub fn register_info(ctx: &Context) {
+    raw::register_info_function(ctx.ctx, Some(on_info));
+}
+
+extern "C" fn on_info(ctx: *mut raw::RedisModuleInfoCtx, _for_crash_report: c_int) {
+    guard::contain(
+        "the INFO callback",
+        || (),
+        || {
+            if let Some(h) = handlers::get() {
+                (h.info)(&InfoContext::new(ctx));
+            }
+        },
+    );
+}
+
+/// Emit a module keyspace event named `event` on `key`.
+pub fn notify(ctx: &Context, event: &'static CStr, key: &RedisString) {
+    // SAFETY: a static event name and a live key string, on the main thread.
+    unsafe {
+        if let Some(notify) = raw::RedisModule_NotifyKeyspaceEvent {
+            notify(
+                ctx.ctx,
+                raw::REDISMODULE_NOTIFY_MODULE,
+                event.as_ptr(),
+                key.inner,
+            );
+        }
+    }
+}
+
+/// Replicate (and log to the AOF) the holder of `key` as one `LOCK.APPLY` effect.
+pub fn replicate_apply(ctx: &Context, key: &RedisString, holder: &Holder) {
+    let record = codec::apply_record(holder);
+    // SAFETY: the arguments match APPLY_FORMAT: a module string, a buffer and its length, and
+    // three long longs; Redis copies them into its own argv.
+    unsafe {
+        if let Some(replicate) = raw::RedisModule_Replicate {
+            replicate(
+                ctx.ctx,
+                APPLY_COMMAND.as_ptr(),
+                APPLY_FORMAT.as_ptr(),
+                key.inner,
+                record.owner.as_ptr().cast::<c_char>(),
+                record.owner.len(),
+                record.token as c_longlong,
+                record.deadline as c_longlong,
+                record.granted as c_longlong,
+            );
+        }
+    }
+}
+
+/// Replicate (and log to the AOF) `DEL key`.
+pub fn replicate_del(ctx: &Context, key: &RedisString) {
+    // SAFETY: "s" takes one module string.
+    let _: c_int = unsafe {
+        raw::RedisModule_Replicate.map_or(0, |replicate| {
+            replicate(ctx.ctx, c"DEL".as_ptr(), c"s".as_ptr(), key.inner)
+        })
+    };
+}

@@ -1,0 +1,32 @@
+//! The `INFO lock` section: `lock_stats`, rendered from `core::metrics` (Redis prefixes each
+//! field with `lock_`).
+
+use redis_module::{InfoContext, RedisResult};
+
+use crate::core::metrics::STATS;
+
+fn ms(micros: u64) -> String {
+    format!("{:.3}", micros as f64 / 1000.0)
+}
+
+pub fn render(ctx: &InfoContext) -> RedisResult<()> {
+    let s = &STATS;
+    let mut section = ctx.builder().add_section("stats");
+    for (name, counter) in s.counters() {
+        section = section.field(name, counter.get())?;
+    }
+    for (name, gauge) in [("locks", &s.locks), ("waiters", &s.waiters)] {
+        section = section
+            .field(name, gauge.get())?
+            .field(&format!("{name}_peak"), gauge.peak())?;
+    }
+    for (name, h) in [("wait_time", &s.wait_time), ("hold_time", &s.hold_time)] {
+        section = section
+            .field(&format!("{name}_count"), h.count())?
+            .field(&format!("{name}_p50_ms"), ms(h.quantile(0.50)))?
+            .field(&format!("{name}_p99_ms"), ms(h.quantile(0.99)))?
+            .field(&format!("{name}_max_ms"), ms(h.max()))?;
+    }
+    section.build_section()?.build_info()?;
+    Ok(())
+}

@@ -1,0 +1,11 @@
+//! The Redis shell: the command table and handlers, settling queues, and the callbacks Redis
+//! calls back up through (`callbacks`, the one file that ties upward). Imports `core`,
+//! `effects` and `ffi`.
+
+pub mod callbacks;
+pub mod cluster;
+pub mod commands;
+pub mod info;
+pub mod resetstat;
+pub mod table;
+pub mod waiting;

@@ -1,0 +1,216 @@
+//! The one command table: every LOCK.* command's name, flags, arity, key spec, ACL categories,
+//! summary, complexity, arguments and handler, declared once. It drives registration
+//! (`register`), COMMAND DOCS / COMMAND INFO, and the arity check before each handler runs.
+
+use std::os::raw::c_int;
+
+use redis_module::{raw, Context, RedisError};
+
+use crate::ffi::command_info::{
+    self, arg, option, optional, Kind, Spec, OW_UPDATE, RO, RW_DELETE, RW_UPDATE,
+};
+use crate::ffi::guard;
+use crate::shell::commands;
+
+/// A command handler: its arguments (the name first) have the declared arity.
+pub use crate::ffi::guard::Handler;
+
+pub struct Command {
+    pub spec: Spec,
+    /// The most arguments (the name included) a variable-arity command takes, if it has a
+    /// bound: more is an arity error, as for a fixed arity. Without one, extra words are the
+    /// parser's syntax error.
+    pub most: Option<usize>,
+    pub handler: Handler,
+}
+
+impl Command {
+    /// Whether `argc` arguments (the name included) fit this command.
+    pub fn takes(&self, argc: usize) -> bool {
+        self.spec.arity_allows(argc) && self.most.is_none_or(|most| argc <= most)
+    }
+}
+
+/// How many commands the table has.
+const COUNT: usize = 7;
+
+pub static COMMANDS: [Command; COUNT] = [
+    Command {
+        spec: Spec {
+            name: "LOCK.ACQUIRE",
+            flags: "write deny-oom blocking",
+            arity: -4,
+            key_flags: RW_UPDATE,
+            acl: "write slow blocking lock",
+            summary: "Takes a lock for ttl-ms milliseconds, optionally waiting in its FIFO queue, and returns the fencing token.",
+            complexity: "O(1)",
+            args: &[
+                arg("key", Kind::Key),
+                arg("owner", Kind::String),
+                arg("ttl-ms", Kind::Integer),
+                option("WAIT", "timeout-ms", Kind::Integer),
+            ],
+        },
+        most: None,
+        handler: commands::acquire,
+    },
+    Command {
+        spec: Spec {
+            name: "LOCK.RELEASE",
+            flags: "write fast",
+            arity: 3,
+            key_flags: RW_DELETE,
+            acl: "write fast lock",
+            summary: "Releases the lock if owner holds it; the next waiter gets it at once.",
+            complexity: "O(1)",
+            args: &[arg("key", Kind::Key), arg("owner", Kind::String)],
+        },
+        most: None,
+        handler: commands::release,
+    },
+    Command {
+        spec: Spec {
+            name: "LOCK.EXTEND",
+            flags: "write deny-oom fast",
+            arity: 4,
+            key_flags: RW_UPDATE,
+            acl: "write fast lock",
+            summary: "Sets the holder's lease to end ttl-ms from now.",
+            complexity: "O(1)",
+            args: &[
+                arg("key", Kind::Key),
+                arg("owner", Kind::String),
+                arg("ttl-ms", Kind::Integer),
+            ],
+        },
+        most: None,
+        handler: commands::extend,
+    },
+    Command {
+        spec: Spec {
+            name: "LOCK.FENCE",
+            flags: "readonly fast",
+            arity: -2,
+            key_flags: RO,
+            acl: "read fast lock",
+            summary: "Returns the live holder's fencing token, or tells whether a token is the live one.",
+            complexity: "O(1)",
+            args: &[arg("key", Kind::Key), optional("token", Kind::Integer)],
+        },
+        most: Some(3),
+        handler: commands::fence,
+    },
+    Command {
+        spec: Spec {
+            name: "LOCK.INFO",
+            flags: "readonly",
+            arity: -2,
+            key_flags: RO,
+            acl: "read slow lock",
+            summary: "Shows the holder, its token, lease left, time held, and who waits in order.",
+            complexity: "O(1) plus O(N) for the N queued owners listed",
+            args: &[arg("key", Kind::Key), option("COUNT", "count", Kind::Integer)],
+        },
+        most: None,
+        handler: commands::info,
+    },
+    Command {
+        spec: Spec {
+            name: "LOCK.FORCERELEASE",
+            flags: "write admin fast",
+            arity: 2,
+            key_flags: RW_DELETE,
+            acl: "write admin dangerous fast lock",
+            summary: "Releases the lock whoever holds it; the next waiter gets it at once. For operators.",
+            complexity: "O(1)",
+            args: &[arg("key", Kind::Key)],
+        },
+        most: None,
+        handler: commands::force_release,
+    },
+    Command {
+        spec: Spec {
+            name: "LOCK.APPLY",
+            flags: "write deny-oom",
+            arity: -5,
+            key_flags: OW_UPDATE,
+            acl: "write slow lock",
+            summary: "Internal: sets a holder exactly as given. Replicas and the AOF replay it; clients are refused.",
+            complexity: "O(1)",
+            args: &[
+                arg("key", Kind::Key),
+                arg("owner", Kind::String),
+                arg("token", Kind::Integer),
+                arg("deadline-unix-ms", Kind::UnixTime),
+                optional("granted-unix-ms", Kind::UnixTime),
+            ],
+        },
+        most: Some(6),
+        handler: commands::apply,
+    },
+];
+
+/// What Redis calls for command `I` of the table: check the arity, run the handler with
+/// panics contained, reply.
+extern "C" fn entry<const I: usize>(
+    ctx: *mut raw::RedisModuleCtx,
+    argv: *mut *mut raw::RedisModuleString,
+    argc: c_int,
+) -> c_int {
+    let command = &COMMANDS[I];
+    guard::serve(ctx, argv, argc, |ctx, args| {
+        if command.takes(args.len()) {
+            guard::command(ctx, command.spec.name, args, command.handler)
+        } else {
+            Err(RedisError::WrongArity)
+        }
+    })
+}
+
+/// One entry point per table row (a function pointer cannot carry the row).
+const ENTRIES: [raw::RedisModuleCmdFunc; COUNT] = [
+    Some(entry::<0>),
+    Some(entry::<1>),
+    Some(entry::<2>),
+    Some(entry::<3>),
+    Some(entry::<4>),
+    Some(entry::<5>),
+    Some(entry::<6>),
+];
+
+/// Register every command of the table with its docs and ACL categories.
+pub fn register(ctx: &Context) -> Result<(), String> {
+    for (command, entry) in COMMANDS.iter().zip(ENTRIES) {
+        command_info::register(ctx, &command.spec, entry)?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn arity_follows_the_redis_convention() {
+        let release = &COMMANDS[1].spec;
+        assert!(release.arity_allows(3));
+        assert!(!release.arity_allows(2) && !release.arity_allows(4));
+        let acquire = &COMMANDS[0].spec;
+        assert!(!acquire.arity_allows(3));
+        assert!(acquire.arity_allows(4) && acquire.arity_allows(6));
+        let fence = &COMMANDS[3];
+        assert!(fence.takes(2) && fence.takes(3) && !fence.takes(4));
+    }
+
+    #[test]
+    fn names_are_unique_and_arguments_match_arity() {
+        let mut names: Vec<&str> = COMMANDS.iter().map(|c| c.spec.name).collect();
+        names.sort_unstable();
+        names.dedup();
+        assert_eq!(names.len(), COMMANDS.len());
+        for c in &COMMANDS {
+            assert!(c.spec.name.starts_with("LOCK."));
+            assert!(c.spec.acl.ends_with("lock"), "{}", c.spec.name);
+        }
+    }
+}

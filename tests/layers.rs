@@ -1,0 +1,151 @@
+//! The layering of `docs/architecture.md`, checked on the sources: each file's `use crate::`
+//! paths name only its own layer or lower ones, no files import each other in a circle, only
+//! `lib.rs` names the callback file, and `unsafe` appears only in `ffi/`, each time with a
+//! SAFETY comment. (No server needed.)
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+
+const LAYERS: [&str; 4] = ["core", "ffi", "effects", "shell"];
+
+/// module path ("shell::commands") → source without its unit tests.
+fn sources() -> BTreeMap<String, String> {
+    fn walk(dir: &Path, out: &mut Vec<std::path::PathBuf>) {
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                walk(&path, out);
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                out.push(path);
+            }
+        }
+    }
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = Vec::new();
+    walk(&src, &mut files);
+    files
+        .into_iter()
+        .map(|path| {
+            let rel = path.strip_prefix(&src).unwrap().with_extension("");
+            let module = rel
+                .to_string_lossy()
+                .replace('/', "::")
+                .trim_end_matches("::mod")
+                .to_string();
+            let text = std::fs::read_to_string(&path).unwrap();
+            let code = match text.find("#[cfg(test)]\nmod tests") {
+                Some(at) => text[..at].to_string(),
+                None => text,
+            };
+            (module, code)
+        })
+        .collect()
+}
+
+fn layer(module: &str) -> usize {
+    let top = module.split("::").next().unwrap_or("");
+    LAYERS
+        .iter()
+        .position(|l| *l == top)
+        .unwrap_or(LAYERS.len()) // lib.rs sits on top
+}
+
+/// The modules a file names through `crate::` paths, resolved to the longest known module.
+fn imports(code: &str, modules: &BTreeSet<String>) -> BTreeSet<String> {
+    let mut found = BTreeSet::new();
+    let mut rest = code;
+    while let Some(at) = rest.find("crate::") {
+        rest = &rest[at + "crate::".len()..];
+        // Expand `crate::a::b::{c, d::e}` into every named path.
+        let end = rest
+            .find(|c: char| !(c.is_alphanumeric() || c == '_' || c == ':'))
+            .unwrap_or(rest.len());
+        let base = rest[..end].trim_end_matches("::");
+        let mut paths = vec![base.to_string()];
+        if rest[end..].starts_with('{') {
+            let close = rest[end..].find('}').map_or(rest.len(), |c| end + c);
+            for item in rest[end + 1..close].split(',') {
+                let item = item.trim().split(" as ").next().unwrap_or("");
+                if !item.is_empty() && item != "self" {
+                    paths.push(format!("{base}::{item}"));
+                }
+            }
+        }
+        for path in paths {
+            let parts: Vec<&str> = path.split("::").collect();
+            if let Some(module) = (1..=parts.len())
+                .rev()
+                .map(|k| parts[..k].join("::"))
+                .find(|m| modules.contains(m))
+            {
+                found.insert(module);
+            }
+        }
+    }
+    found
+}
+
+#[test]
+fn layers_import_only_downward_and_nothing_in_a_circle() {
+    let sources = sources();
+    let modules: BTreeSet<String> = sources.keys().cloned().collect();
+    let mut edges = BTreeMap::new();
+    let mut wrong = Vec::new();
+    for (module, code) in &sources {
+        let names = imports(code, &modules);
+        for named in &names {
+            if named == module {
+                continue;
+            }
+            if layer(named) > layer(module) {
+                wrong.push(format!("{module} names the higher {named}"));
+            }
+            if named == "shell::callbacks" && module != "lib" {
+                wrong.push(format!("{module} names the callback file"));
+            }
+        }
+        edges.insert(module.clone(), names);
+    }
+    for start in &modules {
+        let mut seen = BTreeSet::new();
+        let mut todo: Vec<&String> = edges[start].iter().collect();
+        while let Some(m) = todo.pop() {
+            if m == start {
+                wrong.push(format!("{start} reaches itself"));
+                break;
+            }
+            if seen.insert(m.clone()) {
+                todo.extend(edges[m].iter());
+            }
+        }
+    }
+    assert!(wrong.is_empty(), "{wrong:#?}");
+    assert!(modules.len() > 20, "found the sources: {modules:?}");
+}
+
+#[test]
+fn unsafe_lives_only_in_ffi_and_says_why() {
+    let mut wrong = Vec::new();
+    for (module, code) in sources() {
+        let lines: Vec<&str> = code.lines().collect();
+        for (n, line) in lines.iter().enumerate() {
+            let code_part = line.split("//").next().unwrap_or("");
+            if !code_part.contains("unsafe ") && !code_part.contains("unsafe{") {
+                continue;
+            }
+            if layer(&module) != 1 {
+                wrong.push(format!("{module}:{}: unsafe outside ffi/", n + 1));
+            }
+            let explained = lines[n.saturating_sub(6)..=n]
+                .iter()
+                .any(|l| l.contains("SAFETY:") || l.contains("# Safety"));
+            if !explained {
+                wrong.push(format!(
+                    "{module}:{}: unsafe without a SAFETY comment",
+                    n + 1
+                ));
+            }
+        }
+    }
+    assert!(wrong.is_empty(), "{wrong:#?}");
+}
