@@ -3,8 +3,7 @@
 //! for built-in commands. Redis 7.0 gives module commands no categories: per-command rules
 //! (the README's table) are the way there, and work everywhere.
 
-mod common;
-use common::*;
+use redis_lock_harness::*;
 
 fn categories(c: &mut Connection, command: &str) -> Vec<String> {
     let info = ok(c, &["COMMAND", "INFO", command]);

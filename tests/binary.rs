@@ -2,8 +2,7 @@
 //! command and every expiry, handoff, event, replication and persistence path without a crash
 //! (a NUL byte in a key used to abort the server when its lease ran out).
 
-mod common;
-use common::*;
+use redis_lock_harness::*;
 use std::time::Duration;
 
 /// Keys (and owners) that no code path may turn into a C string.

@@ -2,9 +2,8 @@
 //! driven by a cluster-aware client: routing by slot, hash tags, CROSSSLOT, resharding a held
 //! lock with a waiter, CLUSTER FAILOVER and a killed master.
 
-mod common;
-use common::cluster::Cluster;
-use common::*;
+use redis_lock_harness::cluster::Cluster;
+use redis_lock_harness::*;
 use std::time::Duration;
 
 fn q(con: &mut redis::cluster::ClusterConnection, words: &[&str]) -> Result<Value, String> {

@@ -1,7 +1,6 @@
 //! COMMAND DOCS / COMMAND INFO describe every LOCK.* command; ACL rules can target them.
 
-mod common;
-use common::*;
+use redis_lock_harness::*;
 
 const COMMANDS: [&str; 7] = [
     "lock.acquire",

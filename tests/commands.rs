@@ -1,8 +1,7 @@
 //! The command contract: grants, owner checks, re-acquire, EXTEND, FENCE, `*` owners,
 //! binary owners, RESP2 and RESP3, key routing and flags.
 
-mod common;
-use common::*;
+use redis_lock_harness::*;
 
 #[test]
 fn acquire_release_cycle_and_owner_checks() {

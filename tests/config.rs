@@ -1,7 +1,6 @@
 //! lock.* configuration: defaults, bounds, effects, and module arguments at load.
 
-mod common;
-use common::*;
+use redis_lock_harness::*;
 
 fn get(c: &mut Connection, name: &str) -> String {
     match ok(c, &["CONFIG", "GET", name]) {

@@ -1,8 +1,7 @@
 //! Bad input for every argument of every command: a clear Redis error, nothing changed, and
 //! the server keeps answering. WRONGTYPE in both directions.
 
-mod common;
-use common::*;
+use redis_lock_harness::*;
 
 const NOT_INT: &str = "ERR value is not an integer or out of range";
 const BAD_TTL: &str = "ERR invalid ttl: must be a positive integer of milliseconds";

@@ -1,7 +1,6 @@
 //! Keyspace notifications of the module class, in order.
 
-mod common;
-use common::*;
+use redis_lock_harness::*;
 use std::time::Duration;
 
 fn next_event(pubsub: &mut redis::PubSub<'_>) -> String {

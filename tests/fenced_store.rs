@@ -1,7 +1,6 @@
 //! The shipped fenced-store script (lua/fenced_store.lua): its contract, call by call.
 
-mod common;
-use common::*;
+use redis_lock_harness::*;
 
 const SCRIPT: &str = include_str!("../lua/fenced_store.lua");
 

@@ -4,8 +4,7 @@
 //!   is a value or a Redis-style error, the connection stays in step, nothing panics;
 //! - random operation histories checked step by step against a model of the locks.
 
-mod common;
-use common::*;
+use redis_lock_harness::*;
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 

@@ -1,7 +1,6 @@
 //! LOCK.INFO and LOCK.FORCERELEASE.
 
-mod common;
-use common::*;
+use redis_lock_harness::*;
 use std::time::Duration;
 
 fn bulk(s: &str) -> Value {

@@ -1,7 +1,6 @@
 //! A free lock is not a key: 100k locks released (or expired) leave nothing behind.
 
-mod common;
-use common::*;
+use redis_lock_harness::*;
 use std::time::Duration;
 
 fn used_memory(c: &mut Connection) -> i64 {

@@ -1,7 +1,6 @@
 //! INFO lock moves as a scripted workload says it should; CONFIG RESETSTAT clears it.
 
-mod common;
-use common::*;
+use redis_lock_harness::*;
 use std::time::Duration;
 
 #[test]

@@ -2,8 +2,7 @@
 //! it, logs it, counts it (`lock_panics`) and leaves the lock consistent. The debug build's
 //! `LOCK.DEBUG PANIC <entry>` arms one panic at the next call of a named entry point.
 
-mod common;
-use common::*;
+use redis_lock_harness::*;
 use std::time::Duration;
 
 fn arm(c: &mut Connection, entry: &str) {

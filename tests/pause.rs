@@ -2,8 +2,7 @@
 //! server refused, denied, queued and discarded, or failed never freezes the queue. (Module
 //! timers learn the pause from the server, not from the commands clients send.)
 
-mod common;
-use common::*;
+use redis_lock_harness::*;
 use std::time::{Duration, Instant};
 
 /// Hold `p` for 300 ms with a waiter behind it, run `attempt`, and check the waiter gets the

@@ -1,8 +1,7 @@
 //! Nothing lost: RDB (SAVE, BGSAVE, restart, DEBUG RELOAD), AOF (appendfsync always + kill -9,
 //! rewrite with and without the RDB preamble), DUMP/RESTORE, and corrupt or newer payloads.
 
-mod common;
-use common::*;
+use redis_lock_harness::*;
 
 fn pttl(c: &mut Connection, key: &str) -> i64 {
     int(&ok(c, &["PTTL", key]))

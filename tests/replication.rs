@@ -1,8 +1,7 @@
 //! Replicas follow their master through deterministic effects; promotion never reuses tokens,
 //! even after losing the master's last grants; a demoted master's waiters are answered.
 
-mod common;
-use common::*;
+use redis_lock_harness::*;
 use std::time::Duration;
 
 fn replica_of(master: &Server, extra: &[&str]) -> Server {

@@ -3,8 +3,7 @@
 //! lock.max-owner-length like a grant. A token source at its end refuses grants rather than
 //! repeat a token.
 
-mod common;
-use common::*;
+use redis_lock_harness::*;
 
 const MAX_TOKEN: i64 = (1 << 53) - 1;
 

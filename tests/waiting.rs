@@ -1,8 +1,7 @@
 //! Blocking and fairness: FIFO handoff, WAIT timeouts, disconnects, expiry handoff, MULTI and
 //! Lua, what DEL/UNLINK/FLUSHALL/RENAME/SWAPDB/SET do to waiters, and the oversell case.
 
-mod common;
-use common::*;
+use redis_lock_harness::*;
 use std::time::{Duration, Instant};
 
 fn token_of(r: Result<Value, String>) -> i64 {

@@ -4,9 +4,9 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::common::Server;
 use crate::stats::{jain, micros, process_cpu, quantile};
 use crate::uncontended::CAD_SCRIPT;
+use redis_lock_harness::Server;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Mode {

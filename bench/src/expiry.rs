@@ -2,8 +2,8 @@
 
 use std::time::Duration;
 
-use crate::common::Server;
 use crate::stats::{quantile, unix_us};
+use redis_lock_harness::Server;
 
 pub struct Result {
     pub p50_us: f64,

@@ -4,9 +4,6 @@
 //!
 //! Usage: redis-lock-bench [--out DIR] [--quick]
 
-#[path = "../../tests/common/mod.rs"]
-mod common;
-
 mod charts;
 mod contended;
 mod expiry;
@@ -39,12 +36,12 @@ fn main() {
     let secs = if quick { 1 } else { 3 };
     let dur = Duration::from_secs(secs);
 
-    let server = common::Server::start_with(&["--maxclients", "20000"]);
+    let server = redis_lock_harness::Server::start_with(&["--maxclients", "20000"]);
     eprintln!(
         "server {} on port {}, module {}",
-        common::server_binary(),
+        redis_lock_harness::server_binary(),
         server.port,
-        common::module_path().display()
+        redis_lock_harness::module_path().display()
     );
     let mut report = Report::default();
 

@@ -5,7 +5,7 @@ use std::io::Write;
 use std::net::TcpStream;
 use std::time::Duration;
 
-use crate::common::{blocked_clients, eventually, info_field, Connection, Server};
+use redis_lock_harness::{blocked_clients, eventually, info_field, Connection, Server};
 
 pub struct Result {
     pub bytes_per_lock: f64,

@@ -3,9 +3,9 @@
 
 use std::time::Instant;
 
-use crate::common::Server;
 use crate::memory::block_waiters;
 use crate::stats::{micros, quantile};
+use redis_lock_harness::Server;
 
 pub struct Point {
     pub size: usize,
@@ -90,9 +90,9 @@ pub fn waiters(server: &Server, sizes: &[usize], probes: usize) -> Vec<Point> {
         });
         drop(socks);
         let mut probe = server.con();
-        assert!(crate::common::eventually(
+        assert!(redis_lock_harness::eventually(
             std::time::Duration::from_secs(60),
-            || { crate::common::blocked_clients(&mut probe) == 0 }
+            || { redis_lock_harness::blocked_clients(&mut probe) == 0 }
         ));
         let _: () = redis::cmd("FLUSHALL").query(&mut c).expect("flush");
     }

@@ -2,8 +2,8 @@
 
 use std::time::{Duration, Instant};
 
-use crate::common::Server;
 use crate::stats::{micros, quantile};
+use redis_lock_harness::Server;
 
 /// Compare-and-delete: the release script every `SET NX PX` lock ships.
 pub const CAD_SCRIPT: &str =

@@ -1,12 +1,13 @@
-//! The shared harness: real redis-server / valkey-server processes on free loopback ports,
-//! loaded with the freshly built module, stopped by PID.
+//! Test support for redis-lock, shared by the integration tests, the fault suite and the
+//! benchmark: real redis-server / valkey-server processes on free loopback ports, loaded with the
+//! freshly built module and stopped by PID (`Server`); clients and small helpers; a Redis Cluster
+//! (`cluster`); and the fault-injection engine with its history checker (`scenario`).
 //!
 //! `LOCK_TEST_SERVER` picks the server binary (default `redis-server`); `LOCK_MODULE` the module
 //! (default `target/debug/libredis_lock.so`, built by `make test`).
 
-#![allow(dead_code)]
-
 pub mod cluster;
+pub mod scenario;
 
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
@@ -25,15 +26,19 @@ pub fn server_binary() -> String {
 pub fn module_path() -> PathBuf {
     let path = std::env::var("LOCK_MODULE")
         .map(PathBuf::from)
-        .unwrap_or_else(|_| {
-            Path::new(env!("CARGO_MANIFEST_DIR")).join("target/debug/libredis_lock.so")
-        });
+        .unwrap_or_else(|_| workspace().join("target/debug/libredis_lock.so"));
     assert!(
         path.exists(),
         "module {} is missing: run `cargo build` (or `make test`) first",
         path.display()
     );
     path
+}
+
+/// The repository root (this crate lives in `harness/`).
+pub fn workspace() -> PathBuf {
+    let here = Path::new(env!("CARGO_MANIFEST_DIR"));
+    here.parent().unwrap_or(here).to_path_buf()
 }
 
 fn free_port() -> u16 {
@@ -43,7 +48,7 @@ fn free_port() -> u16 {
 
 fn fresh_dir(tag: &str) -> PathBuf {
     let n = NEXT_DIR.fetch_add(1, Ordering::Relaxed);
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
+    let dir = workspace()
         .join("target/test-servers")
         .join(format!("{tag}-{}-{n}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);

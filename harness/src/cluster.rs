@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use super::*;
+use crate::*;
 
 pub struct Cluster {
     pub nodes: Vec<Server>,

@@ -1,0 +1,558 @@
+//! The fault-injection engine: many clients loop acquire (WAIT) -> read-modify-write a counter
+//! in a fenced store -> release against a lock server, while a chaos thread injects faults; then
+//! `check` verifies the recorded history:
+//! - every write the store accepted carries a larger token than the one before it, and the
+//!   accepted writes form an unbroken chain 1, 2, 3...: nothing lost, nothing applied twice;
+//! - the store's final counter equals the number of accepted writes;
+//! - no token was ever handed to two different acquisitions, and tokens never go backwards
+//!   across server restarts.
+//!
+//! The store is a separate server running `lua/fenced_store.lua` (it is never faulted); the lock
+//! server is. A scenario is a `Scenario` value: start from `Scenario::default()` and change what
+//! the fault needs.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, AtomicU16, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use crate::cluster::Cluster;
+use crate::*;
+
+/// The fenced store's script.
+pub const FENCED_STORE: &str = include_str!("../../lua/fenced_store.lua");
+/// The lock every client of a scenario contends for.
+pub const LOCK: &str = "stock-lock";
+/// The counter the clients increment in the fenced store.
+pub const COUNTER: &str = "stock";
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum Write {
+    Accepted(i64),
+    Stale,
+    Skipped,
+}
+
+#[derive(Clone, Debug)]
+pub struct Record {
+    pub owner: String,
+    pub token: i64,
+    /// Restart epoch of the lock server when the grant was sent and received (same epoch).
+    pub epoch: Option<usize>,
+    pub write: Write,
+    /// For a holder whose write was rejected: what LOCK.EXTEND answered right after.
+    pub extended: Option<i64>,
+    pub released: Option<i64>,
+}
+
+/// A pause (like a GC or SIGSTOP) between a client's read and its write: `(client, op)`.
+pub type Pause = fn(usize, usize) -> Option<Duration>;
+
+/// A fault injector: runs in its own thread until the workload stops.
+pub type ChaosFn = Box<dyn FnOnce(Chaos) + Send>;
+
+/// Where the lock lives.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Topology {
+    Single,
+    WithReplica,
+    Cluster,
+}
+
+/// One fault scenario. `Scenario::default()` is six clients on one server, 300 ms leases, 4 s,
+/// no faults.
+pub struct Scenario {
+    /// Extra arguments of the lock server (and its replica).
+    pub lock_args: Vec<String>,
+    /// Extra environment of the lock server.
+    pub lock_env: Vec<(String, String)>,
+    pub topology: Topology,
+    pub clients: usize,
+    pub ttl_ms: i64,
+    pub duration: Duration,
+    /// How long clients wait in the queue (`WAIT`), plus `op % 7` ms.
+    pub wait_ms: i64,
+    /// How long each holder keeps the lock between its write and its release.
+    pub hold_ms: u64,
+    pub pause: Pause,
+    pub chaos: Option<ChaosFn>,
+}
+
+impl Default for Scenario {
+    fn default() -> Self {
+        Self {
+            lock_args: Vec::new(),
+            lock_env: Vec::new(),
+            topology: Topology::Single,
+            clients: 6,
+            ttl_ms: 300,
+            duration: Duration::from_secs(4),
+            wait_ms: 1000,
+            hold_ms: 0,
+            pause: no_pause,
+            chaos: None,
+        }
+    }
+}
+
+impl Scenario {
+    /// Set the lock server's extra arguments.
+    pub fn args(mut self, args: &[&str]) -> Self {
+        self.lock_args = args.iter().map(|a| a.to_string()).collect();
+        self
+    }
+
+    /// Inject faults with `chaos`.
+    pub fn chaos(mut self, chaos: ChaosFn) -> Self {
+        self.chaos = Some(chaos);
+        self
+    }
+}
+
+/// What a fault injector can do to the running system.
+pub struct Chaos {
+    server: Arc<Mutex<Server>>,
+    /// A replica of the lock server, when the scenario asks for one.
+    replica: Option<Arc<Mutex<Server>>>,
+    /// The cluster serving the lock, when the scenario runs on one.
+    cluster: Option<Arc<Mutex<Cluster>>>,
+    /// Where clients send lock commands (changes when a replica is promoted).
+    port: Arc<AtomicU16>,
+    /// Bumped before and after a fault that may lose or reorder state (odd: in the middle).
+    pub epoch: Arc<AtomicUsize>,
+    stop: Arc<AtomicBool>,
+    /// How many faults took effect.
+    pub injected: Arc<AtomicUsize>,
+}
+
+impl Chaos {
+    pub fn running(&self) -> bool {
+        !self.stop.load(Ordering::Relaxed)
+    }
+    pub fn sleep(&self, d: Duration) {
+        let until = Instant::now() + d;
+        while self.running() && Instant::now() < until {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+    pub fn con(&self) -> Option<Connection> {
+        connect(self.port.load(Ordering::SeqCst))
+    }
+    /// Run one command on the lock server; count it as a fault if the server took it.
+    pub fn inject(&self, words: &[&str]) {
+        if let Some(mut con) = self.con() {
+            if cmd(&mut con, words).is_ok() {
+                self.injected.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+    /// kill -9 the lock server and start it again from its files.
+    pub fn crash_and_restart(&self) {
+        let mut server = self.server.lock().unwrap();
+        self.epoch.fetch_add(1, Ordering::SeqCst);
+        server.restart();
+        self.epoch.fetch_add(1, Ordering::SeqCst);
+        self.injected.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Fail over the cluster shard that serves the lock: `kill -9` its master (the cluster
+    /// promotes the replica after the node timeout) or ask the replica to take over (CLUSTER
+    /// FAILOVER). Clients move to the new master.
+    pub fn fail_over_shard(&self, kill: bool) {
+        let mut cluster = self.cluster.as_ref().expect("a cluster").lock().unwrap();
+        let m = cluster.owner_of(LOCK).expect("the lock's master");
+        self.epoch.fetch_add(1, Ordering::SeqCst);
+        let new_master = if kill {
+            cluster.nodes[m].kill9();
+            let mut found = None;
+            assert!(
+                eventually(Duration::from_secs(40), || {
+                    found = cluster.owner_of(LOCK).filter(|&n| n != m);
+                    found.is_some()
+                }),
+                "the replica took over the dead master's slots"
+            );
+            found.unwrap()
+        } else {
+            cluster.manual_failover(m)
+        };
+        self.port
+            .store(cluster.nodes[new_master].port, Ordering::SeqCst);
+        self.epoch.fetch_add(1, Ordering::SeqCst);
+        self.injected.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// kill -9 the master and promote its replica; clients move to the new master. With
+    /// `lose_writes`, the replica is first stopped and cut off, so it misses the last grants.
+    pub fn fail_over(&self, lose_writes: bool) {
+        let replica = self.replica.as_ref().expect("a replica").lock().unwrap();
+        let mut master = self.server.lock().unwrap();
+        if lose_writes {
+            replica.signal(libc::SIGSTOP);
+            if let Some(mut m) = connect(master.port) {
+                let _ = cmd(&mut m, &["CLIENT", "KILL", "TYPE", "replica"]);
+            }
+            self.sleep(Duration::from_millis(300)); // grants the replica never sees
+        } else if let Some(mut m) = connect(master.port) {
+            let _ = cmd(&mut m, &["WAIT", "1", "2000"]);
+        }
+        self.epoch.fetch_add(1, Ordering::SeqCst);
+        master.kill9();
+        if lose_writes {
+            replica.signal(libc::SIGCONT);
+        }
+        let mut r = connect(replica.port).expect("replica connection");
+        ok(&mut r, &["REPLICAOF", "NO", "ONE"]);
+        self.port.store(replica.port, Ordering::SeqCst);
+        self.epoch.fetch_add(1, Ordering::SeqCst);
+        self.injected.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// A connection to `port` with short timeouts (`None` if the server is down).
+pub fn connect(port: u16) -> Option<Connection> {
+    let client = redis::Client::open(format!("redis://127.0.0.1:{port}/")).ok()?;
+    let con = client
+        .get_connection_with_timeout(Duration::from_secs(1))
+        .ok()?;
+    con.set_read_timeout(Some(Duration::from_secs(10))).ok()?;
+    Some(con)
+}
+
+/// Run the fenced store's `op` (GET or SET) under `token`.
+pub fn fenced(
+    store: &mut Connection,
+    sha: &str,
+    op: &str,
+    token: i64,
+    value: Option<i64>,
+) -> Result<Value, String> {
+    let mut c = redis::cmd("EVALSHA");
+    c.arg(sha).arg(1).arg(COUNTER).arg(op).arg(token);
+    if let Some(v) = value {
+        c.arg(v);
+    }
+    c.query::<Value>(store).map_err(|e| e.to_string())
+}
+
+pub struct Outcome {
+    pub records: Vec<Record>,
+    pub final_counter: i64,
+    pub injected: usize,
+    /// Grants the lock server counted (INFO lock) and did not take back, if it still answers.
+    pub server_grants: Option<i64>,
+}
+
+impl Scenario {
+    /// Run the workload with its faults and return what happened (check it with `check`).
+    pub fn run(self) -> Outcome {
+        let Scenario {
+            lock_args,
+            lock_env,
+            topology,
+            clients,
+            ttl_ms,
+            duration: dur,
+            wait_ms,
+            hold_ms,
+            pause,
+            chaos,
+        } = self;
+        let lock_args: Vec<&str> = lock_args.iter().map(String::as_str).collect();
+        let lock_env: Vec<(&str, &str)> = lock_env
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .collect();
+        let store = Server::start();
+        let lock_server = Server::start_with_env(&lock_env, &lock_args);
+        let port = Arc::new(AtomicU16::new(lock_server.port));
+        let cluster = (topology == Topology::Cluster).then(|| {
+            let cluster = Cluster::start();
+            let owner = cluster.owner_of(LOCK).expect("the lock's master");
+            port.store(cluster.nodes[owner].port, Ordering::SeqCst);
+            Arc::new(Mutex::new(cluster))
+        });
+        let replica = (topology == Topology::WithReplica).then(|| {
+            let master_port = lock_server.port.to_string();
+            let mut args = vec!["--replicaof", "127.0.0.1", &master_port];
+            args.extend_from_slice(&lock_args);
+            let replica = Server::start_with(&args);
+            let mut r = replica.con();
+            assert!(eventually(Duration::from_secs(20), || info_field(
+                &mut r,
+                "replication",
+                "master_link_status"
+            ) == "up"));
+            Arc::new(Mutex::new(replica))
+        });
+        let server = Arc::new(Mutex::new(lock_server));
+        let sha: String = redis::cmd("SCRIPT")
+            .arg("LOAD")
+            .arg(FENCED_STORE)
+            .query(&mut store.con())
+            .unwrap();
+        let epoch = Arc::new(AtomicUsize::new(0));
+        let stop = Arc::new(AtomicBool::new(false));
+        let injected = Arc::new(AtomicUsize::new(0));
+        let deadline = Instant::now() + dur;
+
+        let chaos = chaos.map(|f| {
+            let chaos = Chaos {
+                server: server.clone(),
+                replica: replica.clone(),
+                cluster: cluster.clone(),
+                port: port.clone(),
+                epoch: epoch.clone(),
+                stop: stop.clone(),
+                injected: injected.clone(),
+            };
+            std::thread::spawn(move || f(chaos))
+        });
+
+        let workers: Vec<_> = (0..clients)
+            .map(|c| {
+                let store_port = store.port;
+                let sha = sha.clone();
+                let epoch = epoch.clone();
+                let port = port.clone();
+                std::thread::spawn(move || {
+                    let mut store = connect(store_port).expect("store");
+                    let mut lock: Option<Connection> = None;
+                    let mut records = Vec::new();
+                    let mut op = 0;
+                    while Instant::now() < deadline {
+                        op += 1;
+                        let Some(con) = lock.as_mut() else {
+                            lock = connect(port.load(Ordering::SeqCst));
+                            if lock.is_none() {
+                                std::thread::sleep(Duration::from_millis(20));
+                            }
+                            continue;
+                        };
+                        let owner = format!("client-{c}-{op}");
+                        let sent_epoch = epoch.load(Ordering::SeqCst);
+                        let reply = redis::cmd("LOCK.ACQUIRE")
+                            .arg(LOCK)
+                            .arg(&owner)
+                            .arg(ttl_ms)
+                            .arg("WAIT")
+                            .arg(wait_ms + (op % 7) as i64)
+                            .query::<Value>(con);
+                        let token = match reply {
+                            Ok(Value::Int(t)) => t,
+                            Ok(_) => continue, // timed out waiting
+                            Err(_) => {
+                                lock = None; // the server went away: reconnect
+                                continue;
+                            }
+                        };
+                        let got_epoch = epoch.load(Ordering::SeqCst);
+                        let epoch = (sent_epoch == got_epoch && got_epoch.is_multiple_of(2))
+                            .then_some(got_epoch);
+                        let write = match fenced(&mut store, &sha, "GET", token, None) {
+                            Ok(v) => {
+                                let current = match v {
+                                    Value::BulkString(b) => {
+                                        String::from_utf8_lossy(&b).parse().unwrap_or(0)
+                                    }
+                                    _ => 0,
+                                };
+                                if let Some(p) = pause(c, op) {
+                                    std::thread::sleep(p);
+                                }
+                                if hold_ms > 0 {
+                                    std::thread::sleep(Duration::from_millis(hold_ms));
+                                }
+                                match fenced(&mut store, &sha, "SET", token, Some(current + 1)) {
+                                    Ok(_) => Write::Accepted(current + 1),
+                                    Err(e) if e.contains("STALE") => Write::Stale,
+                                    Err(e) => panic!("store: {e}"),
+                                }
+                            }
+                            Err(e) if e.contains("STALE") => Write::Skipped,
+                            Err(e) => panic!("store: {e}"),
+                        };
+                        let extended = (write == Write::Stale)
+                            .then(|| {
+                                redis::cmd("LOCK.EXTEND")
+                                    .arg(LOCK)
+                                    .arg(&owner)
+                                    .arg(ttl_ms)
+                                    .query::<i64>(con)
+                                    .ok()
+                            })
+                            .flatten();
+                        let released = redis::cmd("LOCK.RELEASE")
+                            .arg(LOCK)
+                            .arg(&owner)
+                            .query::<i64>(con)
+                            .ok();
+                        if released.is_none() {
+                            lock = None;
+                        }
+                        records.push(Record {
+                            owner,
+                            token,
+                            epoch,
+                            write,
+                            extended,
+                            released,
+                        });
+                    }
+                    records
+                })
+            })
+            .collect();
+        let records: Vec<Record> = workers
+            .into_iter()
+            .flat_map(|w| w.join().expect("worker"))
+            .collect();
+        stop.store(true, Ordering::Relaxed);
+        if let Some(chaos) = chaos {
+            chaos.join().expect("chaos thread");
+        }
+        let final_counter = match ok(&mut store.con(), &["HGET", COUNTER, "value"]) {
+            Value::BulkString(b) => String::from_utf8_lossy(&b).parse().unwrap_or(0),
+            _ => 0,
+        };
+        let server_grants = connect(port.load(Ordering::SeqCst)).map(|mut c| {
+            let grants: i64 = ["acquired_immediately", "acquired_after_wait", "renewed"]
+                .iter()
+                .map(|f| stat(&mut c, f) as i64)
+                .sum();
+            grants - stat(&mut c, "grants_revoked") as i64
+        });
+        drop(server);
+        drop(replica);
+        drop(cluster);
+        Outcome {
+            server_grants,
+            records,
+            final_counter,
+            injected: injected.load(Ordering::Relaxed),
+        }
+    }
+}
+
+/// Check the properties the README promises; returns (accepted writes, stale rejections).
+pub fn check(outcome: &Outcome) -> (usize, usize) {
+    let mut accepted: Vec<(i64, i64)> = outcome
+        .records
+        .iter()
+        .filter_map(|r| match r.write {
+            Write::Accepted(v) => Some((v, r.token)),
+            _ => None,
+        })
+        .collect();
+    accepted.sort_unstable();
+    for (i, (value, _)) in accepted.iter().enumerate() {
+        assert_eq!(
+            *value,
+            i as i64 + 1,
+            "accepted writes must form the chain 1..N (lost or double update)"
+        );
+    }
+    for pair in accepted.windows(2) {
+        assert!(
+            pair[1].1 > pair[0].1,
+            "accepted write tokens must increase: {pair:?}"
+        );
+    }
+    assert_eq!(
+        outcome.final_counter,
+        accepted.len() as i64,
+        "the counter is exact"
+    );
+
+    let mut owner_of: HashMap<i64, &str> = HashMap::new();
+    for r in &outcome.records {
+        let previous = owner_of.insert(r.token, &r.owner);
+        assert!(
+            previous.is_none_or(|o| o == r.owner),
+            "token {} granted twice: {previous:?} and {}",
+            r.token,
+            r.owner
+        );
+    }
+    let mut by_epoch: HashMap<usize, (i64, i64)> = HashMap::new();
+    for r in &outcome.records {
+        if let Some(e) = r.epoch {
+            let entry = by_epoch.entry(e).or_insert((i64::MAX, i64::MIN));
+            entry.0 = entry.0.min(r.token);
+            entry.1 = entry.1.max(r.token);
+        }
+    }
+    let mut epochs: Vec<_> = by_epoch.into_iter().collect();
+    epochs.sort_unstable();
+    for pair in epochs.windows(2) {
+        assert!(
+            pair[1].1 .0 > pair[0].1 .1,
+            "tokens went backwards across a restart: epoch {} max {} >= epoch {} min {}",
+            pair[0].0,
+            pair[0].1 .1,
+            pair[1].0,
+            pair[1].1 .0
+        );
+    }
+    let stale = outcome
+        .records
+        .iter()
+        .filter(|r| matches!(r.write, Write::Stale | Write::Skipped))
+        .count();
+    let distinct: HashSet<_> = outcome.records.iter().map(|r| r.token).collect();
+    eprintln!(
+        "operations {}, distinct grants {}, accepted writes {}, stale rejected {}, faults injected {}",
+        outcome.records.len(),
+        distinct.len(),
+        accepted.len(),
+        stale,
+        outcome.injected
+    );
+    (accepted.len(), stale)
+}
+
+/// No pauses.
+pub fn no_pause(_: usize, _: usize) -> Option<Duration> {
+    None
+}
+
+/// Client 0 stalls for three leases between its read and its write on every third operation.
+pub fn pause_client_zero(c: usize, op: usize) -> Option<Duration> {
+    (c == 0 && op.is_multiple_of(3)).then_some(Duration::from_millis(3 * 150))
+}
+
+/// The same command `times` times, `every` apart.
+pub fn repeat_command(times: usize, every: Duration, words: &'static [&'static str]) -> ChaosFn {
+    Box::new(move |ch: Chaos| {
+        for _ in 0..times {
+            ch.sleep(every);
+            if !ch.running() {
+                return;
+            }
+            ch.inject(words);
+        }
+    })
+}
+
+/// One fault, `after` the workload started.
+pub fn single_fault(after: Duration, fault: fn(&Chaos)) -> ChaosFn {
+    Box::new(move |ch: Chaos| {
+        ch.sleep(after);
+        if ch.running() {
+            fault(&ch);
+        }
+    })
+}
+
+/// kill -9 and restart the lock server `times` times, `every` apart.
+pub fn crash_loop(times: usize, every: Duration) -> ChaosFn {
+    Box::new(move |ch: Chaos| {
+        for _ in 0..times {
+            ch.sleep(every);
+            if !ch.running() {
+                return;
+            }
+            ch.crash_and_restart();
+        }
+    })
+}

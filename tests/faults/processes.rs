@@ -1,0 +1,186 @@
+//! Faults that need a real client process: SIGSTOP of a holder, kill -9 of a waiter. The
+//! processes are this test binary run again as `fault_helper_process`.
+
+use std::time::Duration;
+
+use redis_lock_harness::scenario::*;
+use redis_lock_harness::*;
+
+/// A client in a process of its own, for faults that need a real process: SIGSTOP and kill -9.
+/// The parent test re-runs this test binary with `FAULT_HELPER` set; otherwise this does nothing.
+#[test]
+#[ignore = "helper process of the fault suite"]
+fn fault_helper_process() {
+    let Ok(role) = std::env::var("FAULT_HELPER") else {
+        return;
+    };
+    let port: u16 = std::env::var("LOCK_PORT").unwrap().parse().unwrap();
+    let mut lock = connect(port).unwrap();
+    let say = |line: String| {
+        use std::io::Write;
+        println!("HELPER {line}");
+        let _ = std::io::stdout().flush();
+    };
+    match role.as_str() {
+        "holder" => {
+            let store_port: u16 = std::env::var("STORE_PORT").unwrap().parse().unwrap();
+            let sha = std::env::var("STORE_SHA").unwrap();
+            let mut store = connect(store_port).unwrap();
+            let token = int(&ok(
+                &mut lock,
+                &["LOCK.ACQUIRE", LOCK, "stopped-holder", "200"],
+            ));
+            let read = match fenced(&mut store, &sha, "GET", token, None).unwrap() {
+                Value::BulkString(b) => String::from_utf8_lossy(&b).parse::<i64>().unwrap_or(0),
+                _ => 0,
+            };
+            say(format!("TOKEN {token}"));
+            // The parent stops this process here, for longer than the lease.
+            std::thread::sleep(Duration::from_millis(300));
+            let write = match fenced(&mut store, &sha, "SET", token, Some(read + 1)) {
+                Ok(_) => "OK".to_string(),
+                Err(e) if e.contains("STALE") => "STALE".to_string(),
+                Err(e) => e,
+            };
+            say(format!("WRITE {write}"));
+            say(format!(
+                "EXTEND {}",
+                int(&ok(
+                    &mut lock,
+                    &["LOCK.EXTEND", LOCK, "stopped-holder", "200"]
+                ))
+            ));
+            say(format!(
+                "RELEASE {}",
+                int(&ok(&mut lock, &["LOCK.RELEASE", LOCK, "stopped-holder"]))
+            ));
+        }
+        "waiter" => {
+            say("WAITING".to_string());
+            let reply = cmd(
+                &mut lock,
+                &["LOCK.ACQUIRE", LOCK, "killed-waiter", "60000", "WAIT", "0"],
+            );
+            say(format!("ANSWERED {reply:?}"));
+        }
+        other => panic!("unknown helper role {other}"),
+    }
+}
+
+fn spawn_helper(role: &str, env: &[(&str, String)]) -> std::process::Child {
+    std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "processes::fault_helper_process",
+            "--ignored",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env("FAULT_HELPER", role)
+        .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("helper process")
+}
+
+/// Read the helper's `HELPER ...` lines until one starts with `prefix`.
+fn helper_line(out: &mut impl std::io::BufRead, prefix: &str) -> String {
+    let mut line = String::new();
+    let mut seen = String::new();
+    loop {
+        line.clear();
+        assert!(
+            out.read_line(&mut line).unwrap() > 0,
+            "helper ended before {prefix}; it said: {seen}"
+        );
+        seen.push_str(&line);
+        // libtest prints "test name ... " on the same line as the first output.
+        if let Some(at) = line.find("HELPER ") {
+            let rest = line[at + "HELPER ".len()..].trim();
+            if rest.starts_with(prefix) {
+                return rest.to_string();
+            }
+        }
+    }
+}
+
+/// A real holder process is stopped with SIGSTOP past its lease and resumed: another client
+/// gets the lock and commits; the resumed holder's write is rejected, its EXTEND and RELEASE
+/// answer 0.
+#[test]
+#[ignore = "fault suite: make test-faults"]
+fn sigstopped_holder_process_is_fenced_off() {
+    let store = Server::start();
+    let lock = Server::start();
+    let sha: String = redis::cmd("SCRIPT")
+        .arg("LOAD")
+        .arg(FENCED_STORE)
+        .query(&mut store.con())
+        .unwrap();
+    let mut child = spawn_helper(
+        "holder",
+        &[
+            ("LOCK_PORT", lock.port.to_string()),
+            ("STORE_PORT", store.port.to_string()),
+            ("STORE_SHA", sha.clone()),
+        ],
+    );
+    let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
+    let stale_token: i64 = helper_line(&mut out, "TOKEN")
+        .split(' ')
+        .nth(1)
+        .unwrap()
+        .parse()
+        .unwrap();
+    // SAFETY: signalling our own child process.
+    unsafe { libc::kill(child.id() as i32, libc::SIGSTOP) };
+    let mut c = lock.con();
+    let mut s = store.con();
+    let next = int(&ok(
+        &mut c,
+        &["LOCK.ACQUIRE", LOCK, "next-holder", "5000", "WAIT", "2000"],
+    ));
+    assert!(next > stale_token);
+    assert_eq!(fenced(&mut s, &sha, "GET", next, None), Ok(Value::Nil));
+    assert!(fenced(&mut s, &sha, "SET", next, Some(1)).is_ok());
+    // SAFETY: signalling our own child process.
+    unsafe { libc::kill(child.id() as i32, libc::SIGCONT) };
+    assert_eq!(helper_line(&mut out, "WRITE"), "WRITE STALE");
+    assert_eq!(helper_line(&mut out, "EXTEND"), "EXTEND 0");
+    assert_eq!(helper_line(&mut out, "RELEASE"), "RELEASE 0");
+    child.wait().unwrap();
+    assert_eq!(
+        ok(&mut s, &["HGET", COUNTER, "value"]),
+        Value::BulkString(b"1".to_vec())
+    );
+    assert_eq!(release(&mut c, LOCK, "next-holder"), 1);
+    eprintln!("operations 2, faults injected 1 (SIGSTOP), stale rejected 1, anomalies 0");
+}
+
+/// A waiting client process is killed with kill -9: it leaves the queue, nothing dangles, and
+/// the next release leaves the lock free.
+#[test]
+#[ignore = "fault suite: make test-faults"]
+fn kill9_of_a_waiting_client_process() {
+    let lock = Server::start();
+    let mut c = lock.con();
+    acquire(&mut c, LOCK, "holder", 60_000).unwrap();
+    let mut child = spawn_helper("waiter", &[("LOCK_PORT", lock.port.to_string())]);
+    let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
+    helper_line(&mut out, "WAITING");
+    wait_blocked(&mut c, 1);
+    child.kill().unwrap(); // SIGKILL
+    child.wait().unwrap();
+    assert!(eventually(Duration::from_secs(10), || blocked_clients(
+        &mut c
+    ) == 0));
+    assert_eq!(stat(&mut c, "waiters_disconnected"), 1.0);
+    assert_eq!(release(&mut c, LOCK, "holder"), 1);
+    assert_eq!(
+        int(&ok(&mut c, &["EXISTS", LOCK])),
+        0,
+        "the lock is free, not granted to the dead process"
+    );
+    eprintln!("operations 2, faults injected 1 (kill -9 of a client), anomalies 0");
+}
