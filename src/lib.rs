@@ -60,6 +60,7 @@ mod registration {
             i64: [
                 ["max-waiters", &config::MAX_WAITERS, config::MAX_WAITERS_DEFAULT, config::MAX_WAITERS_MIN, config::MAX_WAITERS_MAX, ConfigurationFlags::DEFAULT, None],
                 ["max-ttl", &config::MAX_TTL, config::MAX_TTL_DEFAULT, config::MAX_TTL_MIN, config::MAX_TTL_MAX, ConfigurationFlags::DEFAULT, None],
+                ["max-holders", &config::MAX_HOLDERS, config::MAX_HOLDERS_DEFAULT, config::MAX_HOLDERS_MIN, config::MAX_HOLDERS_MAX, ConfigurationFlags::DEFAULT, None],
                 ["max-owner-length", &config::MAX_OWNER_LENGTH, config::MAX_OWNER_LENGTH_DEFAULT, config::MAX_OWNER_LENGTH_MIN, config::MAX_OWNER_LENGTH_MAX, ConfigurationFlags::DEFAULT, None],
             ],
             string: [],

@@ -49,8 +49,12 @@ fn command_docs_cover_every_command() {
         .iter()
         .map(|a| text(&map_field(a, "name").unwrap()))
         .collect();
-    assert_eq!(names, ["key", "owner", "ttl-ms", "timeout-ms"]);
-    assert_eq!(text(&map_field(&args[3], "token").unwrap()), "WAIT");
+    assert_eq!(
+        names,
+        ["key", "owner", "ttl-ms", "SHARED", "max", "n", "timeout-ms"]
+    );
+    assert_eq!(text(&map_field(&args[4], "token").unwrap()), "LIMIT");
+    assert_eq!(text(&map_field(&args[6], "token").unwrap()), "WAIT");
 }
 
 #[test]

@@ -34,7 +34,7 @@ fn info_shows_holder_lease_hold_time_and_queue() {
             assert!(matches!(info, Value::Map(_)), "RESP3 map: {info:?}");
         } else {
             assert!(
-                matches!(&info, Value::Array(a) if a.len() == 12),
+                matches!(&info, Value::Array(a) if a.len() == 20),
                 "RESP2 flat array: {info:?}"
             );
         }

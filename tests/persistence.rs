@@ -188,26 +188,27 @@ fn truncated_or_newer_payloads_are_refused_cleanly() {
     let mut c = s.con();
     acquire(&mut c, "k", "alice", 60_000).unwrap();
     let payload = dump(&mut c, "k");
-    // [type 7][0x81 + module id][0x05 string: owner][0x02: token][0x02: deadline][0x02: granted][EOF] | rdb version | crc
+    // [type 7][0x81 + module id][0x02 kind][0x02 limit][0x02 count][0x05 owner][0x02 token]
+    // [0x02 deadline][0x02 granted][0x02 permits][EOF] | rdb version | crc
 
-    // Encoding version 3 in the module id (its low 10 bits): a future redis-lock.
+    // Encoding version 4 in the module id (its low 10 bits): a future redis-lock.
     let mut newer = payload.clone();
     let id_at = 2; // type byte, then 0x81 + 8-byte big-endian module id
     assert_eq!(newer[1], 0x81, "64-bit module id encoding");
     let mut id = u64::from_be_bytes(newer[id_at..id_at + 8].try_into().unwrap());
-    assert_eq!(id & 0x3ff, 2, "this build writes encoding version 2");
-    id = (id & !0x3ff) | 3;
+    assert_eq!(id & 0x3ff, 3, "this build writes encoding version 3");
+    id = (id & !0x3ff) | 4;
     newer[id_at..id_at + 8].copy_from_slice(&id.to_be_bytes());
     let newer = reseal(newer);
 
     // A value cut short: the owner claims 63 bytes, more than the payload holds.
     let mut truncated = payload.clone();
     assert_eq!(
-        truncated[10..12],
-        [0x05, 0x05],
-        "string opcode, then the owner length"
+        truncated[10..18],
+        [0x02, 0x00, 0x02, 0x00, 0x02, 0x01, 0x05, 0x05],
+        "kind 0 (exclusive), limit 0, one hold, then the owner's string opcode and length"
     );
-    truncated[11] = 0x3f;
+    truncated[17] = 0x3f;
     let truncated = reseal(truncated);
 
     for bad in [newer, truncated] {
@@ -238,22 +239,38 @@ fn expired_locks_do_not_come_back_after_restart() {
     assert_eq!(fence(&mut c, "long"), Some(long));
 }
 
-/// A value written by encoding version 1 (no grant time) still loads.
+/// A DUMP of this build turned into what an older encoding wrote: version 2 (one exclusive
+/// hold: owner, token, deadline, grant time) or version 1 (no grant time).
+fn older_payload(payload: &[u8], version: u64) -> Vec<u8> {
+    // [type][0x81 + id: 8][kind: 2][limit: 2][count: 2] owner token deadline [granted: 10]
+    // [permits: 2][EOF] | trailer (2 + 8)
+    let eof = payload.len() - 11;
+    assert_eq!(payload[eof], 0, "EOF opcode");
+    let drop_tail = if version == 1 { 12 } else { 2 };
+    let mut old = payload[..10].to_vec();
+    old.extend_from_slice(&payload[16..eof - drop_tail]);
+    old.extend_from_slice(&payload[eof..]);
+    let mut id = u64::from_be_bytes(old[2..10].try_into().unwrap());
+    id = (id & !0x3ff) | version;
+    old[2..10].copy_from_slice(&id.to_be_bytes());
+    reseal(old)
+}
+
+/// Values written by encoding versions 1 (no grant time) and 2 (one exclusive hold) still load.
 #[test]
-fn version_1_payloads_still_load() {
+fn older_payloads_still_load() {
     let s = Server::start();
     let mut c = s.con();
     let t = acquire(&mut c, "k", "alice", 60_000).unwrap();
     let payload = dump(&mut c, "k");
-    // Drop the last field (the grant time: opcode + 0x81 + 8 bytes) before EOF and the trailer.
-    let eof = payload.len() - 11;
-    assert_eq!(payload[eof], 0, "EOF opcode");
-    let mut v1 = payload[..eof - 10].to_vec();
-    v1.extend_from_slice(&payload[eof..]);
-    let mut id = u64::from_be_bytes(v1[2..10].try_into().unwrap());
-    id = (id & !0x3ff) | 1;
-    v1[2..10].copy_from_slice(&id.to_be_bytes());
-    let v1 = reseal(v1);
+    let v2 = older_payload(&payload, 2);
+    assert_eq!(
+        run(&mut c, &[b"RESTORE", b"v2", b"0", &v2]),
+        Ok(Value::Okay)
+    );
+    assert_eq!(fence(&mut c, "v2"), Some(t));
+    assert_eq!(release(&mut c, "v2", "alice"), 1);
+    let v1 = older_payload(&payload, 1);
     assert_eq!(
         run(&mut c, &[b"RESTORE", b"old", b"0", &v1]),
         Ok(Value::Okay)

@@ -5,7 +5,7 @@
 use crate::core::config::Limits;
 use crate::core::error::LockError;
 use crate::core::fencing;
-use crate::core::lock::{self, Millis, Token};
+use crate::core::lock::{self, Millis, Token, Want};
 
 /// One command argument's bytes (module strings in the server, byte slices in tests).
 pub trait Arg {
@@ -91,11 +91,13 @@ pub enum OwnerArg<'a> {
     Generate,
 }
 
-/// `LOCK.ACQUIRE key owner ttl-ms [WAIT timeout-ms]`, after the key.
+/// `LOCK.ACQUIRE key owner ttl-ms [SHARED | LIMIT max [PERMITS n]] [WAIT timeout-ms]`, after
+/// the key (options in any order, each at most once).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct AcquireArgs<'a> {
     pub owner: OwnerArg<'a>,
     pub ttl: Millis,
+    pub want: Want,
     /// `None` without WAIT; `Some(0)` waits without limit.
     pub wait: Option<Millis>,
 }
@@ -109,7 +111,7 @@ pub fn acquire<'a, A: Arg>(
         return Err(LockError::Syntax);
     };
     let ttl = ttl(ttl_arg.bytes(), now, limits)?;
-    let wait = wait(options, now)?;
+    let (want, wait) = acquire_options(options, now)?;
     let owner = match owner_arg.bytes() {
         b"*" => OwnerArg::Generate,
         given => {
@@ -120,26 +122,76 @@ pub fn acquire<'a, A: Arg>(
             OwnerArg::Given(given)
         }
     };
-    Ok(AcquireArgs { owner, ttl, wait })
+    Ok(AcquireArgs {
+        owner,
+        ttl,
+        want,
+        wait,
+    })
 }
 
-/// `[WAIT timeout-ms]`
-fn wait<A: Arg>(options: &[A], now: Millis) -> Result<Option<Millis>, LockError> {
-    match options {
-        [] => Ok(None),
-        [flag, timeout] if flag.bytes().eq_ignore_ascii_case(b"WAIT") => {
-            let timeout = integer(timeout.bytes())?;
-            if timeout < 0 {
-                return Err(LockError::TimeoutNegative);
-            }
-            // Keep a minute of headroom below overflow of the absolute time.
-            now.checked_add(timeout)
-                .and_then(|t| t.checked_add(60_000))
-                .ok_or(LockError::TimeoutTooLarge)?;
-            Ok(Some(timeout))
+/// `SHARED`, `LIMIT max`, `PERMITS n`, `WAIT timeout-ms`, in any order, each at most once.
+fn acquire_options<A: Arg>(
+    mut options: &[A],
+    now: Millis,
+) -> Result<(Want, Option<Millis>), LockError> {
+    let (mut shared, mut limit, mut permits, mut wait) = (false, None, None, None);
+    while let Some((flag, rest)) = options.split_first() {
+        let flag = flag.bytes();
+        let value = rest.first().map(Arg::bytes);
+        options = rest;
+        if flag.eq_ignore_ascii_case(b"SHARED") && !shared {
+            shared = true;
+            continue;
         }
-        _ => Err(LockError::Syntax),
+        let (Some(value), Some((_, after))) = (value, options.split_first()) else {
+            return Err(LockError::Syntax);
+        };
+        options = after;
+        if flag.eq_ignore_ascii_case(b"WAIT") && wait.is_none() {
+            wait = Some(wait_timeout(value, now)?);
+        } else if flag.eq_ignore_ascii_case(b"LIMIT") && limit.is_none() {
+            limit = Some(count_of(value)?);
+        } else if flag.eq_ignore_ascii_case(b"PERMITS") && permits.is_none() {
+            permits = Some(count_of(value)?);
+        } else {
+            return Err(LockError::Syntax);
+        }
     }
+    let want = match (shared, limit, permits) {
+        (false, None, None) => Want::Exclusive,
+        (true, None, None) => Want::Shared,
+        (false, Some(limit), n) => {
+            let n = n.unwrap_or(1);
+            if n > limit {
+                return Err(LockError::PermitsOutOfRange);
+            }
+            Want::Permits { limit, n }
+        }
+        _ => return Err(LockError::Syntax), // SHARED with LIMIT, or PERMITS alone
+    };
+    Ok((want, wait))
+}
+
+/// A `LIMIT` or `PERMITS` count: 1 ..= 2^32-1.
+fn count_of(arg: &[u8]) -> Result<u32, LockError> {
+    u32::try_from(integer(arg)?)
+        .ok()
+        .filter(|n| *n >= 1)
+        .ok_or(LockError::PermitsOutOfRange)
+}
+
+/// A `WAIT` timeout: zero (no limit) or positive, far from overflow.
+fn wait_timeout(arg: &[u8], now: Millis) -> Result<Millis, LockError> {
+    let timeout = integer(arg)?;
+    if timeout < 0 {
+        return Err(LockError::TimeoutNegative);
+    }
+    // Keep a minute of headroom below overflow of the absolute time.
+    now.checked_add(timeout)
+        .and_then(|t| t.checked_add(60_000))
+        .ok_or(LockError::TimeoutTooLarge)?;
+    Ok(timeout)
 }
 
 /// `LOCK.EXTEND key owner ttl-ms`, after the key.
@@ -217,6 +269,7 @@ mod tests {
         max_ttl: 1_000,
         max_owner_length: 4,
         max_waiters: 10,
+        max_holders: 10,
     };
 
     fn args(words: &[&'static str]) -> Vec<&'static [u8]> {
@@ -275,6 +328,7 @@ mod tests {
             Ok(AcquireArgs {
                 owner: OwnerArg::Given(b"o"),
                 ttl: 10,
+                want: Want::Exclusive,
                 wait: None
             })
         );
@@ -283,8 +337,31 @@ mod tests {
             Ok(AcquireArgs {
                 owner: OwnerArg::Generate,
                 ttl: 10,
+                want: Want::Exclusive,
                 wait: Some(0)
             })
+        );
+        assert_eq!(
+            acquire(&args(&["o", "10", "shared"]), now, &LIMITS).map(|a| a.want),
+            Ok(Want::Shared)
+        );
+        assert_eq!(
+            acquire(&args(&["o", "10", "WAIT", "5", "SHARED"]), now, &LIMITS)
+                .map(|a| (a.want, a.wait)),
+            Ok((Want::Shared, Some(5)))
+        );
+        assert_eq!(
+            acquire(&args(&["o", "10", "LIMIT", "3"]), now, &LIMITS).map(|a| a.want),
+            Ok(Want::Permits { limit: 3, n: 1 })
+        );
+        assert_eq!(
+            acquire(
+                &args(&["o", "10", "PERMITS", "2", "LIMIT", "3", "WAIT", "0"]),
+                now,
+                &LIMITS
+            )
+            .map(|a| a.want),
+            Ok(Want::Permits { limit: 3, n: 2 })
         );
         for (words, err) in [
             (&["o", "0"][..], LockError::TtlNotPositive),
@@ -300,6 +377,23 @@ mod tests {
             ),
             (&["o", "10", "NOWAIT", "1"], LockError::Syntax),
             (&["o"], LockError::Syntax),
+            (&["o", "10", "SHARED", "SHARED"], LockError::Syntax),
+            (&["o", "10", "SHARED", "LIMIT", "2"], LockError::Syntax),
+            (&["o", "10", "PERMITS", "2"], LockError::Syntax),
+            (&["o", "10", "LIMIT"], LockError::Syntax),
+            (&["o", "10", "LIMIT", "2", "LIMIT", "2"], LockError::Syntax),
+            (&["o", "10", "WAIT", "1", "WAIT", "1"], LockError::Syntax),
+            (&["o", "10", "LIMIT", "0"], LockError::PermitsOutOfRange),
+            (&["o", "10", "LIMIT", "-1"], LockError::PermitsOutOfRange),
+            (
+                &["o", "10", "LIMIT", "4294967296"],
+                LockError::PermitsOutOfRange,
+            ),
+            (
+                &["o", "10", "LIMIT", "2", "PERMITS", "3"],
+                LockError::PermitsOutOfRange,
+            ),
+            (&["o", "10", "LIMIT", "x"], LockError::NotAnInteger),
         ] {
             assert_eq!(acquire(&args(words), now, &LIMITS), Err(err), "{words:?}");
         }

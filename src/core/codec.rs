@@ -1,22 +1,37 @@
 //! The one encoding of a lock's value. RDB and DUMP payloads, DEBUG DIGEST, the AOF rewrite and
-//! replication all lay the holder's fields out through here, in one order (owner, token,
-//! deadline, grant time), with the encoding version in one place.
+//! replication all lay the holds out through here, in one order, with the encoding version in
+//! one place:
+//!
+//! - version 3: kind (0 exclusive, 1 shared, 2 semaphore), limit (0 for locks), the number of
+//!   holds, then per hold: owner, token, deadline, grant time, permits (1 for locks);
+//! - version 2 (still loaded): one exclusive hold: owner, token, deadline, grant time;
+//! - version 1 (still loaded): owner, token, deadline (the grant counts from the load).
+//!
+//! Replicas and the AOF get an exclusive hold as `LOCK.APPLY key owner token deadline granted`
+//! (readable, and what earlier versions wrote) and any other state as
+//! `LOCK.APPLYSTATE key payload`, the payload being this encoding in bytes (`to_bytes`).
 
 use std::ffi::CStr;
 
 use crate::core::fencing;
-use crate::core::lock::{Holder, Millis, Token};
+use crate::core::lock::{Holder, LockState, Millis, Permit, Token};
 use crate::core::owner::{Owner, OwnerBytes};
 
 /// Encoding of a lock value in RDB and DUMP payloads.
 /// Version 1: owner, token, deadline. Version 2 adds the grant time (for LOCK.INFO `held`).
 /// A newer version is refused (the load fails cleanly instead of misreading bytes).
-pub const ENCODING_VERSION: i32 = 2;
+pub const ENCODING_VERSION: i32 = 3;
+
+/// The most holds a stored value may have (`lock.max-holders` is at most this).
+pub const MAX_HOLDS: u64 = 1 << 20;
 
 /// The internal command that replicas and the AOF replay to set a holder, and its argument
 /// format for `RedisModule_Replicate` / `EmitAOF`: key, owner buffer, token, deadline, grant time.
 pub const APPLY_COMMAND: &CStr = c"LOCK.APPLY";
 pub const APPLY_FORMAT: &CStr = c"sblll";
+/// The internal command for every other state, and its format: key, payload buffer.
+pub const APPLY_STATE_COMMAND: &CStr = c"LOCK.APPLYSTATE";
+pub const APPLY_STATE_FORMAT: &CStr = c"sb";
 
 /// Where a value's fields go: an RDB stream, a digest.
 pub trait Writer {
@@ -55,19 +70,31 @@ pub fn token_i64(token: Token) -> i64 {
     i64::try_from(token).unwrap_or(i64::MAX)
 }
 
-/// Write `holder` at the current version.
-pub fn encode(holder: &Holder, out: &mut impl Writer) {
-    out.write_bytes(&holder.owner.bytes());
-    out.write_unsigned(holder.token);
-    out.write_signed(holder.deadline);
-    out.write_signed(holder.granted);
+const KIND_EXCLUSIVE: u64 = 0;
+const KIND_SHARED: u64 = 1;
+const KIND_SEMAPHORE: u64 = 2;
+
+/// Write `state` at the current version.
+pub fn encode(state: &LockState, out: &mut impl Writer) {
+    let (kind, limit) = match state {
+        LockState::Exclusive(_) => (KIND_EXCLUSIVE, 0),
+        LockState::Shared(_) => (KIND_SHARED, 0),
+        LockState::Semaphore { limit, .. } => (KIND_SEMAPHORE, *limit),
+    };
+    out.write_unsigned(kind);
+    out.write_unsigned(u64::from(limit));
+    out.write_unsigned(state.holds().count() as u64);
+    for (holder, permits) in state.holds() {
+        out.write_bytes(&holder.owner.bytes());
+        out.write_unsigned(holder.token);
+        out.write_signed(holder.deadline);
+        out.write_signed(holder.granted);
+        out.write_unsigned(u64::from(permits));
+    }
 }
 
-/// Read a holder written at `version`; values of version 1 count their grant from `now`.
-pub fn decode(input: &mut impl Reader, version: i32, now: Millis) -> Result<Holder, Refused> {
-    if version > ENCODING_VERSION {
-        return Err(Refused::NewerVersion);
-    }
+/// Read one hold's owner, token, deadline and (from version 2) grant time.
+fn decode_holder(input: &mut impl Reader, version: i32, now: Millis) -> Result<Holder, Refused> {
     let owner = input.read_bytes().ok_or(Refused::Corrupt)?;
     let token = input.read_unsigned().ok_or(Refused::Corrupt)?;
     let deadline = input.read_signed().ok_or(Refused::Corrupt)?;
@@ -90,12 +117,135 @@ pub fn decode(input: &mut impl Reader, version: i32, now: Millis) -> Result<Hold
     })
 }
 
-/// Feed `holder` to a digest, which takes integers as signed.
-pub fn digest(holder: &Holder, out: &mut impl Writer) {
-    out.write_bytes(&holder.owner.bytes());
-    out.write_signed(token_i64(holder.token));
-    out.write_signed(holder.deadline);
-    out.write_signed(holder.granted);
+/// Read a state written at `version`; values of version 1 count their grant from `now`.
+pub fn decode(input: &mut impl Reader, version: i32, now: Millis) -> Result<LockState, Refused> {
+    if version > ENCODING_VERSION {
+        return Err(Refused::NewerVersion);
+    }
+    if version < 3 {
+        return decode_holder(input, version, now).map(LockState::Exclusive);
+    }
+    let kind = input.read_unsigned().ok_or(Refused::Corrupt)?;
+    let limit = input.read_unsigned().ok_or(Refused::Corrupt)?;
+    let count = input.read_unsigned().ok_or(Refused::Corrupt)?;
+    if count == 0 || count > MAX_HOLDS || (kind == KIND_EXCLUSIVE && count != 1) {
+        return Err(Refused::Corrupt);
+    }
+    let limit = match kind {
+        KIND_SEMAPHORE => u32::try_from(limit)
+            .ok()
+            .filter(|l| *l > 0)
+            .ok_or(Refused::Corrupt)?,
+        KIND_EXCLUSIVE | KIND_SHARED if limit == 0 => 0,
+        _ => return Err(Refused::Corrupt),
+    };
+    let mut holds = Vec::new();
+    let mut in_use: u64 = 0;
+    for _ in 0..count {
+        let holder = decode_holder(input, version, now)?;
+        let permits = input.read_unsigned().ok_or(Refused::Corrupt)?;
+        let valid = match kind {
+            KIND_SEMAPHORE => (1..=u64::from(limit)).contains(&permits),
+            _ => permits == 1,
+        };
+        in_use = in_use.saturating_add(permits);
+        if !valid || (kind == KIND_SEMAPHORE && in_use > u64::from(limit)) {
+            return Err(Refused::Corrupt);
+        }
+        holds.push(Permit {
+            holder,
+            n: permits as u32,
+        });
+    }
+    Ok(match kind {
+        KIND_EXCLUSIVE => LockState::Exclusive(holds.remove(0).holder),
+        KIND_SHARED => LockState::Shared(holds.into_iter().map(|p| p.holder).collect()),
+        _ => LockState::Semaphore { limit, holds },
+    })
+}
+
+/// Feed `state` to a digest (integers as the digest takes them: signed).
+pub fn digest(state: &LockState, out: &mut impl Writer) {
+    let mut signed = Signed(out);
+    encode(state, &mut signed);
+}
+
+/// A writer that passes unsigned integers on as signed ones (tokens and counts stay below 2^63).
+struct Signed<'a, W>(&'a mut W);
+
+impl<W: Writer> Writer for Signed<'_, W> {
+    fn write_bytes(&mut self, bytes: &[u8]) {
+        self.0.write_bytes(bytes);
+    }
+    fn write_unsigned(&mut self, value: u64) {
+        self.0.write_signed(token_i64(value));
+    }
+    fn write_signed(&mut self, value: i64) {
+        self.0.write_signed(value);
+    }
+}
+
+/// `state` as bytes: a version byte, then the fields (lengths and integers little-endian).
+pub fn to_bytes(state: &LockState) -> Vec<u8> {
+    let mut out = Bytes(vec![ENCODING_VERSION as u8]);
+    encode(state, &mut out);
+    out.0
+}
+
+/// Read `to_bytes` output back (any trailing byte is corruption).
+pub fn from_bytes(bytes: &[u8], now: Millis) -> Result<LockState, Refused> {
+    let (&version, rest) = bytes.split_first().ok_or(Refused::Corrupt)?;
+    let mut input = BytesReader(rest);
+    let state = decode(&mut input, i32::from(version), now)?;
+    if !input.0.is_empty() {
+        return Err(Refused::Corrupt);
+    }
+    Ok(state)
+}
+
+struct Bytes(Vec<u8>);
+
+impl Writer for Bytes {
+    fn write_bytes(&mut self, bytes: &[u8]) {
+        self.0
+            .extend_from_slice(&(bytes.len() as u64).to_le_bytes());
+        self.0.extend_from_slice(bytes);
+    }
+    fn write_unsigned(&mut self, value: u64) {
+        self.0.extend_from_slice(&value.to_le_bytes());
+    }
+    fn write_signed(&mut self, value: i64) {
+        self.0.extend_from_slice(&value.to_le_bytes());
+    }
+}
+
+struct BytesReader<'a>(&'a [u8]);
+
+impl BytesReader<'_> {
+    fn take(&mut self, n: usize) -> Option<&[u8]> {
+        if self.0.len() < n {
+            return None;
+        }
+        let (head, rest) = self.0.split_at(n);
+        self.0 = rest;
+        Some(head)
+    }
+    fn word(&mut self) -> Option<[u8; 8]> {
+        self.take(8)?.try_into().ok()
+    }
+}
+
+impl Reader for BytesReader<'_> {
+    fn read_bytes(&mut self) -> Option<Vec<u8>> {
+        let len = usize::try_from(u64::from_le_bytes(self.word()?)).ok()?;
+        self.take(len).map(<[u8]>::to_vec)
+    }
+    fn read_unsigned(&mut self) -> Option<u64> {
+        self.word().map(u64::from_le_bytes)
+    }
+    fn read_signed(&mut self) -> Option<i64> {
+        self.word().map(i64::from_le_bytes)
+    }
 }
 
 /// The arguments of `LOCK.APPLY key ...` after the key, in `APPLY_FORMAT` order.
@@ -182,13 +332,31 @@ mod tests {
             })
     }
 
+    fn state() -> impl Strategy<Value = LockState> {
+        prop_oneof![
+            holder().prop_map(LockState::Exclusive),
+            proptest::collection::vec(holder(), 1..5).prop_map(LockState::Shared),
+            proptest::collection::vec((holder(), 1u32..3), 1..5).prop_map(|holds| {
+                let limit = holds.iter().map(|(_, n)| n).sum::<u32>() + 1;
+                LockState::Semaphore {
+                    limit,
+                    holds: holds
+                        .into_iter()
+                        .map(|(holder, n)| Permit { holder, n })
+                        .collect(),
+                }
+            }),
+        ]
+    }
+
     proptest! {
         #[test]
-        fn every_holder_round_trips(h in holder()) {
+        fn every_state_round_trips(s in state()) {
             let mut stream = Fields::default();
-            encode(&h, &mut stream);
-            prop_assert_eq!(decode(&mut stream, ENCODING_VERSION, 0), Ok(h));
+            encode(&s, &mut stream);
+            prop_assert_eq!(decode(&mut stream, ENCODING_VERSION, 0), Ok(s.clone()));
             prop_assert!(stream.0.is_empty());
+            prop_assert_eq!(from_bytes(&to_bytes(&s), 0), Ok(s));
         }
 
         #[test]
@@ -198,6 +366,35 @@ mod tests {
             prop_assert_eq!(u64::try_from(r.token).ok(), Some(h.token));
             prop_assert_eq!((r.deadline, r.granted), (h.deadline, h.granted));
         }
+
+        #[test]
+        fn damaged_bytes_never_panic(s in state(), cut in any::<usize>(), flip in any::<(usize, u8)>()) {
+            let bytes = to_bytes(&s);
+            let _ = from_bytes(&bytes[..cut % (bytes.len() + 1)], 0);
+            let mut damaged = bytes.clone();
+            let at = flip.0 % damaged.len();
+            damaged[at] ^= flip.1;
+            let _ = from_bytes(&damaged, 0);
+        }
+    }
+
+    #[test]
+    fn version_2_loads_as_one_exclusive_hold() {
+        let mut stream = Fields::default();
+        stream.write_bytes(b"o");
+        stream.write_unsigned(5);
+        stream.write_signed(100);
+        stream.write_signed(90);
+        let s = decode(&mut stream, 2, 0).unwrap();
+        assert_eq!(
+            s,
+            LockState::Exclusive(Holder {
+                owner: Owner::new(b"o"),
+                token: 5,
+                deadline: 100,
+                granted: 90
+            })
+        );
     }
 
     #[test]
@@ -206,35 +403,72 @@ mod tests {
         stream.write_bytes(b"o");
         stream.write_unsigned(5);
         stream.write_signed(100);
-        let h = decode(&mut stream, 1, 42).unwrap();
+        let Ok(LockState::Exclusive(h)) = decode(&mut stream, 1, 42) else {
+            panic!("version 1 is one exclusive hold")
+        };
         assert_eq!((h.token, h.deadline, h.granted), (5, 100, 42));
     }
 
     #[test]
     fn refuses_what_it_cannot_trust() {
-        let write = |owner: &[u8], token: u64| {
+        let write = |kind: u64, limit: u64, holds: &[(&[u8], u64, u64)]| {
             let mut s = Fields::default();
-            s.write_bytes(owner);
-            s.write_unsigned(token);
-            s.write_signed(1);
-            s.write_signed(1);
+            s.write_unsigned(kind);
+            s.write_unsigned(limit);
+            s.write_unsigned(holds.len() as u64);
+            for (owner, token, permits) in holds {
+                s.write_bytes(owner);
+                s.write_unsigned(*token);
+                s.write_signed(1);
+                s.write_signed(1);
+                s.write_unsigned(*permits);
+            }
             s
         };
         assert_eq!(
-            decode(&mut write(b"o", 1), 3, 0),
+            decode(&mut write(0, 0, &[(b"o", 1, 1)]), 4, 0),
             Err(Refused::NewerVersion)
         );
-        assert_eq!(decode(&mut write(b"", 1), 2, 0), Err(Refused::Corrupt));
         assert_eq!(
-            decode(&mut write(b"o", 0), 2, 0),
+            decode(&mut write(0, 0, &[(b"", 1, 1)]), 3, 0),
+            Err(Refused::Corrupt)
+        );
+        assert_eq!(
+            decode(&mut write(0, 0, &[(b"o", 0, 1)]), 3, 0),
             Err(Refused::TokenOutOfRange)
         );
         assert_eq!(
-            decode(&mut write(b"o", fencing::MAX_TOKEN + 1), 2, 0),
+            decode(&mut write(0, 0, &[(b"o", fencing::MAX_TOKEN + 1, 1)]), 3, 0),
             Err(Refused::TokenOutOfRange)
         );
-        let mut truncated = write(b"o", 1);
+        assert_eq!(
+            decode(&mut write(0, 0, &[(b"a", 1, 1), (b"b", 2, 1)]), 3, 0),
+            Err(Refused::Corrupt),
+            "two exclusive holds"
+        );
+        assert_eq!(
+            decode(&mut write(1, 0, &[]), 3, 0),
+            Err(Refused::Corrupt),
+            "no holds"
+        );
+        assert_eq!(
+            decode(&mut write(2, 2, &[(b"a", 1, 2), (b"b", 2, 1)]), 3, 0),
+            Err(Refused::Corrupt),
+            "over the limit"
+        );
+        assert_eq!(
+            decode(&mut write(2, 0, &[(b"a", 1, 1)]), 3, 0),
+            Err(Refused::Corrupt),
+            "no permits"
+        );
+        assert_eq!(
+            decode(&mut write(3, 0, &[(b"a", 1, 1)]), 3, 0),
+            Err(Refused::Corrupt),
+            "unknown kind"
+        );
+        let mut truncated = write(1, 0, &[(b"a", 1, 1)]);
         truncated.0.pop_back();
-        assert_eq!(decode(&mut truncated, 2, 0), Err(Refused::Corrupt));
+        assert_eq!(decode(&mut truncated, 3, 0), Err(Refused::Corrupt));
+        assert_eq!(from_bytes(&[], 0), Err(Refused::Corrupt));
     }
 }

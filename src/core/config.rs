@@ -16,6 +16,13 @@ pub const MAX_TTL_MIN: i64 = 1;
 pub const MAX_TTL_MAX: i64 = 10 * 365 * 24 * 3_600_000;
 pub static MAX_TTL: AtomicI64 = AtomicI64::new(MAX_TTL_DEFAULT);
 
+/// `lock.max-holders`: how many holds one key may have at once (shared holds, semaphore
+/// permits' holders).
+pub const MAX_HOLDERS_DEFAULT: i64 = 10_000;
+pub const MAX_HOLDERS_MIN: i64 = 1;
+pub const MAX_HOLDERS_MAX: i64 = 1 << 20;
+pub static MAX_HOLDERS: AtomicI64 = AtomicI64::new(MAX_HOLDERS_DEFAULT);
+
 /// `lock.max-owner-length`: the longest owner, in bytes.
 pub const MAX_OWNER_LENGTH_DEFAULT: i64 = 1024;
 pub const MAX_OWNER_LENGTH_MIN: i64 = 1;
@@ -24,6 +31,10 @@ pub static MAX_OWNER_LENGTH: AtomicI64 = AtomicI64::new(MAX_OWNER_LENGTH_DEFAULT
 
 pub fn max_waiters() -> usize {
     usize::try_from(MAX_WAITERS.load(Ordering::Relaxed)).unwrap_or(usize::MAX)
+}
+
+pub fn max_holders() -> usize {
+    usize::try_from(MAX_HOLDERS.load(Ordering::Relaxed)).unwrap_or(usize::MAX)
 }
 
 pub fn max_ttl() -> i64 {
@@ -40,6 +51,7 @@ pub struct Limits {
     pub max_ttl: i64,
     pub max_owner_length: usize,
     pub max_waiters: usize,
+    pub max_holders: usize,
 }
 
 impl Limits {
@@ -48,6 +60,7 @@ impl Limits {
             max_ttl: max_ttl(),
             max_owner_length: max_owner_length(),
             max_waiters: max_waiters(),
+            max_holders: max_holders(),
         }
     }
 }

@@ -47,11 +47,25 @@ pub enum LockError {
     TokensExhausted,
     /// A panic was contained inside the module (see `guard`).
     Internal,
+    /// A shared holder asked for exclusive while other readers hold.
+    Deadlock,
+    /// A plain or `SHARED` request on a semaphore, or a `LIMIT` request on a lock.
+    WrongKind,
+    /// `LIMIT` differs from the live semaphore's.
+    LimitMismatch,
+    /// The owner holds permits of the semaphore and asked for another number.
+    PermitsHeld,
+    /// The key already has `lock.max-holders` holds.
+    TooManyHolders,
+    /// `PERMITS` outside 1..=`LIMIT`, or `LIMIT` below 1.
+    PermitsOutOfRange,
+    /// An internal `LOCK.APPLYSTATE` payload that does not decode.
+    BadState,
 }
 
 impl LockError {
     /// Every variant, so tests can check every wire string.
-    pub const ALL: [LockError; 21] = [
+    pub const ALL: [LockError; 28] = [
         Self::NotAnInteger,
         Self::TtlNotPositive,
         Self::TtlTooLarge,
@@ -73,6 +87,13 @@ impl LockError {
         Self::TokenAboveMax,
         Self::TokensExhausted,
         Self::Internal,
+        Self::Deadlock,
+        Self::WrongKind,
+        Self::LimitMismatch,
+        Self::PermitsHeld,
+        Self::TooManyHolders,
+        Self::PermitsOutOfRange,
+        Self::BadState,
     ];
 
     pub const fn as_wire(self) -> &'static str {
@@ -103,6 +124,19 @@ impl LockError {
             Self::Internal => {
                 "ERR redis-lock internal error: the command was interrupted; the server log has the details"
             }
+            Self::Deadlock => {
+                "DEADLOCK other owners hold this lock shared: upgrading would wait for them forever; release and acquire exclusive"
+            }
+            Self::WrongKind => {
+                "ERR the key holds another kind of lock: a semaphore takes LIMIT, a plain or SHARED lock does not"
+            }
+            Self::LimitMismatch => "ERR LIMIT differs from the limit of the live semaphore at this key",
+            Self::PermitsHeld => {
+                "ERR this owner already holds a different number of permits: release them first"
+            }
+            Self::TooManyHolders => "ERR too many holders: lock.max-holders already hold this key",
+            Self::PermitsOutOfRange => "ERR invalid PERMITS or LIMIT: need 1 <= permits <= limit",
+            Self::BadState => "ERR LOCK.APPLYSTATE payload is corrupt or from a newer redis-lock",
             Self::Demoted => {
                 "UNBLOCKED force unblock from blocking operation, instance state changed (master -> replica?)"
             }
@@ -133,7 +167,7 @@ mod tests {
             assert!(
                 matches!(
                     prefix,
-                    "ERR" | "WRONGTYPE" | "UNBLOCKED" | "READONLY" | "TRYAGAIN"
+                    "ERR" | "WRONGTYPE" | "UNBLOCKED" | "READONLY" | "TRYAGAIN" | "DEADLOCK"
                 ),
                 "{e:?} has prefix {prefix}"
             );

@@ -1,9 +1,12 @@
-//! The pure lock state machine: holder, fencing token, deadline, and what each command does to
-//! them.
+//! The pure lock state machine: the holds of one lock key (exclusive, shared, or permits of a
+//! semaphore), each with its owner, fencing token and lease, and what each command does to them.
 //!
-//! No FFI here. The Redis layer keeps the holder in the keyspace (it is data: persisted and
-//! replicated) and the queues beside it (`queue`, `registry`: waiters are connections, neither
+//! No FFI here. The Redis layer keeps the holds in the keyspace (they are data: persisted and
+//! replicated) and the queues beside them (`queue`, `registry`: waiters are connections, neither
 //! persisted nor replicated), and asks these functions what each command does.
+//!
+//! A stored state may contain holds whose lease ran out; every decision looks only at the live
+//! ones (`now < deadline`), and the states it returns contain only live holds.
 
 use crate::core::error::LockError;
 use crate::core::owner::Owner;
@@ -13,14 +16,14 @@ pub type Millis = i64;
 /// A fencing token: positive, strictly increasing per server (see `fencing`).
 pub type Token = u64;
 
-/// Who holds a lock, under which token, until when.
+/// One hold: who, under which token, until when.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Holder {
     pub owner: Owner,
     pub token: Token,
-    /// The lease ends at this unix-ms instant: the holder is live while `now < deadline`.
+    /// The lease ends at this unix-ms instant: the hold is live while `now < deadline`.
     pub deadline: Millis,
-    /// When this owner was granted the lock (unix ms); renewals and extensions keep it.
+    /// When this owner was granted the hold (unix ms); renewals and extensions keep it.
     pub granted: Millis,
 }
 
@@ -38,11 +41,221 @@ impl Holder {
     pub fn held_for(&self, now: Millis) -> Millis {
         now.saturating_sub(self.granted).max(0)
     }
+
+    fn with_deadline(&self, deadline: Millis) -> Holder {
+        Holder {
+            deadline,
+            ..self.clone()
+        }
+    }
 }
 
-/// The holder, if its lease is still running.
-pub fn live(holder: Option<&Holder>, now: Millis) -> Option<&Holder> {
-    holder.filter(|h| h.is_live(now))
+/// A semaphore hold: its holder and how many permits it took.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Permit {
+    pub holder: Holder,
+    pub n: u32,
+}
+
+/// Every hold of one lock key, all of one kind.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum LockState {
+    /// One exclusive hold.
+    Exclusive(Holder),
+    /// Read holds (one or more).
+    Shared(Vec<Holder>),
+    /// A counting semaphore of `limit` permits, and who holds how many.
+    Semaphore { limit: u32, holds: Vec<Permit> },
+}
+
+/// What a request asks for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Want {
+    Exclusive,
+    Shared,
+    /// `n` permits of a semaphore of `limit` (1 <= n <= limit, checked by the parser).
+    Permits {
+        limit: u32,
+        n: u32,
+    },
+}
+
+/// The kind of a key: a lock (held exclusive or shared) or a semaphore of some size.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    Lock,
+    Semaphore { limit: u32 },
+}
+
+impl Want {
+    pub fn kind(self) -> Kind {
+        match self {
+            Want::Exclusive | Want::Shared => Kind::Lock,
+            Want::Permits { limit, .. } => Kind::Semaphore { limit },
+        }
+    }
+}
+
+/// The holds of a state, with the permits each takes (1 for locks).
+pub struct Holds<'a> {
+    single: Option<&'a Holder>,
+    shared: std::slice::Iter<'a, Holder>,
+    permits: std::slice::Iter<'a, Permit>,
+}
+
+impl<'a> Iterator for Holds<'a> {
+    type Item = (&'a Holder, u32);
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if let Some(h) = self.single.take() {
+            return Some((h, 1));
+        }
+        if let Some(h) = self.shared.next() {
+            return Some((h, 1));
+        }
+        self.permits.next().map(|p| (&p.holder, p.n))
+    }
+}
+
+impl LockState {
+    /// A state of one fresh hold for `want`.
+    pub fn first(want: Want, holder: Holder) -> LockState {
+        match want {
+            Want::Exclusive => LockState::Exclusive(holder),
+            Want::Shared => LockState::Shared(vec![holder]),
+            Want::Permits { limit, n } => LockState::Semaphore {
+                limit,
+                holds: vec![Permit { holder, n }],
+            },
+        }
+    }
+
+    pub fn kind(&self) -> Kind {
+        match self {
+            LockState::Exclusive(_) | LockState::Shared(_) => Kind::Lock,
+            LockState::Semaphore { limit, .. } => Kind::Semaphore { limit: *limit },
+        }
+    }
+
+    /// The name `LOCK.INFO` shows.
+    pub fn mode_name(&self) -> &'static str {
+        match self {
+            LockState::Exclusive(_) => "exclusive",
+            LockState::Shared(_) => "shared",
+            LockState::Semaphore { .. } => "semaphore",
+        }
+    }
+
+    /// Every hold (live or not), with its permits.
+    pub fn holds(&self) -> Holds<'_> {
+        let (single, shared, permits): (_, &[Holder], &[Permit]) = match self {
+            LockState::Exclusive(h) => (Some(h), &[], &[]),
+            LockState::Shared(v) => (None, v, &[]),
+            LockState::Semaphore { holds, .. } => (None, &[], holds),
+        };
+        Holds {
+            single,
+            shared: shared.iter(),
+            permits: permits.iter(),
+        }
+    }
+
+    pub fn any_live(&self, now: Millis) -> bool {
+        self.holds().any(|(h, _)| h.is_live(now))
+    }
+
+    pub fn live_count(&self, now: Millis) -> usize {
+        self.holds().filter(|(h, _)| h.is_live(now)).count()
+    }
+
+    /// Whether some hold's lease ran out (it is still stored).
+    pub fn has_expired(&self, now: Millis) -> bool {
+        self.holds().any(|(h, _)| !h.is_live(now))
+    }
+
+    /// The earliest deadline of a live hold: when the state next changes on its own.
+    pub fn next_deadline(&self, now: Millis) -> Option<Millis> {
+        self.holds()
+            .filter(|(h, _)| h.is_live(now))
+            .map(|(h, _)| h.deadline)
+            .min()
+    }
+
+    /// The latest deadline of any hold: the key's own TTL may never end before it.
+    pub fn last_deadline(&self) -> Millis {
+        self.holds().map(|(h, _)| h.deadline).max().unwrap_or(0)
+    }
+
+    /// Permits held by live holds (1 per hold for locks).
+    pub fn permits_in_use(&self, now: Millis) -> u32 {
+        self.holds()
+            .filter(|(h, _)| h.is_live(now))
+            .fold(0u32, |sum, (_, n)| sum.saturating_add(n))
+    }
+
+    /// `owner`'s live hold and its permits.
+    pub fn live_hold_of(&self, owner: &[u8], now: Millis) -> Option<(&Holder, u32)> {
+        self.holds()
+            .find(|(h, _)| h.is_live(now) && h.owner.matches(owner))
+    }
+
+    /// The state keeping only the live holds that `keep` accepts, each passed through `map`
+    /// (None when nothing is left).
+    fn rebuilt(
+        &self,
+        now: Millis,
+        keep: impl Fn(&Holder) -> bool,
+        map: impl Fn(&Holder) -> Holder,
+    ) -> Option<LockState> {
+        let alive = |h: &&Holder| h.is_live(now) && keep(h);
+        match self {
+            LockState::Exclusive(h) => Some(h).filter(alive).map(|h| LockState::Exclusive(map(h))),
+            LockState::Shared(v) => {
+                let kept: Vec<Holder> = v.iter().filter(alive).map(&map).collect();
+                (!kept.is_empty()).then_some(LockState::Shared(kept))
+            }
+            LockState::Semaphore { limit, holds } => {
+                let kept: Vec<Permit> = holds
+                    .iter()
+                    .filter(|p| alive(&&p.holder))
+                    .map(|p| Permit {
+                        holder: map(&p.holder),
+                        n: p.n,
+                    })
+                    .collect();
+                (!kept.is_empty()).then_some(LockState::Semaphore {
+                    limit: *limit,
+                    holds: kept,
+                })
+            }
+        }
+    }
+
+    /// Only the live holds (None when none is left).
+    pub fn live(&self, now: Millis) -> Option<LockState> {
+        self.rebuilt(now, |_| true, Holder::clone)
+    }
+
+    /// This state (already live-only) with one more hold for `want`. The kinds must agree.
+    pub fn with(self, want: Want, holder: Holder) -> LockState {
+        match (self, want) {
+            (LockState::Shared(mut v), Want::Shared) => {
+                v.push(holder);
+                LockState::Shared(v)
+            }
+            (LockState::Semaphore { limit, mut holds }, Want::Permits { n, .. }) => {
+                holds.push(Permit { holder, n });
+                LockState::Semaphore { limit, holds }
+            }
+            // `fits` never lets another kind in beside live holds.
+            (_, want) => LockState::first(want, holder),
+        }
+    }
+}
+
+/// The live holds of a stored state (None when it has none).
+pub fn live(state: Option<&LockState>, now: Millis) -> Option<&LockState> {
+    state.filter(|s| s.any_live(now))
 }
 
 /// The deadline of a lease of `ttl` ms that starts `now`; an error if it does not fit.
@@ -53,154 +266,352 @@ pub fn deadline(now: Millis, ttl: Millis) -> Result<Millis, LockError> {
     now.checked_add(ttl).ok_or(LockError::TtlTooLarge)
 }
 
+/// Whether a new hold of `owner` for `want` fits beside the live holds of `state` (kind,
+/// exclusivity, permits; an owner already holding waits for that hold to end).
+pub fn fits(state: Option<&LockState>, owner: &[u8], want: Want, now: Millis) -> bool {
+    let Some(state) = live(state, now) else {
+        return true;
+    };
+    if state.live_hold_of(owner, now).is_some() {
+        return false;
+    }
+    match (state, want) {
+        (LockState::Shared(_), Want::Shared) => true,
+        (LockState::Semaphore { limit, .. }, Want::Permits { limit: l, n }) => {
+            *limit == l && state.permits_in_use(now).saturating_add(n) <= l
+        }
+        _ => false,
+    }
+}
+
+/// A request to acquire.
+#[derive(Clone, Copy, Debug)]
+pub struct Request<'a> {
+    pub owner: &'a [u8],
+    pub want: Want,
+    pub ttl: Millis,
+}
+
 /// What an acquire attempt does.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Acquire {
-    /// The lock was free and nobody waited: a new holder with a fresh token.
-    Granted(Holder),
-    /// The caller already held it: same token, the lease restarts.
-    Renewed(Holder),
-    /// Someone else holds it, or others wait for it first.
+    /// A new hold with a fresh token (on a free key, beside compatible holds, or an upgrade).
+    Granted { state: LockState, token: Token },
+    /// The caller already held it in this mode (or downgraded): same token, the lease restarts.
+    Renewed { state: LockState, token: Token },
+    /// It does not fit now, or others wait first.
     Busy,
 }
 
-/// Decide `owner`'s attempt to take the lock for `ttl` ms. `others_waiting` keeps the queue fair:
-/// a free lock with waiters belongs to the head of the queue, never to a newcomer.
+/// Refuse a request of another kind than the key's live holds: a plain or `SHARED` request on a
+/// semaphore (or the reverse), or a semaphore of another size.
+fn check_kind(state: &LockState, want: Want) -> Result<(), LockError> {
+    match (state.kind(), want.kind()) {
+        (Kind::Semaphore { limit }, Kind::Semaphore { limit: l }) if limit != l => {
+            Err(LockError::LimitMismatch)
+        }
+        (Kind::Lock, Kind::Lock) | (Kind::Semaphore { .. }, Kind::Semaphore { .. }) => Ok(()),
+        _ => Err(LockError::WrongKind),
+    }
+}
+
+/// Decide `req`. `queued`: others wait for this key, so a newcomer may not take it first (the
+/// queue is fair). `max_holders` bounds the holds of one key. `issue_token` is called only when
+/// a new hold is made.
 pub fn acquire(
-    holder: Option<&Holder>,
-    others_waiting: bool,
-    owner: &[u8],
-    ttl: Millis,
+    current: Option<&LockState>,
+    queued: bool,
+    req: &Request,
+    now: Millis,
+    max_holders: usize,
+    issue_token: impl FnOnce() -> Option<Token>,
+) -> Result<Acquire, LockError> {
+    let deadline = deadline(now, req.ttl)?;
+    let current = live(current, now);
+    if let Some(state) = current {
+        check_kind(state, req.want)?;
+        if let Some((mine, n)) = state.live_hold_of(req.owner, now) {
+            return change_own_hold(state, mine, n, req, deadline, now, issue_token);
+        }
+    }
+    if queued || !fits(current, req.owner, req.want, now) {
+        return Ok(Acquire::Busy);
+    }
+    if current.is_some_and(|s| s.live_count(now) >= max_holders) {
+        return Err(LockError::TooManyHolders);
+    }
+    let token = issue_token().ok_or(LockError::TokensExhausted)?;
+    let holder = Holder {
+        owner: Owner::new(req.owner),
+        token,
+        deadline,
+        granted: now,
+    };
+    let state = match current.and_then(|s| s.live(now)) {
+        Some(live) => live.with(req.want, holder),
+        None => LockState::first(req.want, holder),
+    };
+    Ok(Acquire::Granted { state, token })
+}
+
+/// The owner of `mine` asks again: renew in the same mode, downgrade, or upgrade.
+fn change_own_hold(
+    state: &LockState,
+    mine: &Holder,
+    n: u32,
+    req: &Request,
+    deadline: Millis,
     now: Millis,
     issue_token: impl FnOnce() -> Option<Token>,
 ) -> Result<Acquire, LockError> {
-    let deadline = deadline(now, ttl)?;
-    Ok(match live(holder, now) {
-        Some(h) if h.owner.matches(owner) => Acquire::Renewed(Holder {
-            deadline,
-            ..h.clone()
-        }),
-        Some(_) => Acquire::Busy,
-        None if others_waiting => Acquire::Busy,
-        None => Acquire::Granted(Holder {
-            owner: Owner::new(owner),
-            token: issue_token().ok_or(LockError::TokensExhausted)?,
-            deadline,
-            granted: now,
-        }),
-    })
+    let renewed = |state: Option<LockState>| {
+        state
+            .map(|state| Acquire::Renewed {
+                state,
+                token: mine.token,
+            })
+            .ok_or(LockError::Internal)
+    };
+    let extend_mine = || {
+        state.rebuilt(
+            now,
+            |_| true,
+            |h| {
+                if h.token == mine.token {
+                    h.with_deadline(deadline)
+                } else {
+                    h.clone()
+                }
+            },
+        )
+    };
+    match (state, req.want) {
+        (LockState::Exclusive(_), Want::Exclusive) | (LockState::Shared(_), Want::Shared) => {
+            renewed(extend_mine())
+        }
+        (LockState::Semaphore { .. }, Want::Permits { n: asked, .. }) if asked == n => {
+            renewed(extend_mine())
+        }
+        (LockState::Semaphore { .. }, Want::Permits { .. }) => Err(LockError::PermitsHeld),
+        // Downgrade in place: same token; shared waiters at the head follow (settling).
+        (LockState::Exclusive(h), Want::Shared) => {
+            renewed(Some(LockState::Shared(vec![h.with_deadline(deadline)])))
+        }
+        // Upgrade: only the sole reader may, at once and with a fresh token; waiting for the
+        // other readers could deadlock two upgraders.
+        (LockState::Shared(_), Want::Exclusive) => {
+            if state.live_count(now) != 1 {
+                return Err(LockError::Deadlock);
+            }
+            let token = issue_token().ok_or(LockError::TokensExhausted)?;
+            Ok(Acquire::Granted {
+                state: LockState::Exclusive(Holder {
+                    owner: mine.owner.clone(),
+                    token,
+                    deadline,
+                    granted: now,
+                }),
+                token,
+            })
+        }
+        _ => Err(LockError::WrongKind), // check_kind ruled these out
+    }
 }
 
-/// Whether `owner` may release: only the live holder can.
-pub fn may_release(holder: Option<&Holder>, owner: &[u8], now: Millis) -> bool {
-    live(holder, now).is_some_and(|h| h.owner.matches(owner))
+/// What is left when `owner` releases: `None` if `owner` has no live hold (nothing changes),
+/// `Some(None)` if the key is then free, `Some(Some(state))` with the other live holds.
+pub fn release(
+    current: Option<&LockState>,
+    owner: &[u8],
+    now: Millis,
+) -> Option<Option<LockState>> {
+    let state = live(current, now)?;
+    let (mine, _) = state.live_hold_of(owner, now)?;
+    let token = mine.token;
+    Some(state.rebuilt(now, |h| h.token != token, Holder::clone))
 }
 
-/// The extended holder if `owner` holds the lock, `None` otherwise.
+/// The live holds of `state` without the one of `token` (None when nothing is left).
+pub fn without(state: &LockState, token: Token, now: Millis) -> Option<LockState> {
+    state.rebuilt(now, |h| h.token != token, Holder::clone)
+}
+
+/// The state with `owner`'s lease ending `ttl` ms from now, if `owner` holds.
 pub fn extend(
-    holder: Option<&Holder>,
+    current: Option<&LockState>,
     owner: &[u8],
     ttl: Millis,
     now: Millis,
-) -> Result<Option<Holder>, LockError> {
+) -> Result<Option<LockState>, LockError> {
     let deadline = deadline(now, ttl)?;
-    Ok(live(holder, now)
-        .filter(|h| h.owner.matches(owner))
-        .map(|h| Holder {
-            deadline,
-            ..h.clone()
-        }))
+    let Some(state) = live(current, now) else {
+        return Ok(None);
+    };
+    let Some((mine, _)) = state.live_hold_of(owner, now) else {
+        return Ok(None);
+    };
+    let token = mine.token;
+    Ok(state.rebuilt(
+        now,
+        |_| true,
+        |h| {
+            if h.token == token {
+                h.with_deadline(deadline)
+            } else {
+                h.clone()
+            }
+        },
+    ))
 }
 
-/// The live holder's token.
-pub fn fence(holder: Option<&Holder>, now: Millis) -> Option<Token> {
-    live(holder, now).map(|h| h.token)
+/// The live exclusive holder's token (nil for a free key, shared holds or a semaphore).
+pub fn fence(current: Option<&LockState>, now: Millis) -> Option<Token> {
+    match live(current, now)? {
+        LockState::Exclusive(h) => Some(h.token),
+        _ => None,
+    }
 }
 
-/// Whether `token` belongs to the live holder.
-pub fn token_is_current(holder: Option<&Holder>, token: Token, now: Millis) -> bool {
-    fence(holder, now) == Some(token)
+/// Whether `token` belongs to a live hold of any mode.
+pub fn token_is_current(current: Option<&LockState>, token: Token, now: Millis) -> bool {
+    live(current, now).is_some_and(|s| s.holds().any(|(h, _)| h.is_live(now) && h.token == token))
+}
+
+/// Holds of `before` that are not in `after` (by token): they ended.
+pub fn ended<'a>(
+    before: &'a LockState,
+    after: Option<&LockState>,
+) -> impl Iterator<Item = &'a Holder> {
+    let kept: Vec<Token> = after
+        .map(|a| a.holds().map(|(h, _)| h.token).collect())
+        .unwrap_or_default();
+    before
+        .holds()
+        .map(|(h, _)| h)
+        .filter(move |h| !kept.contains(&h.token))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::core::fencing::TokenSource;
-    use crate::core::queue::{Place, WaitQueue, Waiter};
     use proptest::prelude::*;
 
     fn holder(owner: &str, token: Token, deadline: Millis) -> Holder {
-        granted_at(owner, token, deadline, 0)
-    }
-
-    fn granted_at(owner: &str, token: Token, deadline: Millis, granted: Millis) -> Holder {
         Holder {
             owner: Owner::new(owner.as_bytes()),
             token,
             deadline,
-            granted,
+            granted: 0,
         }
+    }
+
+    fn req(owner: &str, want: Want, ttl: Millis) -> Request<'_> {
+        Request {
+            owner: owner.as_bytes(),
+            want,
+            ttl,
+        }
+    }
+
+    const X: Want = Want::Exclusive;
+    const S: Want = Want::Shared;
+
+    fn exclusive(owner: &str, token: Token, deadline: Millis) -> LockState {
+        LockState::Exclusive(holder(owner, token, deadline))
+    }
+
+    #[test]
+    fn a_state_holding_one_exclusive_hold_stays_small() {
+        // The README's memory per lock: one exclusive hold costs what one holder did.
+        assert_eq!(std::mem::size_of::<Holder>(), 48);
+        assert!(std::mem::size_of::<LockState>() <= 56);
     }
 
     #[test]
     fn free_lock_is_granted_with_a_fresh_token() {
-        let got = acquire(None, false, b"a", 100, 1_000, || Some(7)).unwrap();
-        assert_eq!(got, Acquire::Granted(granted_at("a", 7, 1_100, 1_000)));
+        let got = acquire(None, false, &req("a", X, 100), 1_000, 10, || Some(7)).unwrap();
+        let expected = LockState::Exclusive(Holder {
+            granted: 1_000,
+            ..holder("a", 7, 1_100)
+        });
+        assert_eq!(
+            got,
+            Acquire::Granted {
+                state: expected,
+                token: 7
+            }
+        );
     }
 
     #[test]
     fn without_a_token_left_nothing_is_granted() {
         assert_eq!(
-            acquire(None, false, b"a", 100, 1_000, || None),
+            acquire(None, false, &req("a", X, 100), 1_000, 10, || None),
             Err(LockError::TokensExhausted)
         );
     }
 
     #[test]
     fn same_owner_renews_with_the_same_token() {
-        let h = holder("a", 7, 1_100);
-        let got = acquire(Some(&h), true, b"a", 500, 1_050, || unreachable!()).unwrap();
-        assert_eq!(got, Acquire::Renewed(holder("a", 7, 1_550)));
+        let s = exclusive("a", 7, 1_100);
+        let got = acquire(
+            Some(&s),
+            true,
+            &req("a", X, 500),
+            1_050,
+            10,
+            || unreachable!(),
+        )
+        .unwrap();
+        assert_eq!(
+            got,
+            Acquire::Renewed {
+                state: exclusive("a", 7, 1_550),
+                token: 7
+            }
+        );
     }
 
     #[test]
     fn other_owner_is_busy_until_the_deadline() {
-        let h = holder("a", 7, 1_100);
+        let s = exclusive("a", 7, 1_100);
         assert_eq!(
-            acquire(Some(&h), false, b"b", 10, 1_099, || Some(8)).unwrap(),
+            acquire(Some(&s), false, &req("b", X, 10), 1_099, 10, || Some(8)).unwrap(),
             Acquire::Busy
         );
-        assert_eq!(
-            acquire(Some(&h), false, b"b", 10, 1_100, || Some(8)).unwrap(),
-            Acquire::Granted(granted_at("b", 8, 1_110, 1_100))
-        );
+        assert!(matches!(
+            acquire(Some(&s), false, &req("b", X, 10), 1_100, 10, || Some(8)).unwrap(),
+            Acquire::Granted { token: 8, .. }
+        ));
     }
 
     #[test]
     fn newcomer_never_overtakes_the_queue() {
         assert_eq!(
-            acquire(None, true, b"b", 10, 0, || Some(1)).unwrap(),
+            acquire(None, true, &req("b", X, 10), 0, 10, || Some(1)).unwrap(),
             Acquire::Busy
         );
-        let expired = holder("a", 1, 5);
+        let readers = LockState::Shared(vec![holder("r", 1, 100)]);
         assert_eq!(
-            acquire(Some(&expired), true, b"b", 10, 9, || Some(2)).unwrap(),
-            Acquire::Busy
+            acquire(Some(&readers), true, &req("s", S, 10), 0, 10, || Some(2)).unwrap(),
+            Acquire::Busy,
+            "a reader behind a queued writer waits"
         );
     }
 
     #[test]
     fn ttl_must_be_positive_and_fit() {
         assert_eq!(
-            acquire(None, false, b"a", 0, 0, || Some(1)),
+            acquire(None, false, &req("a", X, 0), 0, 10, || Some(1)),
             Err(LockError::TtlNotPositive)
         );
         assert_eq!(
-            acquire(None, false, b"a", -5, 0, || Some(1)),
+            acquire(None, false, &req("a", X, -5), 0, 10, || Some(1)),
             Err(LockError::TtlNotPositive)
         );
         assert_eq!(
-            acquire(None, false, b"a", i64::MAX, 10, || Some(1)),
+            acquire(None, false, &req("a", X, i64::MAX), 10, 10, || Some(1)),
             Err(LockError::TtlTooLarge)
         );
         assert_eq!(
@@ -210,134 +621,269 @@ mod tests {
     }
 
     #[test]
-    fn only_the_live_holder_releases_or_extends() {
-        let h = holder("a", 3, 100);
-        assert!(may_release(Some(&h), b"a", 99));
-        assert!(!may_release(Some(&h), b"b", 99));
-        assert!(!may_release(Some(&h), b"a", 100));
-        assert!(!may_release(None, b"a", 0));
+    fn only_a_live_holder_releases_or_extends() {
+        let s = exclusive("a", 3, 100);
+        assert_eq!(release(Some(&s), b"a", 99), Some(None));
+        assert_eq!(release(Some(&s), b"b", 99), None);
+        assert_eq!(release(Some(&s), b"a", 100), None);
+        assert_eq!(release(None, b"a", 0), None);
         assert_eq!(
-            extend(Some(&h), b"a", 50, 60).unwrap(),
-            Some(holder("a", 3, 110))
+            extend(Some(&s), b"a", 50, 60).unwrap(),
+            Some(exclusive("a", 3, 110))
         );
-        assert_eq!(extend(Some(&h), b"b", 50, 60).unwrap(), None);
-        assert_eq!(extend(Some(&h), b"a", 50, 100).unwrap(), None);
+        assert_eq!(extend(Some(&s), b"b", 50, 60).unwrap(), None);
+        assert_eq!(extend(Some(&s), b"a", 50, 100).unwrap(), None);
     }
 
     #[test]
-    fn fence_reports_only_the_live_token() {
-        let h = holder("a", 3, 100);
-        assert_eq!(fence(Some(&h), 99), Some(3));
-        assert_eq!(fence(Some(&h), 100), None);
-        assert!(token_is_current(Some(&h), 3, 0));
-        assert!(!token_is_current(Some(&h), 2, 0));
+    fn fence_reports_only_the_live_exclusive_token() {
+        let s = exclusive("a", 3, 100);
+        assert_eq!(fence(Some(&s), 99), Some(3));
+        assert_eq!(fence(Some(&s), 100), None);
+        assert!(token_is_current(Some(&s), 3, 0));
+        assert!(!token_is_current(Some(&s), 2, 0));
         assert!(!token_is_current(None, 3, 0));
+        let readers = LockState::Shared(vec![holder("r", 4, 100), holder("q", 5, 50)]);
+        assert_eq!(fence(Some(&readers), 0), None, "no exclusive holder");
+        assert!(token_is_current(Some(&readers), 5, 49));
+        assert!(
+            !token_is_current(Some(&readers), 5, 50),
+            "that lease ran out"
+        );
     }
 
-    /// One lock driven by random operations, checked against the properties the README promises.
+    #[test]
+    fn readers_share_and_writers_need_the_lock_free() {
+        let mut tokens = TokenSource::default();
+        let Acquire::Granted { state, .. } =
+            acquire(None, false, &req("r1", S, 100), 0, 10, || tokens.issue(0)).unwrap()
+        else {
+            panic!()
+        };
+        let Acquire::Granted { state, .. } =
+            acquire(Some(&state), false, &req("r2", S, 100), 0, 10, || {
+                tokens.issue(0)
+            })
+            .unwrap()
+        else {
+            panic!()
+        };
+        assert_eq!(state.live_count(0), 2);
+        assert_eq!(
+            acquire(Some(&state), false, &req("w", X, 100), 0, 10, || tokens
+                .issue(0))
+            .unwrap(),
+            Acquire::Busy
+        );
+        assert_eq!(
+            acquire(Some(&state), false, &req("r3", S, 100), 0, 2, || tokens
+                .issue(0)),
+            Err(LockError::TooManyHolders)
+        );
+        let left = release(Some(&state), b"r1", 1).unwrap().unwrap();
+        assert_eq!(left.live_count(1), 1);
+    }
+
+    #[test]
+    fn downgrade_keeps_the_token_and_upgrade_needs_to_be_alone() {
+        let s = exclusive("a", 3, 100);
+        assert_eq!(
+            acquire(Some(&s), true, &req("a", S, 50), 10, 10, || unreachable!()).unwrap(),
+            Acquire::Renewed {
+                state: LockState::Shared(vec![holder("a", 3, 60)]),
+                token: 3
+            }
+        );
+        let alone = LockState::Shared(vec![holder("a", 3, 100)]);
+        assert!(matches!(
+            acquire(Some(&alone), true, &req("a", X, 50), 10, 10, || Some(9)).unwrap(),
+            Acquire::Granted {
+                token: 9,
+                state: LockState::Exclusive(_)
+            }
+        ));
+        let two = LockState::Shared(vec![holder("a", 3, 100), holder("b", 4, 100)]);
+        assert_eq!(
+            acquire(Some(&two), false, &req("a", X, 50), 10, 10, || Some(9)),
+            Err(LockError::Deadlock)
+        );
+        let other_expired = LockState::Shared(vec![holder("a", 3, 100), holder("b", 4, 5)]);
+        assert!(matches!(
+            acquire(
+                Some(&other_expired),
+                false,
+                &req("a", X, 50),
+                10,
+                10,
+                || Some(9)
+            )
+            .unwrap(),
+            Acquire::Granted { token: 9, .. }
+        ));
+    }
+
+    #[test]
+    fn semaphores_count_permits_and_refuse_other_kinds() {
+        let p = |n| Want::Permits { limit: 3, n };
+        let sem = LockState::Semaphore {
+            limit: 3,
+            holds: vec![Permit {
+                holder: holder("a", 1, 100),
+                n: 2,
+            }],
+        };
+        assert!(matches!(
+            acquire(Some(&sem), false, &req("b", p(1), 10), 0, 10, || Some(2)).unwrap(),
+            Acquire::Granted { .. }
+        ));
+        assert_eq!(
+            acquire(Some(&sem), false, &req("b", p(2), 10), 0, 10, || Some(2)).unwrap(),
+            Acquire::Busy
+        );
+        assert_eq!(
+            acquire(
+                Some(&sem),
+                false,
+                &req("b", Want::Permits { limit: 4, n: 1 }, 10),
+                0,
+                10,
+                || Some(2)
+            ),
+            Err(LockError::LimitMismatch)
+        );
+        assert_eq!(
+            acquire(Some(&sem), false, &req("b", X, 10), 0, 10, || Some(2)),
+            Err(LockError::WrongKind)
+        );
+        assert_eq!(
+            acquire(Some(&sem), false, &req("a", p(1), 10), 0, 10, || Some(2)),
+            Err(LockError::PermitsHeld)
+        );
+        let lock = exclusive("a", 1, 100);
+        assert_eq!(
+            acquire(Some(&lock), false, &req("b", p(1), 10), 0, 10, || Some(2)),
+            Err(LockError::WrongKind)
+        );
+        // Once every hold ran out, the key may change kind.
+        assert!(matches!(
+            acquire(Some(&lock), false, &req("b", p(1), 10), 100, 10, || Some(2)).unwrap(),
+            Acquire::Granted {
+                state: LockState::Semaphore { .. },
+                ..
+            }
+        ));
+    }
+
+    #[test]
+    fn ended_holds_are_the_ones_that_left() {
+        let before = LockState::Shared(vec![holder("a", 1, 10), holder("b", 2, 10)]);
+        let after = LockState::Shared(vec![holder("b", 2, 20)]);
+        let gone: Vec<Token> = ended(&before, Some(&after)).map(|h| h.token).collect();
+        assert_eq!(gone, [1]);
+        assert_eq!(ended(&before, None).count(), 2);
+    }
+
+    /// One key driven by random requests of every mode, checked against the invariants.
     #[derive(Debug, Clone)]
     enum Op {
         Advance(i64),
-        Acquire { owner: u8, ttl: i64, wait: bool },
+        Acquire { owner: u8, want: Want, ttl: i64 },
         Release(u8),
         Extend(u8, i64),
-        Leave(u8),
+    }
+
+    fn want() -> impl Strategy<Value = Want> {
+        prop_oneof![
+            Just(Want::Exclusive),
+            Just(Want::Shared),
+            (1u32..4).prop_map(|n| Want::Permits { limit: 3, n }),
+        ]
     }
 
     fn op() -> impl Strategy<Value = Op> {
         prop_oneof![
             (0i64..50).prop_map(Op::Advance),
-            (0u8..4, -2i64..40, any::<bool>()).prop_map(|(owner, ttl, wait)| Op::Acquire {
+            (0u8..5, want(), -2i64..40).prop_map(|(owner, want, ttl)| Op::Acquire {
                 owner,
-                ttl,
-                wait
+                want,
+                ttl
             }),
-            (0u8..4).prop_map(Op::Release),
-            (0u8..4, -2i64..40).prop_map(|(o, t)| Op::Extend(o, t)),
-            (0u8..8).prop_map(Op::Leave),
+            (0u8..5).prop_map(Op::Release),
+            (0u8..5, -2i64..40).prop_map(|(o, t)| Op::Extend(o, t)),
         ]
+    }
+
+    fn check_invariants(state: &LockState, now: Millis) -> Result<(), TestCaseError> {
+        let live: Vec<(&Holder, u32)> = state.holds().filter(|(h, _)| h.is_live(now)).collect();
+        for (i, (a, _)) in live.iter().enumerate() {
+            for (b, _) in &live[i + 1..] {
+                prop_assert!(a.owner != b.owner, "one hold per owner");
+            }
+        }
+        match state {
+            LockState::Exclusive(_) => prop_assert!(live.len() <= 1),
+            LockState::Semaphore { limit, .. } => prop_assert!(state.permits_in_use(now) <= *limit),
+            LockState::Shared(v) => prop_assert!(!v.is_empty()),
+        }
+        Ok(())
     }
 
     proptest! {
         #[test]
-        fn random_histories_keep_the_lock_safe_and_fair(ops in proptest::collection::vec(op(), 1..120)) {
+        fn random_histories_keep_every_mode_safe(ops in proptest::collection::vec(op(), 1..150)) {
             let mut now: Millis = 1_000;
             let mut tokens = TokenSource::default();
-            let mut holder: Option<Holder> = None;
-            let mut queue: WaitQueue<u32> = WaitQueue::default();
-            let mut next_client = 0u32;
-            let mut enqueued: Vec<(u32, Place)> = Vec::new();
-            let mut served: Vec<u32> = Vec::new();
+            let mut state: Option<LockState> = None;
             let mut last_token = 0;
-
             for op in ops {
-                // The Redis layer hands a free lock to the queue head before anything else.
-                while let Some((w, h)) = queue.hand_off(holder.as_ref(), now, || tokens.issue(0)) {
-                    prop_assert!(h.token > last_token);
-                    prop_assert_eq!(h.deadline, now + w.ttl);
-                    last_token = h.token;
-                    served.push(w.client);
-                    holder = Some(h);
-                }
-                let before = holder.clone();
+                let before = state.clone();
                 match op {
                     Op::Advance(ms) => now += ms,
-                    Op::Acquire { owner, ttl, wait } => {
+                    Op::Acquire { owner, want, ttl } => {
                         let name = [owner];
-                        match acquire(holder.as_ref(), !queue.is_empty(), &name, ttl, now, || tokens.issue(0)) {
-                            Err(_) => { prop_assert!(ttl <= 0); prop_assert_eq!(&holder, &before); }
-                            Ok(Acquire::Granted(h)) => {
-                                prop_assert!(live(before.as_ref(), now).is_none() && queue.is_empty());
-                                prop_assert!(h.token > last_token);
-                                last_token = h.token;
-                                holder = Some(h);
+                        let r = Request { owner: &name, want, ttl };
+                        match acquire(state.as_ref(), false, &r, now, 3, || tokens.issue(0)) {
+                            Err(_) => prop_assert_eq!(&state, &before),
+                            Ok(Acquire::Granted { state: s, token }) => {
+                                prop_assert!(token > last_token, "tokens increase");
+                                last_token = token;
+                                prop_assert!(s.holds().any(|(h, _)| h.token == token && h.owner.matches(&name)));
+                                if let Some(b) = live(before.as_ref(), now) {
+                                    // Beside live holds only a compatible one, or an upgrade.
+                                    let upgrade = matches!(s, LockState::Exclusive(_));
+                                    prop_assert!(upgrade || b.kind() == s.kind());
+                                }
+                                state = Some(s);
                             }
-                            Ok(Acquire::Renewed(h)) => {
-                                let b = before.as_ref().unwrap();
-                                prop_assert_eq!(h.token, b.token);
-                                prop_assert!(h.owner.matches(&name));
-                                holder = Some(h);
+                            Ok(Acquire::Renewed { state: s, token }) => {
+                                let (h, _) = s.live_hold_of(&name, now).expect("still holds");
+                                prop_assert_eq!(h.token, token);
+                                prop_assert!(before.as_ref().is_some_and(|b| b.holds().any(|(h, _)| h.token == token)));
+                                state = Some(s);
                             }
                             Ok(Acquire::Busy) => {
-                                prop_assert!(live(before.as_ref(), now).is_some() || !queue.is_empty());
-                                if wait {
-                                    next_client += 1;
-                                    let place = queue.push(Waiter { client: next_client, owner: Owner::new(&name), ttl });
-                                    enqueued.push((next_client, place));
-                                }
+                                prop_assert!(!fits(before.as_ref(), &name, want, now));
                             }
                         }
                     }
                     Op::Release(owner) => {
-                        if may_release(holder.as_ref(), &[owner], now) {
-                            holder = None;
-                        }
-                        if holder.is_some() && before.is_some() {
-                            prop_assert_eq!(&holder, &before);
+                        if let Some(left) = release(state.as_ref(), &[owner], now) {
+                            prop_assert!(left.as_ref().is_none_or(|l| l.live_hold_of(&[owner], now).is_none()));
+                            state = left;
                         }
                     }
                     Op::Extend(owner, ttl) => {
-                        if let Ok(Some(h)) = extend(holder.as_ref(), &[owner], ttl, now) {
-                            prop_assert_eq!(h.token, before.as_ref().unwrap().token);
-                            holder = Some(h);
+                        if let Ok(Some(s)) = extend(state.as_ref(), &[owner], ttl, now) {
+                            state = Some(s);
                         } else {
-                            prop_assert_eq!(&holder, &before);
-                        }
-                    }
-                    Op::Leave(which) => {
-                        if let Some(&(client, place)) = enqueued.get(which as usize) {
-                            if let Some(w) = queue.remove(place) {
-                                prop_assert_eq!(w.client, client);
-                                enqueued.retain(|(c, _)| *c != client);
-                            }
+                            prop_assert_eq!(&state, &before);
                         }
                     }
                 }
+                if let Some(s) = &state {
+                    check_invariants(s, now)?;
+                }
             }
-            // FIFO: waiters were served in the order they queued.
-            let mut sorted = served.clone();
-            sorted.sort_unstable();
-            prop_assert_eq!(served, sorted);
         }
     }
 }

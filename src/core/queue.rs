@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::core::lock::{live, Holder, Millis, Token};
+use crate::core::lock::{fits, Holder, LockState, Millis, Token, Want};
 use crate::core::owner::Owner;
 
 /// A connection blocked in `LOCK.ACQUIRE ... WAIT`. `C` identifies it to the Redis layer.
@@ -13,6 +13,15 @@ pub struct Waiter<C> {
     pub owner: Owner,
     /// The lease it asked for; it starts when the lock is handed over.
     pub ttl: Millis,
+    /// The hold it asked for.
+    pub want: Want,
+}
+
+/// Waiters served in one step, with their tokens, and the state they hold it in.
+#[derive(Debug)]
+pub struct Handed<C> {
+    pub served: Vec<(Waiter<C>, Token)>,
+    pub state: LockState,
 }
 
 /// A waiter's place in its queue: places only grow, so the smallest is the head.
@@ -50,6 +59,13 @@ impl<C> WaitQueue<C> {
         self.waiters.remove(&place)
     }
 
+    /// Whether the waiter at `place` is the head of the queue.
+    pub fn is_head(&self, place: Place) -> bool {
+        self.waiters
+            .first_key_value()
+            .is_some_and(|(p, _)| *p == place)
+    }
+
     pub fn len(&self) -> usize {
         self.waiters.len()
     }
@@ -67,27 +83,59 @@ impl<C> WaitQueue<C> {
         std::mem::take(&mut self.waiters).into_values()
     }
 
-    /// If nobody holds the lock, give it to the head of the queue: its lease starts `now`.
-    /// Without a token left to issue, nobody is served (the waiters keep waiting).
+    /// Whether the head of the queue fits beside the live holds of `state`.
+    pub fn head_fits(&self, state: Option<&LockState>, now: Millis) -> bool {
+        self.waiters
+            .first_key_value()
+            .is_some_and(|(_, w)| fits(state, &w.owner.bytes(), w.want, now))
+    }
+
+    /// Serve the head of the queue while it fits beside the live holds of `state`: one
+    /// exclusive waiter, or every shared waiter (or semaphore request) in a row that fits; the
+    /// first that does not fit stops the step, so nobody behind it overtakes it. Each lease
+    /// starts `now`. Without a token left to issue, or at `max_holders`, serving stops.
     pub fn hand_off(
         &mut self,
-        holder: Option<&Holder>,
+        state: Option<&LockState>,
         now: Millis,
-        issue_token: impl FnOnce() -> Option<Token>,
-    ) -> Option<(Waiter<C>, Holder)> {
-        if live(holder, now).is_some() || self.waiters.is_empty() {
+        max_holders: usize,
+        mut issue_token: impl FnMut() -> Option<Token>,
+    ) -> Option<Handed<C>> {
+        if !self.head_fits(state, now) {
             return None;
         }
-        let token = issue_token()?;
-        let (_, waiter) = self.waiters.pop_first()?;
-        let granted = Holder {
-            owner: waiter.owner.clone(),
-            token,
-            // The ttl was checked when the waiter queued; saturate rather than fail later.
-            deadline: now.saturating_add(waiter.ttl),
-            granted: now,
-        };
-        Some((waiter, granted))
+        let mut next = state.and_then(|s| s.live(now));
+        let mut served = Vec::new();
+        while let Some(entry) = self.waiters.first_entry() {
+            let head = entry.get();
+            if !fits(next.as_ref(), &head.owner.bytes(), head.want, now)
+                || next
+                    .as_ref()
+                    .is_some_and(|s| s.live_count(now) >= max_holders)
+            {
+                break;
+            }
+            let Some(token) = issue_token() else {
+                break;
+            };
+            let waiter = entry.remove();
+            let holder = Holder {
+                owner: waiter.owner.clone(),
+                token,
+                // The ttl was checked when the waiter queued; saturate rather than fail later.
+                deadline: now.saturating_add(waiter.ttl),
+                granted: now,
+            };
+            next = Some(match next {
+                Some(live) => live.with(waiter.want, holder),
+                None => LockState::first(waiter.want, holder),
+            });
+            served.push((waiter, token));
+        }
+        Some(Handed {
+            state: next.filter(|_| !served.is_empty())?,
+            served,
+        })
     }
 }
 
@@ -104,45 +152,100 @@ mod tests {
         }
     }
 
+    fn waiter(client: u32, owner: &str, ttl: Millis, want: Want) -> Waiter<u32> {
+        Waiter {
+            client,
+            owner: Owner::new(owner.as_bytes()),
+            ttl,
+            want,
+        }
+    }
+
+    fn served(h: &Handed<u32>) -> Vec<(u32, Token)> {
+        h.served.iter().map(|(w, t)| (w.client, *t)).collect()
+    }
+
     #[test]
     fn without_a_token_left_the_head_keeps_its_place() {
         let mut q = WaitQueue::default();
-        q.push(Waiter {
-            client: 1,
-            owner: Owner::new(b"x"),
-            ttl: 10,
-        });
-        assert!(q.hand_off(None, 0, || None).is_none());
+        q.push(waiter(1, "x", 10, Want::Exclusive));
+        assert!(q.hand_off(None, 0, 10, || None).is_none());
         assert_eq!(q.len(), 1, "the waiter keeps its place");
     }
 
     #[test]
     fn hand_off_goes_to_the_head_and_the_lease_starts_then() {
         let mut q = WaitQueue::default();
-        let _first = q.push(Waiter {
-            client: 1,
-            owner: Owner::new(b"x"),
-            ttl: 10,
-        });
-        let second = q.push(Waiter {
-            client: 2,
-            owner: Owner::new(b"y"),
-            ttl: 20,
-        });
-        let h = holder("a", 3, 100);
-        assert!(q.hand_off(Some(&h), 50, || Some(4)).is_none());
-        let (w, granted) = q.hand_off(Some(&h), 100, || Some(4)).unwrap();
-        assert_eq!(w.client, 1);
+        let _first = q.push(waiter(1, "x", 10, Want::Exclusive));
+        let second = q.push(waiter(2, "y", 20, Want::Exclusive));
+        let h = LockState::Exclusive(holder("a", 3, 100));
+        assert!(q.hand_off(Some(&h), 50, 10, || Some(4)).is_none());
+        let handed = q.hand_off(Some(&h), 100, 10, || Some(4)).unwrap();
+        assert_eq!(served(&handed), [(1, 4)]);
         assert_eq!(
-            granted,
-            Holder {
+            handed.state,
+            LockState::Exclusive(Holder {
                 granted: 100,
                 ..holder("x", 4, 110)
-            }
+            })
         );
         assert_eq!(q.len(), 1);
         assert_eq!(q.remove(second).map(|w| w.client), Some(2));
         assert!(q.remove(second).is_none());
-        assert!(q.hand_off(None, 0, || Some(5)).is_none());
+        assert!(q.hand_off(None, 0, 10, || Some(5)).is_none());
+    }
+
+    #[test]
+    fn readers_batch_and_stop_at_a_writer() {
+        // [S1, S2, X, S3] behind an exclusive holder: S1 and S2 together, X next, S3 after X.
+        let mut q = WaitQueue::default();
+        q.push(waiter(1, "s1", 10, Want::Shared));
+        q.push(waiter(2, "s2", 10, Want::Shared));
+        q.push(waiter(3, "x", 10, Want::Exclusive));
+        q.push(waiter(4, "s3", 10, Want::Shared));
+        let mut token = 10;
+        let mut issue = || {
+            token += 1;
+            Some(token)
+        };
+        let held = LockState::Exclusive(holder("a", 1, 100));
+        assert!(q.hand_off(Some(&held), 99, 10, &mut issue).is_none());
+        let readers = q.hand_off(Some(&held), 100, 10, &mut issue).unwrap();
+        assert_eq!(served(&readers), [(1, 11), (2, 12)]);
+        assert!(
+            q.hand_off(Some(&readers.state), 105, 10, &mut issue)
+                .is_none(),
+            "X waits for both"
+        );
+        let writer = q
+            .hand_off(Some(&readers.state), 110, 10, &mut issue)
+            .unwrap();
+        assert_eq!(served(&writer), [(3, 13)]);
+        let last = q
+            .hand_off(Some(&writer.state), 120, 10, &mut issue)
+            .unwrap();
+        assert_eq!(served(&last), [(4, 14)]);
+        assert!(q.is_empty());
+    }
+
+    #[test]
+    fn a_big_semaphore_request_is_not_overtaken() {
+        let p = |n| Want::Permits { limit: 3, n };
+        let mut q = WaitQueue::default();
+        q.push(waiter(1, "big", 10, p(3)));
+        q.push(waiter(2, "small", 10, p(1)));
+        let sem = LockState::Semaphore {
+            limit: 3,
+            holds: vec![crate::core::lock::Permit {
+                holder: holder("a", 1, 100),
+                n: 1,
+            }],
+        };
+        assert!(
+            q.hand_off(Some(&sem), 50, 10, || Some(5)).is_none(),
+            "2 free permits: small must not pass big"
+        );
+        let handed = q.hand_off(Some(&sem), 100, 10, || Some(5)).unwrap();
+        assert_eq!(served(&handed), [(1, 5)]);
     }
 }

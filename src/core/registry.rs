@@ -10,14 +10,21 @@
 
 use std::collections::HashMap;
 
-use crate::core::lock::{Holder, Millis, Token};
-use crate::core::queue::{Place, WaitQueue, Waiter};
+use crate::core::lock::{LockState, Millis, Token};
+use crate::core::queue::{Handed, Place, WaitQueue, Waiter};
 
 /// The name a queue belongs to.
 #[derive(Clone, Debug, Hash, PartialEq, Eq)]
 pub struct QueueKey {
     pub db: i32,
     pub name: Box<[u8]>,
+}
+
+/// A waiter that left its queue.
+pub struct Left<C> {
+    pub waiter: Waiter<C>,
+    /// The queue to settle now: the waiter was its head and others wait behind it.
+    pub settle: Option<QueueKey>,
 }
 
 /// A queued client: the registry indexes it by its id.
@@ -27,15 +34,12 @@ pub trait Client {
 
 struct Entry<C> {
     queue: WaitQueue<C>,
-    /// When the earliest pending settle timer of this queue fires.
-    timer_due: Option<Millis>,
 }
 
 impl<C> Default for Entry<C> {
     fn default() -> Self {
         Self {
             queue: WaitQueue::default(),
-            timer_due: None,
         }
     }
 }
@@ -44,6 +48,9 @@ pub struct Registry<C> {
     queues: HashMap<QueueKey, Entry<C>>,
     /// Where each queued client stands: its queue and its place in it.
     client_queue: HashMap<u64, (QueueKey, Place)>,
+    /// When the earliest pending settle timer of a key fires (keys with waiters, or with
+    /// several holds whose leases end one by one).
+    timers: HashMap<QueueKey, Millis>,
 }
 
 impl<C> Default for Registry<C> {
@@ -51,6 +58,7 @@ impl<C> Default for Registry<C> {
         Self {
             queues: HashMap::new(),
             client_queue: HashMap::new(),
+            timers: HashMap::new(),
         }
     }
 }
@@ -70,15 +78,21 @@ impl<C: Client> Registry<C> {
 
     /// Take a client out of whatever queue it is in (timeout, disconnect). `None` if it was not
     /// queued (already answered).
-    pub fn leave(&mut self, client_id: u64) -> Option<Waiter<C>> {
+    pub fn leave(&mut self, client_id: u64) -> Option<Left<C>> {
         let (key, place) = self.client_queue.remove(&client_id)?;
         let entry = self.queues.get_mut(&key)?;
-        let removed = entry.queue.remove(place);
-        if entry.queue.is_empty() {
+        let was_head = entry.queue.is_head(place);
+        let waiter = entry.queue.remove(place)?;
+        let others_wait = !entry.queue.is_empty();
+        if !others_wait {
             self.queues.remove(&key);
         }
         self.shrink_if_idle();
-        removed
+        Some(Left {
+            // Who stands behind a head that left may fit now (readers behind a writer).
+            settle: (was_head && others_wait).then_some(key),
+            waiter,
+        })
     }
 
     /// Whether any lock has a queue (a cheap check before building a key).
@@ -107,21 +121,29 @@ impl<C: Client> Registry<C> {
         })
     }
 
-    /// If `holder` is not live, pop the head of `key`'s queue and make it the holder, with a
-    /// token from `issue_token` (none left: nobody is served).
+    /// Whether the head of `key`'s queue fits beside the live holds of `state`.
+    pub fn head_fits(&self, key: &QueueKey, state: Option<&LockState>, now: Millis) -> bool {
+        self.queues
+            .get(key)
+            .is_some_and(|e| e.queue.head_fits(state, now))
+    }
+
+    /// Serve the head of `key`'s queue (and whoever fits behind it, see
+    /// `WaitQueue::hand_off`), with tokens from `issue_token`.
     pub fn hand_off(
         &mut self,
         key: &QueueKey,
-        holder: Option<&Holder>,
+        state: Option<&LockState>,
         now: Millis,
-        issue_token: impl FnOnce() -> Option<Token>,
-    ) -> Option<(Waiter<C>, Holder)> {
+        max_holders: usize,
+        issue_token: impl FnMut() -> Option<Token>,
+    ) -> Option<Handed<C>> {
         let entry = self.queues.get_mut(key)?;
-        let handed = entry.queue.hand_off(holder, now, issue_token);
+        let handed = entry.queue.hand_off(state, now, max_holders, issue_token);
         if entry.queue.is_empty() {
             self.queues.remove(key);
         }
-        if let Some((waiter, _)) = &handed {
+        for (waiter, _) in handed.iter().flat_map(|h| &h.served) {
             self.client_queue.remove(&waiter.client.id());
         }
         self.shrink_if_idle();
@@ -164,15 +186,16 @@ impl<C: Client> Registry<C> {
     }
 
     /// Record that a settle timer for `key` is due at `due`. False when one at least as early
-    /// is already pending (or nobody waits), so no new timer is needed.
+    /// is already pending, so no new timer is needed.
     pub fn want_timer(&mut self, key: &QueueKey, due: Millis) -> bool {
-        let Some(entry) = self.queues.get_mut(key) else {
-            return false;
-        };
-        match entry.timer_due {
-            Some(pending) if pending <= due => false,
-            _ => {
-                entry.timer_due = Some(due);
+        match self.timers.get_mut(key) {
+            Some(pending) if *pending <= due => false,
+            Some(pending) => {
+                *pending = due;
+                true
+            }
+            None => {
+                self.timers.insert(key.clone(), due);
                 true
             }
         }
@@ -180,9 +203,10 @@ impl<C: Client> Registry<C> {
 
     /// A settle timer for `key` fired: forget the pending due time.
     pub fn timer_fired(&mut self, key: &QueueKey, due: Millis) {
-        if let Some(entry) = self.queues.get_mut(key) {
-            if entry.timer_due == Some(due) {
-                entry.timer_due = None;
+        if self.timers.get(key) == Some(&due) {
+            self.timers.remove(key);
+            if self.timers.is_empty() && self.timers.capacity() > 0 {
+                self.timers = HashMap::new();
             }
         }
     }
@@ -200,6 +224,7 @@ impl<C: Client> Registry<C> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::core::lock::{Holder, Want};
     use crate::core::owner::Owner;
     use proptest::prelude::*;
 
@@ -250,16 +275,7 @@ mod tests {
 
     #[test]
     fn timers_are_asked_for_only_when_earlier_than_the_pending_one() {
-        let mut r = Registry::default();
-        assert!(!r.want_timer(&key(0), 10), "nobody waits");
-        r.join(
-            key(0),
-            Waiter {
-                client: 1,
-                owner: Owner::new(b"a"),
-                ttl: 5,
-            },
-        );
+        let mut r: Registry<u64> = Registry::default();
         assert!(r.want_timer(&key(0), 10));
         assert!(!r.want_timer(&key(0), 10));
         assert!(!r.want_timer(&key(0), 20));
@@ -299,12 +315,12 @@ mod tests {
             let mut next_id = 0u64;
             let mut next_token = 0u64;
             let mut granted = std::collections::HashSet::new();
-            let busy = Holder { owner: Owner::new(b"h"), token: 1, deadline: 100, granted: 0 };
+            let busy = LockState::Exclusive(Holder { owner: Owner::new(b"h"), token: 1, deadline: 100, granted: 0 });
             for op in ops {
                 match op {
                     Op::Join(k) => {
                         next_id += 1;
-                        r.join(key(k), Waiter { client: next_id, owner: Owner::new(b"w"), ttl: 10 });
+                        r.join(key(k), Waiter { client: next_id, owner: Owner::new(&next_id.to_be_bytes()), ttl: 10, want: Want::Exclusive });
                         model.entry(k).or_default().push(next_id);
                     }
                     Op::Leave(i) => {
@@ -313,17 +329,20 @@ mod tests {
                             let at = q.iter().position(|c| *c == id)?;
                             Some(q.remove(at))
                         });
-                        prop_assert_eq!(r.leave(id).map(|w| w.client), expected);
+                        prop_assert_eq!(r.leave(id).map(|l| l.waiter.client), expected);
                     }
                     Op::HandOff { key: k, free } => {
                         let holder = (!free).then_some(&busy);
-                        let got = r.hand_off(&key(k), holder, 50, || { next_token += 1; Some(next_token) });
+                        let got = r.hand_off(&key(k), holder, 50, 10, || { next_token += 1; Some(next_token) });
                         let queue = model.entry(k).or_default();
                         if free && !queue.is_empty() {
                             let head = queue.remove(0);
-                            let (w, h) = got.expect("a free lock goes to the head");
+                            let handed = got.expect("a free lock goes to the head");
+                            prop_assert_eq!(handed.served.len(), 1, "exclusive waiters one at a time");
+                            let (w, token) = &handed.served[0];
                             prop_assert_eq!(w.client, head);
-                            prop_assert_eq!(h.deadline, 60);
+                            prop_assert_eq!(handed.state.last_deadline(), 60);
+                            prop_assert_eq!(handed.state.holds().next().map(|(h, _)| h.token), Some(*token));
                             prop_assert!(granted.insert(w.client), "granted twice");
                         } else {
                             prop_assert!(got.is_none());

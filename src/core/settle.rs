@@ -6,7 +6,7 @@
 use redis_module::{RedisResult, RedisValue};
 
 use crate::core::error::LockError;
-use crate::core::lock::{Millis, Token};
+use crate::core::lock::{LockState, Millis, Token};
 use crate::core::owner::Owner;
 use crate::core::registry::QueueKey;
 
@@ -14,41 +14,84 @@ use crate::core::registry::QueueKey;
 /// such values while writes are paused).
 pub const KEPT_VALUE_RETRY_MS: Millis = 10;
 
-/// What a lock needs after a change (a lease ran out, the holder released, the key was deleted).
+/// What a lock needs after a change (a lease ran out, a holder released, the key was deleted,
+/// a waiter left the head of the queue).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Next {
-    /// Hand the lock to the head of its queue.
+    /// Serve the head of its queue (and whoever fits behind it).
     HandOff,
-    /// The holder is live and others wait: look again at its deadline.
+    /// Look again at this time: the earliest live deadline, when the state changes on its own.
     WatchUntil(Millis),
-    /// The holder is live and nobody waits: its key's TTL does the rest.
+    /// One live hold and nobody waits: the key's TTL does the rest.
     Keep,
-    /// Not live and nobody waits: delete the key.
+    /// No live hold and nobody waits: delete the key.
     Remove,
     /// Redis still keeps the expired value and may not delete it now; writing a new value over
     /// it would trip the server's own assertion. Look again at this time.
     RetryAt(Millis),
 }
 
-/// Decide what a lock needs. `live_deadline`: the live holder's deadline (none if the lease ran
-/// out or nobody holds it); `waiting`: whether its queue has anyone; `exists`: whether a value
-/// is stored under the key; `value_kept`: whether Redis keeps an expired value it would not let
-/// us replace (asked only when it matters: it costs a server call).
-pub fn decide(
-    live_deadline: Option<Millis>,
-    waiting: bool,
-    exists: bool,
-    value_kept: impl FnOnce() -> bool,
-    now: Millis,
-) -> Next {
-    match (live_deadline, waiting) {
-        (Some(deadline), true) => Next::WatchUntil(deadline),
-        (Some(_), false) => Next::Keep,
-        (None, false) => Next::Remove,
-        (None, true) if !exists && value_kept() => {
-            Next::RetryAt(now.saturating_add(KEPT_VALUE_RETRY_MS))
-        }
-        (None, true) => Next::HandOff,
+/// What `decide` looks at.
+#[derive(Clone, Copy, Debug)]
+pub struct Look {
+    /// The earliest deadline of a live hold (`None`: no live hold).
+    pub next_deadline: Option<Millis>,
+    /// More than one live hold: their leases end one by one, so they are watched even when
+    /// nobody waits (each expiry is accounted and announced on time).
+    pub several: bool,
+    /// Someone waits for the key.
+    pub waiting: bool,
+    /// The head of the queue fits beside the live holds.
+    pub head_fits: bool,
+    /// A value is stored under the key.
+    pub exists: bool,
+}
+
+/// Decide what a lock needs. `value_kept`: whether Redis keeps an expired value it would not
+/// let us replace (asked only when it matters: it costs a server call).
+pub fn decide(look: Look, value_kept: impl FnOnce() -> bool, now: Millis) -> Next {
+    let retry = || Next::RetryAt(now.saturating_add(KEPT_VALUE_RETRY_MS));
+    match look {
+        Look {
+            waiting: true,
+            head_fits: true,
+            next_deadline: None,
+            exists: false,
+            ..
+        } if value_kept() => retry(),
+        Look {
+            waiting: true,
+            head_fits: true,
+            ..
+        } => Next::HandOff,
+        Look {
+            waiting: true,
+            next_deadline,
+            ..
+        } => next_deadline.map_or_else(retry, Next::WatchUntil),
+        Look {
+            next_deadline: Some(at),
+            several: true,
+            ..
+        } => Next::WatchUntil(at),
+        Look {
+            next_deadline: Some(_),
+            ..
+        } => Next::Keep,
+        Look {
+            next_deadline: None,
+            ..
+        } => Next::Remove,
+    }
+}
+
+/// The stored state without the holds whose lease ran out, when some did and others live on
+/// (the shell stores it, which accounts and announces each expiry).
+pub fn pruned(state: &LockState, now: Millis) -> Option<LockState> {
+    if state.has_expired(now) {
+        state.live(now)
+    } else {
+        None
     }
 }
 
@@ -131,21 +174,67 @@ pub fn grant_reply(owner: &[u8], token: Token, with_owner: bool) -> RedisValue {
 mod tests {
     use super::*;
     use crate::core::fencing::TokenSource;
-    use crate::core::lock::{live, Holder};
+    use crate::core::lock::{self, Acquire, Request, Want};
     use crate::core::queue::Waiter;
     use crate::core::registry::{Client, Registry};
     use proptest::prelude::*;
 
+    fn look(
+        next_deadline: Option<Millis>,
+        several: bool,
+        waiting: bool,
+        head_fits: bool,
+        exists: bool,
+    ) -> Look {
+        Look {
+            next_deadline,
+            several,
+            waiting,
+            head_fits,
+            exists,
+        }
+    }
+
     #[test]
     fn decisions() {
         let never = || -> bool { panic!("asked without need") };
-        assert_eq!(decide(Some(9), true, true, never, 0), Next::WatchUntil(9));
-        assert_eq!(decide(Some(9), false, true, never, 0), Next::Keep);
-        assert_eq!(decide(None, false, true, never, 0), Next::Remove);
-        assert_eq!(decide(None, false, false, never, 0), Next::Remove);
-        assert_eq!(decide(None, true, true, never, 0), Next::HandOff);
-        assert_eq!(decide(None, true, false, || false, 0), Next::HandOff);
-        assert_eq!(decide(None, true, false, || true, 5), Next::RetryAt(15));
+        assert_eq!(
+            decide(look(Some(9), false, true, false, true), never, 0),
+            Next::WatchUntil(9)
+        );
+        assert_eq!(
+            decide(look(Some(9), false, false, false, true), never, 0),
+            Next::Keep
+        );
+        assert_eq!(
+            decide(look(Some(9), true, false, false, true), never, 0),
+            Next::WatchUntil(9)
+        );
+        assert_eq!(
+            decide(look(Some(9), true, true, true, true), never, 0),
+            Next::HandOff,
+            "readers join readers"
+        );
+        assert_eq!(
+            decide(look(None, false, false, false, true), never, 0),
+            Next::Remove
+        );
+        assert_eq!(
+            decide(look(None, false, false, false, false), never, 0),
+            Next::Remove
+        );
+        assert_eq!(
+            decide(look(None, false, true, true, true), never, 0),
+            Next::HandOff
+        );
+        assert_eq!(
+            decide(look(None, false, true, true, false), || false, 0),
+            Next::HandOff
+        );
+        assert_eq!(
+            decide(look(None, false, true, true, false), || true, 5),
+            Next::RetryAt(15)
+        );
     }
 
     #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -156,12 +245,30 @@ mod tests {
         }
     }
 
+    fn want() -> impl Strategy<Value = Want> {
+        prop_oneof![
+            Just(Want::Exclusive),
+            Just(Want::Shared),
+            (1u32..3).prop_map(|n| Want::Permits { limit: 2, n }),
+        ]
+    }
+
     #[derive(Debug, Clone)]
     enum Event {
         Advance(i64),
-        Acquire { lock: u8, owner: u8, ttl: i64 },
-        Wait { lock: u8, owner: u8, ttl: i64 },
-        Release(u8),
+        Acquire {
+            lock: u8,
+            owner: u8,
+            want: Want,
+            ttl: i64,
+        },
+        Wait {
+            lock: u8,
+            owner: u8,
+            want: Want,
+            ttl: i64,
+        },
+        Release(u8, u8),
         Leave(u8),
         Delete(u8),
         ValueKept(bool),
@@ -170,19 +277,19 @@ mod tests {
     fn event() -> impl Strategy<Value = Event> {
         prop_oneof![
             3 => (0i64..30).prop_map(Event::Advance),
-            2 => (0u8..2, 0u8..3, 1i64..40).prop_map(|(lock, owner, ttl)| Event::Acquire { lock, owner, ttl }),
-            4 => (0u8..2, 0u8..3, 1i64..40).prop_map(|(lock, owner, ttl)| Event::Wait { lock, owner, ttl }),
-            2 => (0u8..2).prop_map(Event::Release),
+            2 => (0u8..2, 0u8..4, want(), 1i64..40).prop_map(|(lock, owner, want, ttl)| Event::Acquire { lock, owner, want, ttl }),
+            4 => (0u8..2, 0u8..4, want(), 1i64..40).prop_map(|(lock, owner, want, ttl)| Event::Wait { lock, owner, want, ttl }),
+            2 => (0u8..2, 0u8..4).prop_map(|(l, o)| Event::Release(l, o)),
             2 => any::<u8>().prop_map(Event::Leave),
             1 => (0u8..2).prop_map(Event::Delete),
             1 => any::<bool>().prop_map(Event::ValueKept),
         ]
     }
 
-    /// The keyspace of the model: one optional holder per lock (a stored value may be expired).
+    /// The keyspace of the model: one optional state per lock (holds may have expired).
     struct World {
         now: Millis,
-        holders: [Option<Holder>; 2],
+        states: [Option<LockState>; 2],
         registry: Registry<Conn>,
         tokens: TokenSource,
         kept: bool,
@@ -198,41 +305,51 @@ mod tests {
             }
         }
 
-        /// What the shell does when it settles a lock: ask `decide`, carry it out. Returns the
-        /// time to look again, if any.
+        /// What the shell does when it settles a lock: prune, ask `decide`, carry it out.
+        /// Returns the time to look again, if any.
         fn settle(&mut self, lock: usize) -> Result<Option<Millis>, TestCaseError> {
             let key = Self::key(lock);
-            let holder = self.holders[lock].clone();
-            let deadline = live(holder.as_ref(), self.now).map(|h| h.deadline);
+            let now = self.now;
+            if let Some(p) = self.states[lock].as_ref().and_then(|s| pruned(s, now)) {
+                self.states[lock] = Some(p);
+            }
+            let state = self.states[lock].clone();
+            let live = lock::live(state.as_ref(), now);
             let kept = self.kept;
             let next = decide(
-                deadline,
-                self.registry.has_waiters(&key),
-                holder.is_some(),
+                Look {
+                    next_deadline: live.and_then(|s| s.next_deadline(now)),
+                    several: live.is_some_and(|s| s.live_count(now) > 1),
+                    waiting: self.registry.has_waiters(&key),
+                    head_fits: self.registry.head_fits(&key, state.as_ref(), now),
+                    exists: state.is_some(),
+                },
                 || kept,
-                self.now,
+                now,
             );
             Ok(match next {
                 Next::HandOff => {
                     let tokens = &mut self.tokens;
-                    let (w, h) = self
+                    let handed = self
                         .registry
-                        .hand_off(&key, holder.as_ref(), self.now, || tokens.issue(0))
+                        .hand_off(&key, state.as_ref(), now, 10, || tokens.issue(0))
                         .ok_or_else(|| {
                             TestCaseError::fail("HandOff on a queue that cannot hand off")
                         })?;
-                    prop_assert!(h.token > self.last_token, "tokens increase");
-                    prop_assert!(!self.granted.contains(&w.client.0), "granted twice");
-                    self.last_token = h.token;
-                    self.granted.push(w.client.0);
-                    let due = h.deadline;
-                    self.holders[lock] = Some(h);
-                    Some(due)
+                    for (w, token) in &handed.served {
+                        prop_assert!(*token > self.last_token, "tokens increase");
+                        prop_assert!(!self.granted.contains(&w.client.0), "granted twice");
+                        self.last_token = *token;
+                        self.granted.push(w.client.0);
+                    }
+                    let due = handed.state.next_deadline(now);
+                    self.states[lock] = Some(handed.state);
+                    due
                 }
                 Next::WatchUntil(at) | Next::RetryAt(at) => Some(at),
                 Next::Keep => None,
                 Next::Remove => {
-                    self.holders[lock] = None;
+                    self.states[lock] = None;
                     None
                 }
             })
@@ -240,14 +357,15 @@ mod tests {
     }
 
     proptest! {
-        /// Random holds, waits, releases, leaves, deletions and kept values on two locks, with the
-        /// shell's settle loop run where it runs it: afterwards no queue waits on a free lock,
-        /// waiters are served in order, nobody twice, tokens only increase.
+        /// Random holds of every mode, waits, releases, leaves, deletions and kept values on two
+        /// locks, with the shell's settle loop run where it runs it: afterwards no queue whose
+        /// head fits is left without a handoff or a timer, waiters are served in order, nobody
+        /// twice, tokens only increase, and no state breaks its mode's rules.
         #[test]
-        fn no_queue_is_left_waiting_on_a_free_lock(events in proptest::collection::vec(event(), 1..150)) {
+        fn no_queue_is_left_waiting_when_its_head_fits(events in proptest::collection::vec(event(), 1..150)) {
             let mut w = World {
                 now: 1_000,
-                holders: [None, None],
+                states: [None, None],
                 registry: Registry::default(),
                 tokens: TokenSource::default(),
                 kept: false,
@@ -261,38 +379,50 @@ mod tests {
                 let touched: Option<usize> = match event {
                     Event::Advance(ms) => { w.now += ms; None }
                     Event::ValueKept(kept) => { w.kept = kept; None }
-                    Event::Acquire { lock, owner, ttl } => {
+                    Event::Acquire { lock, owner, want, ttl } => {
                         let lock = lock as usize;
-                        let waiting = w.registry.has_waiters(&World::key(lock));
+                        let queued = w.registry.has_waiters(&World::key(lock));
                         let tokens = &mut w.tokens;
-                        if let Ok(crate::core::lock::Acquire::Granted(h) | crate::core::lock::Acquire::Renewed(h)) =
-                            crate::core::lock::acquire(w.holders[lock].as_ref(), waiting, &[owner], ttl, w.now, || tokens.issue(0))
+                        let r = Request { owner: &[owner], want, ttl };
+                        if let Ok(Acquire::Granted { state, token } | Acquire::Renewed { state, token }) =
+                            lock::acquire(w.states[lock].as_ref(), queued, &r, w.now, 10, || tokens.issue(0))
                         {
-                            w.holders[lock] = Some(h);
+                            prop_assert!(token >= w.last_token || state.holds().any(|(h, _)| h.token == token));
+                            w.last_token = w.last_token.max(token);
+                            w.states[lock] = Some(state);
                         }
                         Some(lock)
                     }
-                    Event::Wait { lock, owner, ttl } => {
+                    Event::Wait { lock, owner, want, ttl } => {
                         let lock = lock as usize;
+                        // The shell queues only a request that did not fit (or met a queue).
                         next_client += 1;
-                        w.registry.join(World::key(lock), Waiter { client: Conn(next_client), owner: Owner::new(&[owner]), ttl });
+                        let mut name = vec![owner];
+                        name.extend_from_slice(&next_client.to_be_bytes());
+                        w.registry.join(World::key(lock), Waiter { client: Conn(next_client), owner: crate::core::owner::Owner::new(&name), ttl, want });
                         queued_order[lock].push(next_client);
                         Some(lock)
                     }
-                    Event::Release(lock) => {
+                    Event::Release(lock, owner) => {
                         let lock = lock as usize;
-                        if live(w.holders[lock].as_ref(), w.now).is_some() {
-                            w.holders[lock] = None;
+                        if let Some(left) = lock::release(w.states[lock].as_ref(), &[owner], w.now) {
+                            w.states[lock] = left;
                         }
                         Some(lock)
                     }
                     Event::Leave(i) => {
-                        if let Some(waiter) = w.registry.leave(u64::from(i) % (next_client + 1)) {
-                            for q in &mut queued_order { q.retain(|c| *c != waiter.client.0); }
+                        let mut touched = None;
+                        if let Some(left) = w.registry.leave(u64::from(i) % (next_client + 1)) {
+                            for (lock, q) in queued_order.iter_mut().enumerate() {
+                                if left.settle.as_ref() == Some(&World::key(lock)) {
+                                    touched = Some(lock); // the head changed
+                                }
+                                q.retain(|c| *c != left.waiter.client.0);
+                            }
                         }
-                        None
+                        touched
                     }
-                    Event::Delete(lock) => { w.holders[lock as usize] = None; Some(lock as usize) }
+                    Event::Delete(lock) => { w.states[lock as usize] = None; Some(lock as usize) }
                 };
                 // Timers that are due fire (in due order), then the touched lock is settled.
                 timers.sort_unstable();
@@ -304,24 +434,28 @@ mod tests {
                 if let Some(lock) = touched {
                     if let Some(at) = w.settle(lock)? { timers.push((at, lock)); }
                 }
-                // Invariant: a queue with waiters has a live holder, or a timer that will serve it.
                 for lock in 0..2 {
-                    let waiting = w.registry.has_waiters(&World::key(lock));
-                    let holder_live = live(w.holders[lock].as_ref(), w.now).is_some();
+                    let key = World::key(lock);
+                    let fits_now = w.registry.head_fits(&key, w.states[lock].as_ref(), w.now);
                     let timer = timers.iter().any(|(_, l)| *l == lock);
-                    prop_assert!(!waiting || holder_live || timer,
-                        "lock {} free with waiters and no timer", lock);
-                    if waiting && !holder_live && !w.kept {
-                        // Only a kept value may delay a handoff, and then a retry is pending.
-                        prop_assert!(timer);
+                    prop_assert!(!fits_now || timer, "lock {}: the head fits, nothing will serve it", lock);
+                    let waiting = w.registry.has_waiters(&key);
+                    let live = lock::live(w.states[lock].as_ref(), w.now);
+                    prop_assert!(!waiting || live.is_some() || timer, "lock {} free with waiters and no timer", lock);
+                    if let Some(s) = live {
+                        if let LockState::Semaphore { limit, .. } = s {
+                            prop_assert!(s.permits_in_use(w.now) <= *limit, "never more than the limit");
+                        }
+                        if let LockState::Exclusive(_) = s {
+                            prop_assert_eq!(s.live_count(w.now), 1);
+                        }
                     }
                 }
             }
             // FIFO per lock: grants of one lock follow the order its waiters queued in.
             for order in &queued_order {
                 let served: Vec<u64> = w.granted.iter().copied().filter(|c| order.contains(c)).collect();
-                let mut expected: Vec<u64> = order.iter().copied().filter(|c| served.contains(c)).collect();
-                expected.truncate(served.len());
+                let expected: Vec<u64> = order.iter().copied().filter(|c| served.contains(c)).collect();
                 prop_assert_eq!(served, expected);
             }
         }

@@ -1,4 +1,4 @@
-//! Reading and writing a lock's holder in the keyspace. Every write goes through `store` or
+//! Reading and writing a lock's state (its holds) in the keyspace. Every write goes through `store` or
 //! `remove`, which also replicate it as a deterministic effect (explicit token, absolute deadline),
 //! emit the keyspace event, and account the end of the previous hold, so no state change can
 //! miss the replicas, the AOF, the events or the metrics.
@@ -11,7 +11,7 @@ use redis_module::key::RedisKeyWritable;
 use redis_module::{Context, RedisString};
 
 use crate::core::error::LockError;
-use crate::core::lock::{Holder, Millis};
+use crate::core::lock::{self, LockState, Millis};
 use crate::core::metrics::STATS;
 use crate::core::registry::QueueKey;
 use crate::ffi::clock;
@@ -98,10 +98,10 @@ impl<'a> LockKey<'a> {
         }
     }
 
-    /// The stored holder (its lease may have run out: callers check `is_live`).
-    pub fn holder(&self) -> Result<Option<Holder>, LockError> {
-        match self.key.get_value::<Holder>(&LOCK_TYPE) {
-            Ok(value) => Ok(value.map(|h| h.clone())),
+    /// The stored state (some holds' leases may have run out: decisions look at live ones).
+    pub fn state(&self) -> Result<Option<LockState>, LockError> {
+        match self.key.get_value::<LockState>(&LOCK_TYPE) {
+            Ok(value) => Ok(value.map(|s| s.clone())),
             Err(_) => Err(LockError::WrongType),
         }
     }
@@ -124,48 +124,53 @@ impl<'a> LockKey<'a> {
         notify(self.ctx, event, self.name);
     }
 
-    /// If a different grant than `next` is stored, its hold ends now.
-    fn end_previous_hold(&self, next: Option<u64>, now: Millis) {
-        let previous = match self.key.get_value::<Holder>(&LOCK_TYPE) {
-            Ok(Some(h)) if Some(h.token) != next => (h.granted, h.deadline),
-            _ => return,
-        };
-        hold_ended(self.ctx, self.name, previous.0, previous.1, now);
+    /// Every stored hold that `next` does not keep (by token) ends now: account for it.
+    fn end_previous_holds(&self, next: Option<&LockState>, now: Millis) {
+        if let Ok(Some(previous)) = self.key.get_value::<LockState>(&LOCK_TYPE) {
+            for ended in lock::ended(previous, next) {
+                hold_ended(self.ctx, self.name, ended.granted, ended.deadline, now);
+            }
+        }
     }
 
-    /// Make `holder` the lock's state, set the key's TTL to its deadline, replicate it and
+    /// Make `state` the lock's state, set the key's TTL to its last deadline, replicate it and
     /// emit `event`.
-    pub fn store(&self, holder: &Holder, event: LockEvent, now: Millis) -> Result<(), LockError> {
-        self.end_previous_hold(Some(holder.token), now);
-        self.write(holder, now)?;
-        server::replicate_apply(self.ctx, self.name, holder);
+    pub fn store(&self, state: LockState, event: LockEvent, now: Millis) -> Result<(), LockError> {
+        self.put(state, now)?;
         self.notify(event);
         Ok(())
     }
 
+    /// `store` without an event of its own (holds that end still announce their expiry).
+    pub fn put(&self, state: LockState, now: Millis) -> Result<(), LockError> {
+        self.end_previous_holds(Some(&state), now);
+        server::replicate_state(self.ctx, self.name, &state);
+        self.write(state, now)
+    }
+
     /// Write without replicating: for LOCK.APPLY itself, whose caller replicates verbatim.
-    pub fn write(&self, holder: &Holder, now: Millis) -> Result<(), LockError> {
-        match self.key.get_value::<Holder>(&LOCK_TYPE) {
+    pub fn write(&self, state: LockState, now: Millis) -> Result<(), LockError> {
+        // Redis deletes a key when now > expire; a lease ends when now >= deadline. Setting
+        // the expire to the last deadline - 1 makes both agree, so Redis never drops a live
+        // hold and a free lock with nobody waiting stops being a key (EXISTS 0, memory
+        // returned). Clamped so Redis adding its clock can never overflow, whatever an AOF or a
+        // master sends (real deadlines are at most lock.max-ttl, 10 years, away).
+        let ttl = state
+            .last_deadline()
+            .saturating_sub(1)
+            .saturating_sub(now)
+            .clamp(1, MAX_KEY_TTL_MS);
+        match self.key.get_value::<LockState>(&LOCK_TYPE) {
             // Updating in place keeps the key (no unlink callback, no keyspace churn).
-            Ok(Some(current)) => *current = holder.clone(),
+            Ok(Some(current)) => *current = state,
             Ok(None) => {
                 self.key
-                    .set_value(&LOCK_TYPE, holder.clone())
+                    .set_value(&LOCK_TYPE, state)
                     .map_err(|_| LockError::WrongType)?;
                 STATS.locks.add(1);
             }
             Err(_) => return Err(LockError::WrongType),
         }
-        // Redis deletes a key when now > expire; the lease ends when now >= deadline. Setting
-        // the expire to deadline - 1 makes both agree, so Redis never drops a live lock and a
-        // free lock with nobody waiting stops being a key (EXISTS 0, memory returned).
-        // Clamped so Redis adding its clock can never overflow, whatever an AOF or a master sends
-        // (real deadlines are at most lock.max-ttl, 10 years, away).
-        let ttl = holder
-            .deadline
-            .saturating_sub(1)
-            .saturating_sub(now)
-            .clamp(1, MAX_KEY_TTL_MS);
         let _ = self
             .key
             .set_expire(Duration::from_millis(ttl.unsigned_abs()));
@@ -175,41 +180,47 @@ impl<'a> LockKey<'a> {
     /// Delete the key and replicate the deletion (the caller emits the release event).
     pub fn remove(&self, now: Millis) {
         if self.exists() {
-            self.end_previous_hold(None, now);
+            self.end_previous_holds(None, now);
             let _ = self.key.delete();
             server::replicate_del(self.ctx, self.name);
         }
     }
 }
 
-/// Read a lock key's holder without writing (replicas, read-only commands).
-pub fn read_holder(ctx: &Context, name: &RedisString) -> Result<Option<Holder>, LockError> {
+/// Read a lock key's state without writing (replicas, read-only commands).
+pub fn read_state(ctx: &Context, name: &RedisString) -> Result<Option<LockState>, LockError> {
     ctx.open_key(name)
-        .get_value::<Holder>(&LOCK_TYPE)
-        .map(|h| h.cloned())
+        .get_value::<LockState>(&LOCK_TYPE)
+        .map(|s| s.cloned())
         .map_err(|_| LockError::WrongType)
 }
 
-/// The last lock that left the keyspace after its deadline, so the `expired` notification that
-/// follows it can tell a lock's expiry from any other key's.
+/// The last lock that left the keyspace with holds past their deadline, so the `expired`
+/// notification that follows it can tell a lock's expiry from any other key's.
 struct Unlinked {
     db: i32,
     name: Box<[u8]>,
-    granted: Millis,
-    deadline: Millis,
+    /// (grant time, deadline) of each hold whose lease had run out.
+    ended: Vec<(Millis, Millis)>,
 }
 
 static LAST_UNLINKED: Mutex<Option<Unlinked>> = Mutex::new(None);
 
-/// A lock value left the keyspace (unlink hook). Only one past its deadline can be an expiry.
-pub fn note_unlinked(db: i32, name: &[u8], holder: &Holder) {
-    if clock::now_ms() >= holder.deadline {
+/// A lock value left the keyspace (unlink hook). Only holds past their deadline can have
+/// expired.
+pub fn note_unlinked(db: i32, name: &[u8], state: &LockState) {
+    let now = clock::now_ms();
+    let ended: Vec<(Millis, Millis)> = state
+        .holds()
+        .filter(|(h, _)| now >= h.deadline)
+        .map(|(h, _)| (h.granted, h.deadline))
+        .collect();
+    if !ended.is_empty() {
         let mut slot = LAST_UNLINKED.lock().unwrap_or_else(|p| p.into_inner());
         *slot = Some(Unlinked {
             db,
             name: name.into(),
-            granted: holder.granted,
-            deadline: holder.deadline,
+            ended,
         });
     }
 }
@@ -226,7 +237,9 @@ pub fn expired(ctx: &Context, db: i32, name: &[u8]) {
     };
     if let Some(lock) = expired {
         let key = RedisString::create_from_slice(ctx.ctx, name);
-        let now = clock::now_ms().max(lock.deadline);
-        hold_ended(ctx, &key, lock.granted, lock.deadline, now);
+        for (granted, deadline) in lock.ended {
+            let now = clock::now_ms().max(deadline);
+            hold_ended(ctx, &key, granted, deadline, now);
+        }
     }
 }

@@ -7,9 +7,10 @@
 
 use std::sync::{LazyLock, Mutex, MutexGuard};
 
-use crate::core::lock::{Holder, Millis};
+use crate::core::config;
+use crate::core::lock::{LockState, Millis};
 use crate::core::metrics::STATS;
-use crate::core::queue::Waiter;
+use crate::core::queue::{Handed, Waiter};
 use crate::core::registry::{Client, QueueKey, Registry};
 use crate::ffi::block::BlockedClient;
 use crate::ffi::clock;
@@ -53,11 +54,12 @@ pub fn join(key: QueueKey, waiter: BlockedWaiter) {
 }
 
 /// Take a client out of whatever queue it is in (timeout, disconnect). Returns its handle if it
-/// was still queued (not yet answered), so the caller can hand the handle back to Redis.
-pub fn leave(client_id: u64) -> Option<BlockedClient> {
-    let waiter = registry().leave(client_id)?;
+/// was still queued (not yet answered), so the caller can hand the handle back to Redis, and the
+/// queue to settle if it was the head with others behind it (they may fit now).
+pub fn leave(client_id: u64) -> Option<(BlockedClient, Option<QueueKey>)> {
+    let left = registry().leave(client_id)?;
     count_out(1);
-    Some(waiter.client.handle)
+    Some((left.waiter.client.handle, left.settle))
 }
 
 /// Whether any lock on this server has a queue (a cheap check before building a key).
@@ -78,18 +80,18 @@ pub fn owners(key: &QueueKey, count: usize) -> (usize, Vec<Box<[u8]>>) {
     registry().owners(key, count)
 }
 
-/// If `holder` is not live, pop the head of the queue and make it the holder, with a fresh
-/// token of this server.
-pub fn hand_off(
-    key: &QueueKey,
-    holder: Option<&Holder>,
-    now: Millis,
-) -> Option<(BlockedWaiter, Holder)> {
-    let handed = registry().hand_off(key, holder, now, || {
+/// Whether the head of `key`'s queue fits beside the live holds of `state`.
+pub fn head_fits(key: &QueueKey, state: Option<&LockState>, now: Millis) -> bool {
+    registry().head_fits(key, state, now)
+}
+
+/// Serve the head of the queue (and whoever fits behind it), with fresh tokens of this server.
+pub fn hand_off(key: &QueueKey, state: Option<&LockState>, now: Millis) -> Option<Handed<Blocked>> {
+    let handed = registry().hand_off(key, state, now, config::max_holders(), || {
         crate::core::fencing::issue(clock::now_us())
     });
-    if handed.is_some() {
-        count_out(1);
+    if let Some(h) = &handed {
+        count_out(h.served.len());
     }
     handed
 }
@@ -131,6 +133,6 @@ mod tests {
     fn a_queue_entry_stays_small() {
         // The README's per-waiter figure: the queue entry plus a client-index entry (see
         // `core::registry`).
-        assert_eq!(std::mem::size_of::<BlockedWaiter>(), 72);
+        assert_eq!(std::mem::size_of::<BlockedWaiter>(), 88);
     }
 }

@@ -18,6 +18,8 @@ pub enum Kind {
     String,
     Integer,
     UnixTime,
+    /// A keyword alone (`SHARED`).
+    PureToken,
 }
 
 pub struct Arg {
@@ -43,6 +45,16 @@ pub const fn option(token: &'static str, name: &'static str, kind: Kind) -> Arg 
     Arg {
         name,
         kind,
+        token: Some(token),
+        optional: true,
+    }
+}
+
+/// An optional keyword alone (`SHARED`).
+pub const fn flag(token: &'static str) -> Arg {
+    Arg {
+        name: token,
+        kind: Kind::PureToken,
         token: Some(token),
         optional: true,
     }
@@ -107,6 +119,7 @@ fn arg_type(kind: Kind) -> raw::RedisModuleCommandArgType {
         Kind::String => raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_STRING,
         Kind::Integer => raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_INTEGER,
         Kind::UnixTime => raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_UNIX_TIME,
+        Kind::PureToken => raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_PURE_TOKEN,
     }
 }
 

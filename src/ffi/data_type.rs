@@ -16,10 +16,13 @@ use std::os::raw::{c_char, c_int, c_void};
 use redis_module::native_types::RedisType;
 use redis_module::{raw, RedisString};
 
-use crate::core::codec::{self, Reader, Refused, Writer, APPLY_COMMAND, APPLY_FORMAT};
+use crate::core::codec::{
+    self, Reader, Refused, Writer, APPLY_COMMAND, APPLY_FORMAT, APPLY_STATE_COMMAND,
+    APPLY_STATE_FORMAT,
+};
 use crate::core::config;
 use crate::core::fencing;
-use crate::core::lock::Holder;
+use crate::core::lock::LockState;
 use crate::core::metrics::STATS;
 use crate::ffi::clock;
 use crate::ffi::guard;
@@ -54,12 +57,12 @@ pub static LOCK_TYPE: RedisType = RedisType::new(
     },
 );
 
-/// Borrow the holder behind a value pointer Redis hands to a type callback.
+/// Borrow the lock state behind a value pointer Redis hands to a type callback.
 ///
 /// # Safety
 /// `value` must be a pointer this module stored with `set_value` / returned from `rdb_load`.
-unsafe fn holder_of<'a>(value: *const c_void) -> Option<&'a Holder> {
-    value.cast::<Holder>().as_ref()
+unsafe fn state_of<'a>(value: *const c_void) -> Option<&'a LockState> {
+    value.cast::<LockState>().as_ref()
 }
 
 /// An RDB stream read through the module API.
@@ -119,20 +122,26 @@ impl Writer for DigestWriter {
     }
 }
 
-fn load_holder(rdb: *mut raw::RedisModuleIO, encver: c_int) -> Result<Holder, &'static str> {
-    let holder =
+fn load_state(rdb: *mut raw::RedisModuleIO, encver: c_int) -> Result<LockState, &'static str> {
+    let state =
         codec::decode(&mut RdbReader(rdb), encver, clock::now_ms()).map_err(Refused::message)?;
     if restored_by_a_client(rdb) {
-        if holder.owner.bytes().len() > config::max_owner_length() {
-            return Err("refusing a restored lock: its owner is longer than lock.max-owner-length");
+        if state
+            .holds()
+            .any(|(h, _)| h.owner.bytes().len() > config::max_owner_length())
+        {
+            return Err("refusing a restored lock: an owner is longer than lock.max-owner-length");
         }
-        if holder.deadline.saturating_sub(clock::now_ms()) > config::max_ttl() {
+        if state.last_deadline().saturating_sub(clock::now_ms()) > config::max_ttl() {
             return Err(
                 "refusing a restored lock: its lease ends later than lock.max-ttl from now",
             );
         }
+        if state.holds().count() > config::max_holders() {
+            return Err("refusing a restored lock: it has more holders than lock.max-holders");
+        }
     }
-    Ok(holder)
+    Ok(state)
 }
 
 /// Whether a client's RESTORE (or a MIGRATE into this node) is loading the value, rather than
@@ -155,11 +164,13 @@ fn restored_by_a_client(rdb: *mut raw::RedisModuleIO) -> bool {
 
 extern "C" fn rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> *mut c_void {
     guard::contain("rdb_load", std::ptr::null_mut, || {
-        match load_holder(rdb, encver) {
-            Ok(holder) => {
-                fencing::observe(holder.token);
+        match load_state(rdb, encver) {
+            Ok(state) => {
+                for (holder, _) in state.holds() {
+                    fencing::observe(holder.token);
+                }
                 STATS.locks.add(1);
-                Box::into_raw(Box::new(holder)).cast::<c_void>()
+                Box::into_raw(Box::new(state)).cast::<c_void>()
             }
             Err(why) => {
                 log_io_warning(rdb, why);
@@ -171,13 +182,13 @@ extern "C" fn rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> *mut c_vo
 
 extern "C" fn rdb_save(rdb: *mut raw::RedisModuleIO, value: *mut c_void) {
     // SAFETY: Redis passes a value of this type.
-    let Some(holder) = (unsafe { holder_of(value) }) else {
+    let Some(state) = (unsafe { state_of(value) }) else {
         return;
     };
     guard::contain(
         "rdb_save",
         || (),
-        || codec::encode(holder, &mut RdbWriter(rdb)),
+        || codec::encode(state, &mut RdbWriter(rdb)),
     );
 }
 
@@ -187,43 +198,70 @@ extern "C" fn aof_rewrite(
     value: *mut c_void,
 ) {
     // SAFETY: Redis passes a value of this type.
-    let Some(holder) = (unsafe { holder_of(value) }) else {
+    let Some(state) = (unsafe { state_of(value) }) else {
         return;
     };
     guard::contain(
         "aof_rewrite",
         || (),
-        || {
-            let record = codec::apply_record(holder);
-            // SAFETY: EmitAOF reads the arguments as the format says: a module string, a buffer
-            // with its length, and three long longs.
-            unsafe {
-                if let Some(emit) = raw::RedisModule_EmitAOF {
-                    emit(
-                        aof,
-                        APPLY_COMMAND.as_ptr(),
-                        APPLY_FORMAT.as_ptr(),
-                        key,
-                        record.owner.as_ptr().cast::<c_char>(),
-                        record.owner.len(),
-                        record.token as std::os::raw::c_longlong,
-                        record.deadline as std::os::raw::c_longlong,
-                        record.granted as std::os::raw::c_longlong,
-                    );
+        || match state {
+            LockState::Exclusive(holder) => {
+                let record = codec::apply_record(holder);
+                // SAFETY: EmitAOF reads the arguments as the format says: a module string, a
+                // buffer with its length, and three long longs.
+                unsafe {
+                    if let Some(emit) = raw::RedisModule_EmitAOF {
+                        emit(
+                            aof,
+                            APPLY_COMMAND.as_ptr(),
+                            APPLY_FORMAT.as_ptr(),
+                            key,
+                            record.owner.as_ptr().cast::<c_char>(),
+                            record.owner.len(),
+                            record.token as std::os::raw::c_longlong,
+                            record.deadline as std::os::raw::c_longlong,
+                            record.granted as std::os::raw::c_longlong,
+                        );
+                    }
+                }
+            }
+            _ => {
+                let payload = codec::to_bytes(state);
+                // SAFETY: EmitAOF reads a module string and a buffer with its length.
+                unsafe {
+                    if let Some(emit) = raw::RedisModule_EmitAOF {
+                        emit(
+                            aof,
+                            APPLY_STATE_COMMAND.as_ptr(),
+                            APPLY_STATE_FORMAT.as_ptr(),
+                            key,
+                            payload.as_ptr().cast::<c_char>(),
+                            payload.len(),
+                        );
+                    }
                 }
             }
         },
     );
 }
 
+/// The bytes a value takes: the state, its holds' vector, and owners kept on the heap.
+fn heap_size(state: &LockState) -> usize {
+    let holds = match state {
+        LockState::Exclusive(_) => 0,
+        LockState::Shared(v) => v.capacity() * std::mem::size_of::<crate::core::lock::Holder>(),
+        LockState::Semaphore { holds, .. } => {
+            holds.capacity() * std::mem::size_of::<crate::core::lock::Permit>()
+        }
+    };
+    let owners: usize = state.holds().map(|(h, _)| h.owner.heap_size()).sum();
+    std::mem::size_of::<LockState>() + holds + owners
+}
+
 extern "C" fn mem_usage(value: *const c_void) -> usize {
     // SAFETY: Redis passes a value of this type.
-    let holder = unsafe { holder_of(value) };
-    guard::contain(
-        "mem_usage",
-        || 0,
-        || holder.map_or(0, |h| std::mem::size_of::<Holder>() + h.owner.heap_size()),
-    )
+    let state = unsafe { state_of(value) };
+    guard::contain("mem_usage", || 0, || state.map_or(0, heap_size))
 }
 
 extern "C" fn digest(md: *mut raw::RedisModuleDigest, value: *mut c_void) {
@@ -232,10 +270,10 @@ extern "C" fn digest(md: *mut raw::RedisModuleDigest, value: *mut c_void) {
 
 fn add_to_digest(md: *mut raw::RedisModuleDigest, value: *mut c_void) {
     // SAFETY: Redis passes a value of this type.
-    let Some(holder) = (unsafe { holder_of(value) }) else {
+    let Some(state) = (unsafe { state_of(value) }) else {
         return;
     };
-    codec::digest(holder, &mut DigestWriter(md));
+    codec::digest(state, &mut DigestWriter(md));
     // SAFETY: a live digest, during the digest callback.
     unsafe {
         if let Some(end) = raw::RedisModule_DigestEndSequence {
@@ -247,8 +285,8 @@ fn add_to_digest(md: *mut raw::RedisModuleDigest, value: *mut c_void) {
 extern "C" fn free(value: *mut c_void) {
     if !value.is_null() {
         // SAFETY: the value was made by `Box::into_raw` (set_value, rdb_load or copy).
-        let holder = unsafe { Box::from_raw(value.cast::<Holder>()) };
-        guard::contain("free", || (), || drop(holder));
+        let state = unsafe { Box::from_raw(value.cast::<LockState>()) };
+        guard::contain("free", || (), || drop(state));
         STATS.locks.sub(1);
     }
 }
@@ -259,11 +297,11 @@ extern "C" fn copy(
     value: *const c_void,
 ) -> *mut c_void {
     // SAFETY: Redis passes a value of this type.
-    let holder = unsafe { holder_of(value) };
-    guard::contain("copy", std::ptr::null_mut, || match holder {
-        Some(holder) => {
+    let state = unsafe { state_of(value) };
+    guard::contain("copy", std::ptr::null_mut, || match state {
+        Some(state) => {
             STATS.locks.add(1);
-            Box::into_raw(Box::new(holder.clone())).cast::<c_void>()
+            Box::into_raw(Box::new(state.clone())).cast::<c_void>()
         }
         None => std::ptr::null_mut(),
     })
@@ -287,8 +325,8 @@ fn unlinked(ctx: *mut raw::RedisModuleKeyOptCtx, value: *const c_void) {
         (db_of(ctx), RedisString::string_as_slice(name_of(ctx)))
     };
     // SAFETY: Redis passes a value of this type.
-    if let (Some(holder), Some(h)) = (unsafe { holder_of(value) }, handlers::get()) {
-        (h.unlinked)(db, name, holder);
+    if let (Some(state), Some(h)) = (unsafe { state_of(value) }, handlers::get()) {
+        (h.unlinked)(db, name, state);
     }
 }
 

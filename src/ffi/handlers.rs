@@ -8,7 +8,7 @@ use std::os::raw::c_int;
 
 use redis_module::{raw, Context, InfoContext, RedisString};
 
-use crate::core::lock::Holder;
+use crate::core::lock::LockState;
 use crate::core::settle::Job;
 
 /// A command the filter saw. Arguments are read on demand: the filter sees every command on
@@ -52,7 +52,7 @@ pub struct Handlers {
     /// `CLIENT UNBLOCK` of a blocked waiter (the server then unblocks it with nil).
     pub client_unblocked: fn(client_id: u64),
     /// A lock value left the keyspace (DEL, expiry, overwrite, RENAME, MOVE, FLUSH).
-    pub unlinked: fn(db: i32, name: &[u8], holder: &Holder),
+    pub unlinked: fn(db: i32, name: &[u8], state: &LockState),
     /// A db was flushed (`None`: every db).
     pub flushed: fn(db: Option<i32>),
     /// Two dbs traded contents.

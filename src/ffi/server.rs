@@ -6,8 +6,10 @@ use std::os::raw::{c_char, c_int, c_longlong};
 
 use redis_module::{raw, Context, ContextFlags, InfoContext, RedisString};
 
-use crate::core::codec::{self, APPLY_COMMAND, APPLY_FORMAT};
-use crate::core::lock::Holder;
+use crate::core::codec::{
+    self, APPLY_COMMAND, APPLY_FORMAT, APPLY_STATE_COMMAND, APPLY_STATE_FORMAT,
+};
+use crate::core::lock::LockState;
 use crate::ffi::guard;
 use crate::ffi::handlers;
 
@@ -117,24 +119,45 @@ pub fn notify(ctx: &Context, event: &'static CStr, key: &RedisString) {
     }
 }
 
-/// Replicate (and log to the AOF) the holder of `key` as one `LOCK.APPLY` effect.
-pub fn replicate_apply(ctx: &Context, key: &RedisString, holder: &Holder) {
-    let record = codec::apply_record(holder);
-    // SAFETY: the arguments match APPLY_FORMAT: a module string, a buffer and its length, and
-    // three long longs; Redis copies them into its own argv.
-    unsafe {
-        if let Some(replicate) = raw::RedisModule_Replicate {
-            replicate(
-                ctx.ctx,
-                APPLY_COMMAND.as_ptr(),
-                APPLY_FORMAT.as_ptr(),
-                key.inner,
-                record.owner.as_ptr().cast::<c_char>(),
-                record.owner.len(),
-                record.token as c_longlong,
-                record.deadline as c_longlong,
-                record.granted as c_longlong,
-            );
+/// Replicate (and log to the AOF) the state of `key` as one effect: `LOCK.APPLY` for an
+/// exclusive hold, `LOCK.APPLYSTATE` with the encoded state otherwise.
+pub fn replicate_state(ctx: &Context, key: &RedisString, state: &LockState) {
+    // SAFETY: reading the API table's entry, filled in once at load.
+    let Some(replicate) = (unsafe { raw::RedisModule_Replicate }) else {
+        return;
+    };
+    match state {
+        LockState::Exclusive(holder) => {
+            let record = codec::apply_record(holder);
+            // SAFETY: the arguments match APPLY_FORMAT: a module string, a buffer and its
+            // length, and three long longs; Redis copies them into its own argv.
+            unsafe {
+                replicate(
+                    ctx.ctx,
+                    APPLY_COMMAND.as_ptr(),
+                    APPLY_FORMAT.as_ptr(),
+                    key.inner,
+                    record.owner.as_ptr().cast::<c_char>(),
+                    record.owner.len(),
+                    record.token as c_longlong,
+                    record.deadline as c_longlong,
+                    record.granted as c_longlong,
+                );
+            }
+        }
+        _ => {
+            let payload = codec::to_bytes(state);
+            // SAFETY: APPLY_STATE_FORMAT: a module string and a buffer with its length.
+            unsafe {
+                replicate(
+                    ctx.ctx,
+                    APPLY_STATE_COMMAND.as_ptr(),
+                    APPLY_STATE_FORMAT.as_ptr(),
+                    key.inner,
+                    payload.as_ptr().cast::<c_char>(),
+                    payload.len(),
+                );
+            }
         }
     }
 }

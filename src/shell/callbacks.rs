@@ -11,7 +11,7 @@
 use redis_module::{Context, InfoContext, NotifyEvent};
 
 use crate::core::error::LockError;
-use crate::core::lock::Holder;
+use crate::core::lock::LockState;
 use crate::core::metrics::STATS;
 use crate::core::registry::QueueKey;
 use crate::core::settle::{Answer, Job};
@@ -75,10 +75,11 @@ fn run(ctx: &Context, job: &Job) {
         Job::Settle { key, .. } => waiting::settle(ctx, key, None),
         Job::Revoke { key, token } => waiting::settle(ctx, key, Some(*token)),
         &Job::TimeOut { client_id } => {
-            if let Some(mut client) = queues::leave(client_id) {
+            if let Some((mut client, settle)) = queues::leave(client_id) {
                 client.timeout = None; // this timer: it has fired
                 STATS.wait_timeouts.incr();
                 block::answer(client, Answer::TimedOut);
+                settle_after_leaving(settle);
             }
         }
         Job::CheckResetStat => resetstat::check(),
@@ -86,23 +87,33 @@ fn run(ctx: &Context, job: &Job) {
 }
 
 fn disconnected(client_id: u64) {
-    if let Some(handle) = queues::leave(client_id) {
+    if let Some((handle, settle)) = queues::leave(client_id) {
         STATS.waiters_disconnected.incr();
         block::release_handle(handle);
+        settle_after_leaving(settle);
     }
 }
 
 fn client_unblocked(client_id: u64) {
-    if let Some(handle) = queues::leave(client_id) {
+    if let Some((handle, settle)) = queues::leave(client_id) {
         STATS.wait_timeouts.incr();
         block::release_handle(handle);
+        settle_after_leaving(settle);
+    }
+}
+
+/// The head of a queue left: who stands behind it may fit now (readers behind a writer, a
+/// small semaphore request behind a big one). Settled on the next turn of the event loop.
+fn settle_after_leaving(queue: Option<QueueKey>) {
+    if let Some(key) = queue {
+        timers::settle_soon(&key);
     }
 }
 
 /// A lock left the keyspace: note a possible expiry, and if anyone waits for that name, let a
 /// timer settle it on the next turn of the event loop.
-fn unlinked(db: i32, name: &[u8], holder: &Holder) {
-    keyspace::note_unlinked(db, name, holder);
+fn unlinked(db: i32, name: &[u8], state: &LockState) {
+    keyspace::note_unlinked(db, name, state);
     if !queues::anyone_waiting() {
         return;
     }

@@ -5,10 +5,11 @@
 use redis_module::{raw, Context, ContextFlags, RedisResult, RedisString, RedisValue};
 
 use crate::core::args::{self, Arg, OwnerArg};
+use crate::core::codec;
 use crate::core::config::Limits;
 use crate::core::error::LockError;
 use crate::core::fencing;
-use crate::core::lock::{self, Acquire, Holder, Millis};
+use crate::core::lock::{self, Acquire, Holder, LockState, Millis, Request};
 use crate::core::metrics::STATS;
 use crate::core::owner::{self, Owner};
 use crate::core::queue::Waiter;
@@ -38,7 +39,7 @@ fn refuse_on_replica(ctx: &Context) -> Result<(), LockError> {
     Ok(())
 }
 
-/// `LOCK.ACQUIRE key owner ttl-ms [WAIT timeout-ms]`
+/// `LOCK.ACQUIRE key owner ttl-ms [SHARED | LIMIT max [PERMITS n]] [WAIT timeout-ms]`
 pub fn acquire(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     refuse_on_replica(ctx)?;
     let now = clock::now_ms();
@@ -54,38 +55,55 @@ pub fn acquire(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     };
 
     let lock = LockKey::open(ctx, &args[1]);
-    let mut holder = lock.holder()?;
+    let mut state = lock.state()?;
     let others_waiting = || queues::anyone_waiting() && queues::has_waiters(&lock.queue_key());
     let mut waiting = others_waiting();
-    if waiting && lock::live(holder.as_ref(), now).is_none() {
-        // The lease ran out a moment ago and the timer has not fired yet: the head goes first.
-        waiting::pass_on(&lock, holder.as_ref(), now);
-        holder = lock.holder()?;
+    if waiting && state.as_ref().is_some_and(|s| s.has_expired(now)) {
+        // A lease ran out a moment ago and the timer has not fired yet: the queue goes first.
+        waiting::pass_on(&lock, state.as_ref(), now);
+        state = lock.state()?;
         waiting = others_waiting();
     }
 
-    let outcome = lock::acquire(holder.as_ref(), waiting, owner, parsed.ttl, now, || {
-        fencing::issue(clock::now_us())
-    })?;
-    let granted = match outcome {
-        Acquire::Granted(granted) => {
+    let request = Request {
+        owner,
+        want: parsed.want,
+        ttl: parsed.ttl,
+    };
+    let outcome = lock::acquire(
+        state.as_ref(),
+        waiting,
+        &request,
+        now,
+        limits.max_holders,
+        || fencing::issue(clock::now_us()),
+    )?;
+    let (granted, token) = match outcome {
+        Acquire::Granted { state, token } => {
             STATS.acquired_immediately.incr();
-            granted
+            (state, token)
         }
-        Acquire::Renewed(renewed) => {
+        Acquire::Renewed { state, token } => {
             STATS.renewed.incr();
-            renewed
+            (state, token)
         }
         Acquire::Busy => {
             return match parsed.wait {
                 Some(timeout) if server::can_block(ctx) => {
-                    let due = lock::live(holder.as_ref(), now).map_or(now, |h| h.deadline);
+                    let due = lock::live(state.as_ref(), now)
+                        .and_then(|s| s.next_deadline(now))
+                        .unwrap_or(now);
+                    let waiter = Waiter {
+                        client: (),
+                        owner: Owner::new(owner),
+                        ttl: parsed.ttl,
+                        want: parsed.want,
+                    };
                     wait_in_queue(
                         ctx,
                         lock.queue_key(),
-                        owner,
+                        waiter,
                         with_owner,
-                        parsed.ttl,
                         timeout,
                         due,
                         &limits,
@@ -98,22 +116,23 @@ pub fn acquire(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
             };
         }
     };
-    lock.store(&granted, LockEvent::Acquire, now)?;
-    if waiting {
-        timers::settle_at(&lock.queue_key(), granted.deadline);
+    let several = granted.live_count(now) > 1;
+    lock.store(granted, LockEvent::Acquire, now)?;
+    if waiting || several {
+        // A downgrade may let readers at the head in; several holds end one by one.
+        let state = lock.state()?;
+        waiting::pass_on(&lock, state.as_ref(), now);
     }
-    Ok(grant_reply(owner, granted.token, with_owner))
+    Ok(grant_reply(owner, token, with_owner))
 }
 
 /// Block the caller in `key`'s queue (its reply comes from `ffi::block` later); the queue is
-/// settled at `due`, when the current holder's lease ends.
-#[allow(clippy::too_many_arguments)]
+/// settled at `due`, when the first live lease ends.
 fn wait_in_queue(
     ctx: &Context,
     key: QueueKey,
-    owner: &[u8],
+    waiter: Waiter<()>,
     with_owner: bool,
-    ttl: Millis,
     timeout: Millis,
     due: Millis,
     limits: &Limits,
@@ -140,8 +159,9 @@ fn wait_in_queue(
         key.clone(),
         Waiter {
             client,
-            owner: Owner::new(owner),
-            ttl,
+            owner: waiter.owner,
+            ttl: waiter.ttl,
+            want: waiter.want,
         },
     );
     timers::settle_at(&key, due);
@@ -154,33 +174,43 @@ pub fn release(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     let owner = args::owner(args[2].as_slice())?;
     let now = clock::now_ms();
     let lock = LockKey::open(ctx, &args[1]);
-    let holder = lock.holder()?;
-    if !lock::may_release(holder.as_ref(), owner, now) {
+    let state = lock.state()?;
+    let Some(rest) = lock::release(state.as_ref(), owner, now) else {
         STATS.release_not_owner.incr();
         return Ok(RedisValue::Integer(0));
-    }
+    };
     STATS.releases.incr();
-    released(&lock, now)
+    released(&lock, rest, now)
 }
 
-/// The holder is gone: say so, and hand the lock to the head of the queue (or free it).
-fn released(lock: &LockKey, now: Millis) -> RedisResult {
-    lock.notify(LockEvent::Release);
-    waiting::pass_on(lock, None, now);
+/// A hold (or every hold) is gone: say so, store what is left, and hand the lock to the head
+/// of the queue if it now fits (or free it).
+fn released(lock: &LockKey, rest: Option<LockState>, now: Millis) -> RedisResult {
+    match rest {
+        Some(rest) => {
+            lock.store(rest, LockEvent::Release, now)?;
+            let state = lock.state()?;
+            waiting::pass_on(lock, state.as_ref(), now);
+        }
+        None => {
+            lock.notify(LockEvent::Release);
+            waiting::pass_on(lock, None, now);
+        }
+    }
     Ok(RedisValue::Integer(1))
 }
 
-/// `LOCK.FORCERELEASE key`: release whoever holds the lock (an operator's tool).
+/// `LOCK.FORCERELEASE key`: release every hold, whoever holds it (an operator's tool).
 pub fn force_release(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     refuse_on_replica(ctx)?;
     let now = clock::now_ms();
     let lock = LockKey::open(ctx, &args[1]);
-    let holder = lock.holder()?;
-    if lock::live(holder.as_ref(), now).is_none() {
+    let state = lock.state()?;
+    if lock::live(state.as_ref(), now).is_none() {
         return Ok(RedisValue::Integer(0));
     }
     STATS.releases_forced.incr();
-    released(&lock, now)
+    released(&lock, None, now)
 }
 
 /// `LOCK.EXTEND key owner ttl-ms`
@@ -189,11 +219,11 @@ pub fn extend(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     let now = clock::now_ms();
     let (owner, ttl) = args::extend(&args[2..], now, &Limits::current())?;
     let lock = LockKey::open(ctx, &args[1]);
-    let holder = lock.holder()?;
-    match lock::extend(holder.as_ref(), owner, ttl, now)? {
+    let state = lock.state()?;
+    match lock::extend(state.as_ref(), owner, ttl, now)? {
         Some(extended) => {
             STATS.extends.incr();
-            lock.store(&extended, LockEvent::Extend, now)?;
+            lock.store(extended, LockEvent::Extend, now)?;
             Ok(RedisValue::Integer(1))
         }
         None => {
@@ -206,32 +236,21 @@ pub fn extend(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
 /// `LOCK.FENCE key [token]`
 pub fn fence(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     let token = args::fence(&args[2..])?;
-    let holder = keyspace::read_holder(ctx, &args[1])?;
+    let state = keyspace::read_state(ctx, &args[1])?;
     let now = clock::now_ms();
     Ok(match token {
         Some(token) => RedisValue::Integer(i64::from(lock::token_is_current(
-            holder.as_ref(),
+            state.as_ref(),
             token,
             now,
         ))),
-        None => lock::fence(holder.as_ref(), now).map_or(RedisValue::Null, token_reply),
+        None => lock::fence(state.as_ref(), now).map_or(RedisValue::Null, token_reply),
     })
 }
 
-/// `LOCK.INFO key [COUNT n]`: who holds the lock, for how long, and who waits.
-pub fn info(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
-    let count = args::info(&args[2..])?;
-    let holder = keyspace::read_holder(ctx, &args[1])?;
-    let now = clock::now_ms();
-    let Some(holder) = lock::live(holder.as_ref(), now) else {
-        return Ok(RedisValue::Null);
-    };
-    let queue = QueueKey {
-        db: server::selected_db(ctx),
-        name: args[1].as_slice().into(),
-    };
-    let (waiting, queued) = queues::owners(&queue, count);
-    let fields: [(&str, RedisValue); 6] = [
+/// One hold as LOCK.INFO lists it.
+fn hold_fields(holder: &Holder, permits: u32, now: Millis) -> [(&'static str, RedisValue); 5] {
+    [
         (
             "owner",
             RedisValue::StringBuffer(holder.owner.bytes().to_vec()),
@@ -239,6 +258,45 @@ pub fn info(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
         ("token", token_reply(holder.token)),
         ("ttl", RedisValue::Integer(holder.remaining(now))),
         ("held", RedisValue::Integer(holder.held_for(now))),
+        ("permits", RedisValue::Integer(i64::from(permits))),
+    ]
+}
+
+/// Reply `fields` as a map in this order: a RESP3 map, or a flat field/value array on RESP2.
+fn reply_map<const N: usize>(ctx: &Context, fields: [(&'static str, RedisValue); N]) {
+    raw::reply_with_map(ctx.ctx, N as std::os::raw::c_long);
+    for (field, value) in fields {
+        ctx.reply(Ok(RedisValue::SimpleStringStatic(field)));
+        ctx.reply(Ok(value));
+    }
+}
+
+/// `LOCK.INFO key [COUNT n]`: the mode, every live hold, and who waits in order. For an
+/// exclusive hold, its owner, token, ttl and held also stand at the top, as before.
+pub fn info(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
+    let count = args::info(&args[2..])?;
+    let state = keyspace::read_state(ctx, &args[1])?;
+    let now = clock::now_ms();
+    let Some(state) = lock::live(state.as_ref(), now) else {
+        return Ok(RedisValue::Null);
+    };
+    let queue = QueueKey {
+        db: server::selected_db(ctx),
+        name: args[1].as_slice().into(),
+    };
+    let (waiting, queued) = queues::owners(&queue, count);
+    let live: Vec<(&Holder, u32)> = state.holds().filter(|(h, _)| h.is_live(now)).collect();
+    let limit = match state {
+        LockState::Semaphore { limit, .. } => RedisValue::Integer(i64::from(*limit)),
+        _ => RedisValue::Null,
+    };
+    let common: [(&'static str, RedisValue); 6] = [
+        ("mode", RedisValue::SimpleStringStatic(state.mode_name())),
+        ("limit", limit),
+        (
+            "permits",
+            RedisValue::Integer(i64::from(state.permits_in_use(now))),
+        ),
         (
             "waiters",
             RedisValue::Integer(i64::try_from(waiting).unwrap_or(i64::MAX)),
@@ -252,23 +310,46 @@ pub fn info(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
                     .collect(),
             ),
         ),
+        // Rendered below: a list of maps.
+        ("holders", RedisValue::NoReply),
     ];
-    // A map in this field order: RESP3 map, or a flat field/value array on RESP2.
-    raw::reply_with_map(ctx.ctx, fields.len() as std::os::raw::c_long);
-    for (field, value) in fields {
+    let top: Vec<(&'static str, RedisValue)> = match state {
+        LockState::Exclusive(h) => hold_fields(h, 1, now)
+            .into_iter()
+            .filter(|(f, _)| *f != "permits")
+            .collect(),
+        _ => Vec::new(),
+    };
+    raw::reply_with_map(ctx.ctx, (top.len() + common.len()) as std::os::raw::c_long);
+    for (field, value) in top.into_iter().chain(common) {
         ctx.reply(Ok(RedisValue::SimpleStringStatic(field)));
-        ctx.reply(Ok(value));
+        if field == "holders" {
+            raw::reply_with_array(ctx.ctx, live.len() as std::os::raw::c_long);
+            for (holder, permits) in &live {
+                reply_map(ctx, hold_fields(holder, *permits, now));
+            }
+        } else {
+            ctx.reply(Ok(value));
+        }
     }
     Ok(RedisValue::NoReply)
 }
 
-/// `LOCK.APPLY key owner token deadline-unix-ms [granted-unix-ms]`: the effect replicas and
-/// the AOF replay. (Without the grant time, as the first version wrote it, `held` counts from now.)
-pub fn apply(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
+/// Only the master link and the AOF may send the internal commands.
+fn internal_only(ctx: &Context, refused: LockError) -> Result<(), LockError> {
     let flags = ctx.get_flags();
-    if !flags.intersects(ContextFlags::REPLICATED | ContextFlags::LOADING) {
-        return Err(LockError::ApplyNotAllowed.into());
+    if flags.intersects(ContextFlags::REPLICATED | ContextFlags::LOADING) {
+        Ok(())
+    } else {
+        Err(refused)
     }
+}
+
+/// `LOCK.APPLY key owner token deadline-unix-ms [granted-unix-ms]`: the effect replicas and
+/// the AOF replay for an exclusive hold. (Without the grant time, as the first version wrote
+/// it, `held` counts from now.)
+pub fn apply(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
+    internal_only(ctx, LockError::ApplyNotAllowed)?;
     let parsed = args::apply(&args[2..])?;
     let holder = Holder {
         owner: Owner::new(parsed.owner),
@@ -277,7 +358,21 @@ pub fn apply(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
         granted: parsed.granted.unwrap_or_else(clock::now_ms),
     };
     fencing::observe(holder.token);
-    LockKey::open(ctx, &args[1]).write(&holder, clock::now_ms())?;
+    LockKey::open(ctx, &args[1]).write(LockState::Exclusive(holder), clock::now_ms())?;
+    ctx.replicate_verbatim();
+    Ok(RedisValue::SimpleStringStatic("OK"))
+}
+
+/// `LOCK.APPLYSTATE key payload`: the effect replicas and the AOF replay for any other state
+/// (shared holds, a semaphore): the state encoded by `core::codec::to_bytes`.
+pub fn apply_state(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
+    internal_only(ctx, LockError::ApplyNotAllowed)?;
+    let state =
+        codec::from_bytes(args[2].as_slice(), clock::now_ms()).map_err(|_| LockError::BadState)?;
+    for (holder, _) in state.holds() {
+        fencing::observe(holder.token);
+    }
+    LockKey::open(ctx, &args[1]).write(state, clock::now_ms())?;
     ctx.replicate_verbatim();
     Ok(RedisValue::SimpleStringStatic("OK"))
 }

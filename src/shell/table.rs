@@ -7,7 +7,7 @@ use std::os::raw::c_int;
 use redis_module::{raw, Context, RedisError};
 
 use crate::ffi::command_info::{
-    self, arg, option, optional, Kind, Spec, OW_UPDATE, RO, RW_DELETE, RW_UPDATE,
+    self, arg, flag, option, optional, Kind, Spec, OW_UPDATE, RO, RW_DELETE, RW_UPDATE,
 };
 use crate::ffi::guard;
 use crate::shell::commands;
@@ -32,7 +32,7 @@ impl Command {
 }
 
 /// How many commands the table has.
-const COUNT: usize = 7;
+const COUNT: usize = 8;
 
 pub static COMMANDS: [Command; COUNT] = [
     Command {
@@ -42,12 +42,15 @@ pub static COMMANDS: [Command; COUNT] = [
             arity: -4,
             key_flags: RW_UPDATE,
             acl: "write slow blocking lock",
-            summary: "Takes a lock for ttl-ms milliseconds, optionally waiting in its FIFO queue, and returns the fencing token.",
-            complexity: "O(1)",
+            summary: "Takes a lock (exclusive, SHARED, or permits of a LIMIT semaphore) for ttl-ms milliseconds, optionally waiting in its FIFO queue, and returns the fencing token.",
+            complexity: "O(1) for an exclusive lock; O(N) in the N holders of a shared lock or semaphore",
             args: &[
                 arg("key", Kind::Key),
                 arg("owner", Kind::String),
                 arg("ttl-ms", Kind::Integer),
+                flag("SHARED"),
+                option("LIMIT", "max", Kind::Integer),
+                option("PERMITS", "n", Kind::Integer),
                 option("WAIT", "timeout-ms", Kind::Integer),
             ],
         },
@@ -148,6 +151,20 @@ pub static COMMANDS: [Command; COUNT] = [
         most: Some(6),
         handler: commands::apply,
     },
+    Command {
+        spec: Spec {
+            name: "LOCK.APPLYSTATE",
+            flags: "write deny-oom",
+            arity: 3,
+            key_flags: OW_UPDATE,
+            acl: "write slow lock",
+            summary: "Internal: sets a lock's shared holds or semaphore permits exactly as encoded. Replicas and the AOF replay it; clients are refused.",
+            complexity: "O(N) in the N holds",
+            args: &[arg("key", Kind::Key), arg("payload", Kind::String)],
+        },
+        most: None,
+        handler: commands::apply_state,
+    },
 ];
 
 /// What Redis calls for command `I` of the table: check the arity, run the handler with
@@ -176,6 +193,7 @@ const ENTRIES: [raw::RedisModuleCmdFunc; COUNT] = [
     Some(entry::<4>),
     Some(entry::<5>),
     Some(entry::<6>),
+    Some(entry::<7>),
 ];
 
 /// Register every command of the table with its docs and ACL categories.

@@ -10,10 +10,11 @@
 use redis_module::{Context, ContextFlags, RedisString};
 
 use crate::core::error::LockError;
-use crate::core::lock::{live, Holder, Millis, Token};
+use crate::core::lock::{self, LockState, Millis, Token};
 use crate::core::metrics::STATS;
+use crate::core::queue::Handed;
 use crate::core::registry::QueueKey;
-use crate::core::settle::{self, Answer, Grant, Next};
+use crate::core::settle::{self, Answer, Grant, Look, Next};
 use crate::effects::keyspace::{LockEvent, LockKey};
 use crate::effects::queues::{self, BlockedWaiter};
 use crate::effects::timers;
@@ -36,10 +37,26 @@ pub fn settle(ctx: &Context, key: &QueueKey, revoked: Option<Token>) {
         return;
     }
     let lock = LockKey::open(ctx, &name);
-    match lock.holder() {
-        Ok(holder) => {
-            let holder = holder.filter(|h| Some(h.token) != revoked);
-            pass_on(&lock, holder.as_ref(), clock::now_ms());
+    let now = clock::now_ms();
+    match lock.state() {
+        Ok(state) => {
+            let revoked_hold = revoked.and_then(|token| {
+                let state = state.as_ref()?;
+                state
+                    .holds()
+                    .any(|(h, _)| h.token == token)
+                    .then(|| lock::without(state, token, now))
+            });
+            let state = match revoked_hold {
+                // The grant's reply never went out: that hold ends now (others stay).
+                Some(Some(rest)) => match lock.put(rest.clone(), now) {
+                    Ok(()) => Some(rest),
+                    Err(_) => state,
+                },
+                Some(None) => None,
+                None => state,
+            };
+            pass_on(&lock, state.as_ref(), now);
         }
         Err(err) => {
             // Another type now lives under this name (SET, RESTORE, RENAME onto it).
@@ -48,23 +65,46 @@ pub fn settle(ctx: &Context, key: &QueueKey, revoked: Option<Token>) {
     }
 }
 
-/// The holder is `holder` (maybe expired or gone): do what `settle::decide` says. A free lock
-/// goes to the head of the queue; one nobody waits for is deleted; a live one with waiters gets
-/// a timer at its deadline.
-pub fn pass_on(lock: &LockKey, holder: Option<&Holder>, now: Millis) {
+/// The key's stored state is `state` (some holds may have run out, or it may be gone): do what
+/// `settle::decide` says. Holds that ran out beside live ones are dropped first; a lock whose
+/// queue head fits is handed over; one nobody waits for and nobody holds is deleted; otherwise
+/// a timer watches the next deadline.
+pub fn pass_on(lock: &LockKey, state: Option<&LockState>, now: Millis) {
+    let pruned = state.and_then(|s| settle::pruned(s, now));
+    let state = match pruned {
+        // Storing accounts for each hold that ended and announces its expiry.
+        Some(live) => match lock.put(live.clone(), now) {
+            Ok(()) => Some(live),
+            Err(_) => return,
+        },
+        None => state.cloned(),
+    };
+    let state = state.as_ref();
+    let live = lock::live(state, now);
     // Most locks have nobody waiting: skip building the queue key then.
     let key = queues::anyone_waiting().then(|| lock.queue_key());
+    let several = live.is_some_and(|s| s.live_count(now) > 1);
+    let key = key.or_else(|| several.then(|| lock.queue_key()));
     let waiting = key.as_ref().is_some_and(queues::has_waiters);
     let next = settle::decide(
-        live(holder, now).map(|h| h.deadline),
-        waiting,
-        lock.exists(),
+        Look {
+            next_deadline: live.and_then(|s| s.next_deadline(now)),
+            several,
+            waiting,
+            head_fits: waiting
+                && key
+                    .as_ref()
+                    .is_some_and(|k| queues::head_fits(k, state, now)),
+            exists: lock.exists(),
+        },
         || lock.expired_value_kept(),
         now,
     );
     match (next, &key) {
-        // No token left to issue: nobody can be served, the expired value goes.
-        (Next::HandOff, Some(key)) if !hand_off(lock, key, holder, now) => lock.remove(now),
+        // No token left to issue: nobody can be served; a free lock's value goes.
+        (Next::HandOff, Some(key)) if !hand_off(lock, key, state, now) && live.is_none() => {
+            lock.remove(now)
+        }
         (Next::HandOff, _) => {}
         (Next::WatchUntil(at) | Next::RetryAt(at), Some(key)) => timers::settle_at(key, at),
         (Next::Remove, _) => lock.remove(now),
@@ -72,29 +112,37 @@ pub fn pass_on(lock: &LockKey, holder: Option<&Holder>, now: Millis) {
     }
 }
 
-/// Grant the lock to the head of `key`'s queue. False if nobody could be served.
-fn hand_off(lock: &LockKey, key: &QueueKey, holder: Option<&Holder>, now: Millis) -> bool {
-    let Some((waiter, granted)) = queues::hand_off(key, holder, now) else {
+/// Serve the head of `key`'s queue and whoever fits behind it. False if nobody could be served.
+fn hand_off(lock: &LockKey, key: &QueueKey, state: Option<&LockState>, now: Millis) -> bool {
+    let Some(handed) = queues::hand_off(key, state, now) else {
         return false;
     };
-    if let Err(err) = lock.store(&granted, LockEvent::Handoff, now) {
-        block::answer(waiter.client.handle, Answer::Failed(err));
+    let Handed { served, state } = handed;
+    let next_deadline = state.next_deadline(now);
+    if let Err(err) = lock.store(state, LockEvent::Handoff, now) {
+        for (waiter, _) in served {
+            block::answer(waiter.client.handle, Answer::Failed(err));
+        }
         return true;
     }
-    STATS.acquired_after_wait.incr();
-    STATS
-        .wait_time
-        .record(clock::now_us().saturating_sub(waiter.client.since_us));
-    block::answer(
-        waiter.client.handle,
-        Answer::Granted(Grant {
-            key: key.clone(),
-            owner: granted.owner.clone(),
-            token: granted.token,
-            with_owner: waiter.client.with_owner,
-        }),
-    );
-    timers::settle_at(key, granted.deadline);
+    for (waiter, token) in served {
+        STATS.acquired_after_wait.incr();
+        STATS
+            .wait_time
+            .record(clock::now_us().saturating_sub(waiter.client.since_us));
+        block::answer(
+            waiter.client.handle,
+            Answer::Granted(Grant {
+                key: key.clone(),
+                owner: waiter.owner,
+                token,
+                with_owner: waiter.client.with_owner,
+            }),
+        );
+    }
+    if let Some(at) = next_deadline {
+        timers::settle_at(key, at);
+    }
     true
 }
 
