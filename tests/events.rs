@@ -70,3 +70,59 @@ fn no_events_unless_the_module_class_is_enabled() {
         "lock events need the 'd' class"
     );
 }
+
+/// Shared holds and semaphore permits announce the same events, one per hold: each grant, each
+/// release, and each lease that runs out (at its own deadline, while others still hold).
+#[test]
+fn shared_and_semaphore_holds_announce_each_grant_release_and_expiry() {
+    let s = Server::start();
+    let mut c = s.con();
+    ok(&mut c, &["CONFIG", "SET", "notify-keyspace-events", "Kd"]);
+    let mut sub = s.con();
+    sub.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut pubsub = sub.as_pubsub();
+    pubsub.subscribe("__keyspace@0__:doc").unwrap();
+    pubsub.subscribe("__keyspace@0__:pool").unwrap();
+
+    ok(&mut c, &["LOCK.ACQUIRE", "doc", "r1", "200", "SHARED"]);
+    ok(&mut c, &["LOCK.ACQUIRE", "doc", "r2", "60000", "SHARED"]);
+    // r1's lease runs out while r2 still reads: its own expiry, at its deadline.
+    let expected = ["lock.acquire", "lock.acquire", "lock.expire"];
+    let got: Vec<String> = expected.iter().map(|_| next_event(&mut pubsub)).collect();
+    assert_eq!(got, expected);
+    assert_eq!(release(&mut c, "doc", "r2"), 1);
+    assert_eq!(next_event(&mut pubsub), "lock.release");
+
+    ok(
+        &mut c,
+        &[
+            "LOCK.ACQUIRE",
+            "pool",
+            "a",
+            "60000",
+            "LIMIT",
+            "2",
+            "PERMITS",
+            "2",
+        ],
+    );
+    let w = spawn_wait_with(
+        &s,
+        &[
+            "LOCK.ACQUIRE",
+            "pool",
+            "b",
+            "60000",
+            "LIMIT",
+            "2",
+            "WAIT",
+            "0",
+        ],
+    );
+    wait_blocked(&mut c, 1);
+    assert_eq!(release(&mut c, "pool", "a"), 1);
+    w.join().unwrap().unwrap();
+    let expected = ["lock.acquire", "lock.release", "lock.handoff"];
+    let got: Vec<String> = expected.iter().map(|_| next_event(&mut pubsub)).collect();
+    assert_eq!(got, expected);
+}

@@ -6,15 +6,6 @@ use std::time::Duration;
 
 use redis_lock_harness::*;
 
-fn spawn(s: &Server, words: &[&str]) -> std::thread::JoinHandle<Result<Value, String>> {
-    let mut con = s.con();
-    let words: Vec<String> = words.iter().map(|w| w.to_string()).collect();
-    std::thread::spawn(move || {
-        let words: Vec<&str> = words.iter().map(String::as_str).collect();
-        cmd(&mut con, &words)
-    })
-}
-
 /// `LOCK.ACQUIRE key owner ttl LIMIT limit PERMITS n`: the token, or None when it does not fit.
 fn take(c: &mut Connection, key: &str, owner: &str, ttl: i64, limit: u32, n: u32) -> Option<i64> {
     let (ttl, limit, n) = (ttl.to_string(), limit.to_string(), n.to_string());
@@ -86,7 +77,7 @@ fn a_big_request_is_not_postponed_by_smaller_ones() {
     let s = Server::start();
     let mut c = s.con();
     take(&mut c, "pool", "a", 60_000, 3, 2).unwrap();
-    let big = spawn(
+    let big = spawn_wait_with(
         &s,
         &[
             "LOCK.ACQUIRE",
@@ -107,7 +98,7 @@ fn a_big_request_is_not_postponed_by_smaller_ones() {
         None,
         "one permit is free, but big waits first"
     );
-    let small = spawn(
+    let small = spawn_wait_with(
         &s,
         &[
             "LOCK.ACQUIRE",
@@ -128,6 +119,9 @@ fn a_big_request_is_not_postponed_by_smaller_ones() {
     assert_eq!(release(&mut c, "pool", "big"), 1);
     assert!(matches!(small.join().unwrap(), Ok(Value::Int(_))));
     assert_eq!(in_use(&mut c, "pool"), 1);
+    assert_eq!(stat(&mut c, "semaphore_waits"), 2.0);
+    assert_eq!(stat(&mut c, "semaphore_grants"), 3.0);
+    assert_eq!(stat(&mut c, "semaphore_holds"), 1.0);
 }
 
 #[test]
@@ -153,7 +147,7 @@ fn an_expired_lease_returns_its_permits_and_the_queue_moves_on() {
     let mut c = s.con();
     take(&mut c, "pool", "crashed", 150, 3, 2).unwrap();
     take(&mut c, "pool", "alive", 60_000, 3, 1).unwrap();
-    let waiter = spawn(
+    let waiter = spawn_wait_with(
         &s,
         &[
             "LOCK.ACQUIRE",

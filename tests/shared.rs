@@ -5,16 +5,6 @@ use std::time::Duration;
 
 use redis_lock_harness::*;
 
-/// Run `words` on a connection of its own in a thread (a blocking LOCK.ACQUIRE ... WAIT).
-fn spawn(s: &Server, words: &[&str]) -> std::thread::JoinHandle<Result<Value, String>> {
-    let mut con = s.con();
-    let words: Vec<String> = words.iter().map(|w| w.to_string()).collect();
-    std::thread::spawn(move || {
-        let words: Vec<&str> = words.iter().map(String::as_str).collect();
-        cmd(&mut con, &words)
-    })
-}
-
 fn shared(c: &mut Connection, key: &str, owner: &str, ttl: i64) -> Option<i64> {
     match ok(c, &["LOCK.ACQUIRE", key, owner, &ttl.to_string(), "SHARED"]) {
         Value::Int(t) => Some(t),
@@ -62,6 +52,10 @@ fn readers_hold_together_each_with_its_own_token() {
     assert!(r2 > r1);
     assert_eq!(mode(&mut c, "doc"), "shared");
     assert_eq!(
+        (stat(&mut c, "shared_grants"), stat(&mut c, "shared_holds")),
+        (2.0, 2.0)
+    );
+    assert_eq!(
         holders(&mut c, "doc"),
         [("r1".into(), r1), ("r2".into(), r2)]
     );
@@ -88,6 +82,7 @@ fn readers_hold_together_each_with_its_own_token() {
         0,
         "free and nobody waits: no key"
     );
+    assert_eq!(stat(&mut c, "shared_holds"), 0.0);
 }
 
 #[test]
@@ -96,14 +91,14 @@ fn a_writer_waits_for_every_reader_and_later_readers_wait_for_it() {
     let mut c = s.con();
     shared(&mut c, "doc", "r1", 60_000).unwrap();
     shared(&mut c, "doc", "r2", 60_000).unwrap();
-    let writer = spawn(&s, &["LOCK.ACQUIRE", "doc", "w", "60000", "WAIT", "0"]);
+    let writer = spawn_wait_with(&s, &["LOCK.ACQUIRE", "doc", "w", "60000", "WAIT", "0"]);
     wait_blocked(&mut c, 1);
     assert_eq!(
         shared(&mut c, "doc", "r3", 60_000),
         None,
         "no reader overtakes a waiting writer"
     );
-    let reader = spawn(
+    let reader = spawn_wait_with(
         &s,
         &["LOCK.ACQUIRE", "doc", "r3", "60000", "SHARED", "WAIT", "0"],
     );
@@ -122,6 +117,13 @@ fn a_writer_waits_for_every_reader_and_later_readers_wait_for_it() {
     assert_eq!(release(&mut c, "doc", "w"), 1);
     let r3 = token_of(reader.join().unwrap());
     assert!(r3 > w);
+    assert_eq!(
+        (
+            stat(&mut c, "exclusive_waits"),
+            stat(&mut c, "shared_waits")
+        ),
+        (1.0, 1.0)
+    );
     assert_eq!(holders(&mut c, "doc"), [("r3".into(), r3)]);
 }
 
@@ -141,7 +143,7 @@ fn readers_at_the_head_are_granted_together_and_stop_at_a_writer() {
         if shared {
             words.push("SHARED");
         }
-        handles.push(spawn(&s, &words));
+        handles.push(spawn_wait_with(&s, &words));
         wait_blocked(&mut c, i as i64 + 1);
     }
     let mut handles = handles.into_iter();
@@ -168,7 +170,7 @@ fn the_exclusive_holder_downgrades_in_place_and_readers_join() {
     let s = Server::start();
     let mut c = s.con();
     let t = acquire(&mut c, "doc", "a", 60_000).unwrap();
-    let r = spawn(
+    let r = spawn_wait_with(
         &s,
         &["LOCK.ACQUIRE", "doc", "r", "60000", "SHARED", "WAIT", "0"],
     );
@@ -187,6 +189,7 @@ fn only_a_sole_reader_upgrades_and_two_would_deadlock() {
     let r2 = shared(&mut c, "doc", "r2", 60_000).unwrap();
     let err = cmd(&mut c, &["LOCK.ACQUIRE", "doc", "r1", "60000"]).unwrap_err();
     assert!(err.starts_with("DEADLOCK"), "{err}");
+    assert_eq!(stat(&mut c, "deadlocks"), 1.0);
     assert_eq!(
         holders(&mut c, "doc"),
         [("r1".into(), r1), ("r2".into(), r2)],
@@ -214,7 +217,7 @@ fn each_read_lease_ends_on_its_own() {
     assert_eq!(stat(&mut c, "expired_while_held"), 1.0);
     assert_eq!(release(&mut c, "doc", "short"), 0, "that lease ran out");
     // A writer waiting behind both is served when the last one leaves.
-    let w = spawn(&s, &["LOCK.ACQUIRE", "doc", "w", "1000", "WAIT", "0"]);
+    let w = spawn_wait_with(&s, &["LOCK.ACQUIRE", "doc", "w", "1000", "WAIT", "0"]);
     wait_blocked(&mut c, 1);
     release(&mut c, "doc", "long");
     assert!(token_of(w.join().unwrap()) > long);
@@ -327,9 +330,9 @@ fn readers_behind_a_writer_that_gives_up_are_served() {
     let s = Server::start();
     let mut c = s.con();
     let r1 = shared(&mut c, "doc", "r1", 60_000).unwrap();
-    let writer = spawn(&s, &["LOCK.ACQUIRE", "doc", "w", "60000", "WAIT", "300"]);
+    let writer = spawn_wait_with(&s, &["LOCK.ACQUIRE", "doc", "w", "60000", "WAIT", "300"]);
     wait_blocked(&mut c, 1);
-    let reader = spawn(
+    let reader = spawn_wait_with(
         &s,
         &[
             "LOCK.ACQUIRE",

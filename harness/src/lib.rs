@@ -371,6 +371,20 @@ pub fn spawn_wait(
 }
 
 /// Wait until `n` clients are blocked.
+/// Run `words` on a connection of its own in a thread (for a blocking `LOCK.ACQUIRE ... WAIT`
+/// with any options).
+pub fn spawn_wait_with(
+    server: &Server,
+    words: &[&str],
+) -> std::thread::JoinHandle<Result<Value, String>> {
+    let mut con = server.con();
+    let words: Vec<String> = words.iter().map(|w| w.to_string()).collect();
+    std::thread::spawn(move || {
+        let words: Vec<&str> = words.iter().map(String::as_str).collect();
+        cmd(&mut con, &words)
+    })
+}
+
 pub fn wait_blocked(con: &mut Connection, n: i64) {
     assert!(
         eventually(Duration::from_secs(10), || blocked_clients(con) == n),

@@ -4,6 +4,8 @@
 
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 
+use crate::core::lock::{LockState, Want};
+
 /// A monotonically increasing count since start or `CONFIG RESETSTAT`.
 pub struct Counter(AtomicU64);
 
@@ -171,8 +173,21 @@ pub struct Stats {
     pub expired_while_held: Counter,
     /// Panics caught at an entry point (see `guard`): each one is a bug worth a report.
     pub panics: Counter,
+    /// Grants of shared holds and of semaphore permits (at once or after waiting).
+    pub shared_grants: Counter,
+    pub semaphore_grants: Counter,
+    /// Requests that joined a queue, by mode.
+    pub exclusive_waits: Counter,
+    pub shared_waits: Counter,
+    pub semaphore_waits: Counter,
+    /// Upgrades refused with DEADLOCK.
+    pub deadlocks: Counter,
     pub locks: Gauge,
     pub waiters: Gauge,
+    /// Stored holds by mode (an expired hold counts until it is dropped).
+    pub exclusive_holds: Gauge,
+    pub shared_holds: Gauge,
+    pub semaphore_holds: Gauge,
     pub wait_time: Histogram,
     pub hold_time: Histogram,
 }
@@ -193,13 +208,22 @@ pub static STATS: Stats = Stats {
     extend_not_owner: Counter::new(),
     expired_while_held: Counter::new(),
     panics: Counter::new(),
+    shared_grants: Counter::new(),
+    semaphore_grants: Counter::new(),
+    exclusive_waits: Counter::new(),
+    shared_waits: Counter::new(),
+    semaphore_waits: Counter::new(),
+    deadlocks: Counter::new(),
     locks: Gauge::new(),
     waiters: Gauge::new(),
+    exclusive_holds: Gauge::new(),
+    shared_holds: Gauge::new(),
+    semaphore_holds: Gauge::new(),
     wait_time: Histogram::new(),
     hold_time: Histogram::new(),
 };
 
-const COUNTERS: usize = 15;
+const COUNTERS: usize = 21;
 
 impl Stats {
     /// Read every counter and histogram (when a `CONFIG RESETSTAT` is about to run).
@@ -218,10 +242,51 @@ impl Stats {
         for (i, c) in self.counters().iter().enumerate() {
             c.1.reset_to_since(at.counters[i]);
         }
-        self.locks.reset();
-        self.waiters.reset();
+        for (_, gauge) in self.gauges() {
+            gauge.reset();
+        }
         self.wait_time.reset_to_since(&at.wait_time);
         self.hold_time.reset_to_since(&at.hold_time);
+    }
+
+    /// Every gauge with its INFO field name.
+    pub fn gauges(&self) -> [(&'static str, &Gauge); 5] {
+        [
+            ("locks", &self.locks),
+            ("waiters", &self.waiters),
+            ("exclusive_holds", &self.exclusive_holds),
+            ("shared_holds", &self.shared_holds),
+            ("semaphore_holds", &self.semaphore_holds),
+        ]
+    }
+
+    /// The holds of `state` were stored (`sign` 1) or left the keyspace (`sign` -1).
+    pub fn count_holds(&self, state: &LockState, sign: i64) {
+        let n = i64::try_from(state.holds().count()).unwrap_or(i64::MAX);
+        let gauge = match state {
+            LockState::Exclusive(_) => &self.exclusive_holds,
+            LockState::Shared(_) => &self.shared_holds,
+            LockState::Semaphore { .. } => &self.semaphore_holds,
+        };
+        gauge.add(sign * n);
+    }
+
+    /// A grant of `want`'s mode.
+    pub fn granted(&self, want: Want) {
+        match want {
+            Want::Exclusive => {}
+            Want::Shared => self.shared_grants.incr(),
+            Want::Permits { .. } => self.semaphore_grants.incr(),
+        }
+    }
+
+    /// A request of `want`'s mode joined a queue.
+    pub fn queued(&self, want: Want) {
+        match want {
+            Want::Exclusive => self.exclusive_waits.incr(),
+            Want::Shared => self.shared_waits.incr(),
+            Want::Permits { .. } => self.semaphore_waits.incr(),
+        }
     }
 
     /// Every counter with its INFO field name.
@@ -242,6 +307,12 @@ impl Stats {
             ("extend_not_owner", &self.extend_not_owner),
             ("expired_while_held", &self.expired_while_held),
             ("panics", &self.panics),
+            ("shared_grants", &self.shared_grants),
+            ("semaphore_grants", &self.semaphore_grants),
+            ("exclusive_waits", &self.exclusive_waits),
+            ("shared_waits", &self.shared_waits),
+            ("semaphore_waits", &self.semaphore_waits),
+            ("deadlocks", &self.deadlocks),
         ]
     }
 }

@@ -162,8 +162,13 @@ impl<'a> LockKey<'a> {
             .clamp(1, MAX_KEY_TTL_MS);
         match self.key.get_value::<LockState>(&LOCK_TYPE) {
             // Updating in place keeps the key (no unlink callback, no keyspace churn).
-            Ok(Some(current)) => *current = state,
+            Ok(Some(current)) => {
+                STATS.count_holds(current, -1);
+                STATS.count_holds(&state, 1);
+                *current = state;
+            }
             Ok(None) => {
+                STATS.count_holds(&state, 1);
                 self.key
                     .set_value(&LOCK_TYPE, state)
                     .map_err(|_| LockError::WrongType)?;

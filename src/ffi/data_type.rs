@@ -170,6 +170,7 @@ extern "C" fn rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> *mut c_vo
                     fencing::observe(holder.token);
                 }
                 STATS.locks.add(1);
+                STATS.count_holds(&state, 1);
                 Box::into_raw(Box::new(state)).cast::<c_void>()
             }
             Err(why) => {
@@ -286,7 +287,14 @@ extern "C" fn free(value: *mut c_void) {
     if !value.is_null() {
         // SAFETY: the value was made by `Box::into_raw` (set_value, rdb_load or copy).
         let state = unsafe { Box::from_raw(value.cast::<LockState>()) };
-        guard::contain("free", || (), || drop(state));
+        guard::contain(
+            "free",
+            || (),
+            || {
+                STATS.count_holds(&state, -1);
+                drop(state)
+            },
+        );
         STATS.locks.sub(1);
     }
 }
@@ -301,6 +309,7 @@ extern "C" fn copy(
     guard::contain("copy", std::ptr::null_mut, || match state {
         Some(state) => {
             STATS.locks.add(1);
+            STATS.count_holds(state, 1);
             Box::into_raw(Box::new(state.clone())).cast::<c_void>()
         }
         None => std::ptr::null_mut(),

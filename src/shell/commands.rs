@@ -77,10 +77,16 @@ pub fn acquire(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
         now,
         limits.max_holders,
         || fencing::issue(clock::now_us()),
-    )?;
+    )
+    .inspect_err(|err| {
+        if *err == LockError::Deadlock {
+            STATS.deadlocks.incr();
+        }
+    })?;
     let (granted, token) = match outcome {
         Acquire::Granted { state, token } => {
             STATS.acquired_immediately.incr();
+            STATS.granted(parsed.want);
             (state, token)
         }
         Acquire::Renewed { state, token } => {
@@ -155,15 +161,17 @@ fn wait_in_queue(
         with_owner,
         since_us: clock::now_us(),
     };
+    let want = waiter.want;
     queues::join(
         key.clone(),
         Waiter {
             client,
             owner: waiter.owner,
             ttl: waiter.ttl,
-            want: waiter.want,
+            want,
         },
     );
+    STATS.queued(want);
     timers::settle_at(&key, due);
     Ok(RedisValue::NoReply)
 }

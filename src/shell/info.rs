@@ -15,7 +15,7 @@ pub fn render(ctx: &InfoContext) -> RedisResult<()> {
     for (name, counter) in s.counters() {
         section = section.field(name, counter.get())?;
     }
-    for (name, gauge) in [("locks", &s.locks), ("waiters", &s.waiters)] {
+    for (name, gauge) in s.gauges() {
         section = section
             .field(name, gauge.get())?
             .field(&format!("{name}_peak"), gauge.peak())?;

@@ -127,6 +127,7 @@ fn hand_off(lock: &LockKey, key: &QueueKey, state: Option<&LockState>, now: Mill
     }
     for (waiter, token) in served {
         STATS.acquired_after_wait.incr();
+        STATS.granted(waiter.want);
         STATS
             .wait_time
             .record(clock::now_us().saturating_sub(waiter.client.since_us));
