@@ -76,6 +76,10 @@ pub struct Scenario {
     pub hold_ms: u64,
     pub pause: Pause,
     pub chaos: Option<ChaosFn>,
+    /// Reader clients beside the writers: they loop `SHARED` acquire -> fenced read -> release.
+    /// With readers, each write is two steps (a "write in progress" marker, then the value), so
+    /// a reader that ever overlaps a writer sees the marker.
+    pub readers: usize,
 }
 
 impl Default for Scenario {
@@ -91,6 +95,7 @@ impl Default for Scenario {
             hold_ms: 0,
             pause: no_pause,
             chaos: None,
+            readers: 0,
         }
     }
 }
@@ -146,6 +151,16 @@ impl Chaos {
             }
         }
     }
+    /// Stop the lock server with SIGSTOP for `d` (longer than a lease: every client's calls
+    /// stall, leases run out meanwhile), then let it continue.
+    pub fn stop_server_for(&self, d: Duration) {
+        let server = self.server.lock().unwrap();
+        server.signal(libc::SIGSTOP);
+        std::thread::sleep(d);
+        server.signal(libc::SIGCONT);
+        self.injected.fetch_add(1, Ordering::Relaxed);
+    }
+
     /// kill -9 the lock server and start it again from its files.
     pub fn crash_and_restart(&self) {
         let mut server = self.server.lock().unwrap();
@@ -235,8 +250,27 @@ pub fn fenced(
     c.query::<Value>(store).map_err(|e| e.to_string())
 }
 
+/// What a reader saw under its shared hold.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Read {
+    /// A committed value (0: none yet).
+    Value(i64),
+    /// A writer's "write in progress" marker: a writer held the lock beside this reader.
+    InProgress,
+    /// The store refused the read: a newer token had touched it (the reader's lease ran out).
+    Stale,
+}
+
+#[derive(Clone, Debug)]
+pub struct ReadRecord {
+    pub owner: String,
+    pub token: i64,
+    pub read: Read,
+}
+
 pub struct Outcome {
     pub records: Vec<Record>,
+    pub reads: Vec<ReadRecord>,
     pub final_counter: i64,
     pub injected: usize,
     /// Grants the lock server counted (INFO lock) and did not take back, if it still answers.
@@ -257,6 +291,7 @@ impl Scenario {
             hold_ms,
             pause,
             chaos,
+            readers,
         } = self;
         let lock_args: Vec<&str> = lock_args.iter().map(String::as_str).collect();
         let lock_env: Vec<(&str, &str)> = lock_env
@@ -309,6 +344,14 @@ impl Scenario {
             std::thread::spawn(move || f(chaos))
         });
 
+        let reader_threads: Vec<_> = (0..readers)
+            .map(|r| {
+                let store_port = store.port;
+                let sha = sha.clone();
+                let port = port.clone();
+                std::thread::spawn(move || read_loop(r, store_port, &sha, &port, ttl_ms, deadline))
+            })
+            .collect();
         let workers: Vec<_> = (0..clients)
             .map(|c| {
                 let store_port = store.port;
@@ -363,7 +406,18 @@ impl Scenario {
                                 if hold_ms > 0 {
                                     std::thread::sleep(Duration::from_millis(hold_ms));
                                 }
-                                match fenced(&mut store, &sha, "SET", token, Some(current + 1)) {
+                                // With readers: first a "write in progress" marker (a negative
+                                // value), held for a moment, then the value.
+                                let marker = if readers > 0 {
+                                    let m = fenced(&mut store, &sha, "SET", token, Some(-token));
+                                    std::thread::sleep(Duration::from_millis(1));
+                                    m.map(|_| ())
+                                } else {
+                                    Ok(())
+                                };
+                                match marker.and_then(|()| {
+                                    fenced(&mut store, &sha, "SET", token, Some(current + 1))
+                                }) {
                                     Ok(_) => Write::Accepted(current + 1),
                                     Err(e) if e.contains("STALE") => Write::Stale,
                                     Err(e) => panic!("store: {e}"),
@@ -407,6 +461,10 @@ impl Scenario {
             .into_iter()
             .flat_map(|w| w.join().expect("worker"))
             .collect();
+        let reads: Vec<ReadRecord> = reader_threads
+            .into_iter()
+            .flat_map(|r| r.join().expect("reader"))
+            .collect();
         stop.store(true, Ordering::Relaxed);
         if let Some(chaos) = chaos {
             chaos.join().expect("chaos thread");
@@ -428,10 +486,74 @@ impl Scenario {
         Outcome {
             server_grants,
             records,
+            reads,
             final_counter,
             injected: injected.load(Ordering::Relaxed),
         }
     }
+}
+
+/// A reader client: shared acquire (WAIT) -> fenced read -> release, until `deadline`.
+fn read_loop(
+    r: usize,
+    store_port: u16,
+    sha: &str,
+    port: &AtomicU16,
+    ttl_ms: i64,
+    deadline: Instant,
+) -> Vec<ReadRecord> {
+    let mut store = connect(store_port).expect("store");
+    let mut lock: Option<Connection> = None;
+    let mut reads = Vec::new();
+    let mut op = 0;
+    while Instant::now() < deadline {
+        op += 1;
+        let Some(con) = lock.as_mut() else {
+            lock = connect(port.load(Ordering::SeqCst));
+            if lock.is_none() {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            continue;
+        };
+        let owner = format!("reader-{r}-{op}");
+        let reply = redis::cmd("LOCK.ACQUIRE")
+            .arg(LOCK)
+            .arg(&owner)
+            .arg(ttl_ms)
+            .arg("SHARED")
+            .arg("WAIT")
+            .arg(1000)
+            .query::<Value>(con);
+        let token = match reply {
+            Ok(Value::Int(t)) => t,
+            Ok(_) => continue,
+            Err(_) => {
+                lock = None;
+                continue;
+            }
+        };
+        let read = match fenced(&mut store, sha, "GET", token, None) {
+            Ok(Value::BulkString(b)) => match String::from_utf8_lossy(&b).parse::<i64>() {
+                Ok(v) if v < 0 => Read::InProgress,
+                Ok(v) => Read::Value(v),
+                Err(_) => Read::Value(0),
+            },
+            Ok(_) => Read::Value(0),
+            Err(e) if e.contains("STALE") => Read::Stale,
+            Err(e) => panic!("store: {e}"),
+        };
+        std::thread::sleep(Duration::from_millis(1));
+        if redis::cmd("LOCK.RELEASE")
+            .arg(LOCK)
+            .arg(&owner)
+            .query::<i64>(con)
+            .is_err()
+        {
+            lock = None;
+        }
+        reads.push(ReadRecord { owner, token, read });
+    }
+    reads
 }
 
 /// Check the properties the README promises; returns (accepted writes, stale rejections).
@@ -464,14 +586,36 @@ pub fn check(outcome: &Outcome) -> (usize, usize) {
         "the counter is exact"
     );
 
+    for read in &outcome.reads {
+        assert_ne!(
+            read.read,
+            Read::InProgress,
+            "reader {} (token {}) saw a write in progress",
+            read.owner,
+            read.token
+        );
+        if let Read::Value(v) = read.read {
+            assert!(
+                v == 0
+                    || accepted
+                        .binary_search_by_key(&v, |(value, _)| *value)
+                        .is_ok(),
+                "reader {} saw {v}, which no accepted write wrote",
+                read.owner
+            );
+        }
+    }
     let mut owner_of: HashMap<i64, &str> = HashMap::new();
-    for r in &outcome.records {
-        let previous = owner_of.insert(r.token, &r.owner);
+    let grants = outcome
+        .records
+        .iter()
+        .map(|r| (r.token, &r.owner))
+        .chain(outcome.reads.iter().map(|r| (r.token, &r.owner)));
+    for (token, owner) in grants {
+        let previous = owner_of.insert(token, owner);
         assert!(
-            previous.is_none_or(|o| o == r.owner),
-            "token {} granted twice: {previous:?} and {}",
-            r.token,
-            r.owner
+            previous.is_none_or(|o| o == owner),
+            "token {token} granted twice: {previous:?} and {owner}"
         );
     }
     let mut by_epoch: HashMap<usize, (i64, i64)> = HashMap::new();
@@ -500,8 +644,13 @@ pub fn check(outcome: &Outcome) -> (usize, usize) {
         .filter(|r| matches!(r.write, Write::Stale | Write::Skipped))
         .count();
     let distinct: HashSet<_> = outcome.records.iter().map(|r| r.token).collect();
+    let reads = if outcome.reads.is_empty() {
+        String::new()
+    } else {
+        format!(", reads {}", outcome.reads.len())
+    };
     eprintln!(
-        "operations {}, distinct grants {}, accepted writes {}, stale rejected {}, faults injected {}",
+        "operations {}{reads}, distinct grants {}, accepted writes {}, stale rejected {}, faults injected {}",
         outcome.records.len(),
         distinct.len(),
         accepted.len(),

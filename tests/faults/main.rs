@@ -8,4 +8,5 @@ mod crashes;
 mod failover;
 mod pauses;
 mod processes;
+mod shared;
 mod waiters;
