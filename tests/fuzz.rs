@@ -39,7 +39,7 @@ fn seeded(test: &str) -> (Rng, Duration) {
     (Rng(seed), Duration::from_secs(secs))
 }
 
-const COMMANDS: [&[u8]; 7] = [
+const COMMANDS: [&[u8]; 8] = [
     b"LOCK.ACQUIRE",
     b"LOCK.RELEASE",
     b"LOCK.EXTEND",
@@ -47,6 +47,7 @@ const COMMANDS: [&[u8]; 7] = [
     b"LOCK.INFO",
     b"LOCK.FORCERELEASE",
     b"LOCK.APPLY",
+    b"LOCK.APPLYSTATE",
 ];
 const NUMBERS: [&[u8]; 14] = [
     b"0",
@@ -64,7 +65,17 @@ const NUMBERS: [&[u8]; 14] = [
     b"+5",
     b"",
 ];
-const WORDS: [&[u8]; 6] = [b"WAIT", b"wait", b"COUNT", b"*", b"SHARED", b"k\x00"];
+const WORDS: [&[u8]; 9] = [
+    b"WAIT",
+    b"wait",
+    b"COUNT",
+    b"*",
+    b"SHARED",
+    b"k\x00",
+    b"LIMIT",
+    b"permits",
+    b"\x03\x00\x00\x00",
+];
 
 fn random_arg(rng: &mut Rng) -> Vec<u8> {
     match rng.below(4) {
@@ -107,7 +118,7 @@ fn fuzz_arguments_of_every_command() {
         match run(con, &refs) {
             Ok(_) => {}
             Err(e) => assert!(
-                ["ERR", "WRONGTYPE", "TRYAGAIN", "READONLY"]
+                ["ERR", "WRONGTYPE", "TRYAGAIN", "READONLY", "DEADLOCK"]
                     .iter()
                     .any(|p| e.starts_with(p)),
                 "{args:?} gave {e}"
@@ -126,10 +137,135 @@ fn fuzz_arguments_of_every_command() {
     println!("{sent} commands");
 }
 
+/// The model of one key: who holds it, how, with which token.
 #[derive(Clone, Debug, PartialEq)]
-struct Held {
-    owner: String,
-    token: i64,
+enum Held {
+    Exclusive(String, i64),
+    Shared(Vec<(String, i64)>),
+    /// limit, then (owner, token, permits)
+    Semaphore(u32, Vec<(String, i64, u32)>),
+}
+
+impl Held {
+    fn token_of(&self, owner: &str) -> Option<i64> {
+        match self {
+            Held::Exclusive(o, t) => (o == owner).then_some(*t),
+            Held::Shared(v) => v.iter().find(|(o, _)| o == owner).map(|(_, t)| *t),
+            Held::Semaphore(_, v) => v.iter().find(|(o, ..)| o == owner).map(|(_, t, _)| *t),
+        }
+    }
+
+    fn tokens(&self) -> Vec<i64> {
+        match self {
+            Held::Exclusive(_, t) => vec![*t],
+            Held::Shared(v) => v.iter().map(|(_, t)| *t).collect(),
+            Held::Semaphore(_, v) => v.iter().map(|(_, t, _)| *t).collect(),
+        }
+    }
+
+    /// Without `owner`'s hold (None when nothing is left).
+    fn without(self, owner: &str) -> Option<Held> {
+        match self {
+            Held::Exclusive(..) => None,
+            Held::Shared(mut v) => {
+                v.retain(|(o, _)| o != owner);
+                (!v.is_empty()).then_some(Held::Shared(v))
+            }
+            Held::Semaphore(l, mut v) => {
+                v.retain(|(o, ..)| o != owner);
+                (!v.is_empty()).then_some(Held::Semaphore(l, v))
+            }
+        }
+    }
+}
+
+/// A request the model decides: exclusive, shared, or `n` permits of a semaphore of `limit`.
+#[derive(Clone, Copy, Debug)]
+enum Ask {
+    Exclusive,
+    Shared,
+    Permits(u32, u32),
+}
+
+/// What the server must answer, by the rules of the README (nobody queues in this test).
+enum Expect {
+    /// A fresh token (above every earlier one) and the new model.
+    Fresh(Box<dyn Fn(i64) -> Held>),
+    /// This very token; the model does not change but for the mode (a downgrade).
+    Same(i64, Held),
+    Nil,
+    Error(&'static str),
+}
+
+impl std::fmt::Debug for Expect {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Expect::Fresh(_) => f.write_str("a fresh token"),
+            Expect::Same(t, _) => write!(f, "the same token {t}"),
+            Expect::Nil => f.write_str("nil"),
+            Expect::Error(part) => write!(f, "an error with {part:?}"),
+        }
+    }
+}
+
+fn expect(held: Option<&Held>, owner: &str, ask: Ask) -> Expect {
+    let o = owner.to_string();
+    match (held, ask) {
+        (None, Ask::Exclusive) => Expect::Fresh(Box::new(move |t| Held::Exclusive(o.clone(), t))),
+        (None, Ask::Shared) => Expect::Fresh(Box::new(move |t| Held::Shared(vec![(o.clone(), t)]))),
+        (None, Ask::Permits(l, n)) => Expect::Fresh(Box::new(move |t| {
+            Held::Semaphore(l, vec![(o.clone(), t, n)])
+        })),
+        (Some(Held::Semaphore(..)), Ask::Exclusive | Ask::Shared)
+        | (Some(Held::Exclusive(..) | Held::Shared(..)), Ask::Permits(..)) => {
+            Expect::Error("another kind of lock")
+        }
+        (Some(Held::Semaphore(limit, _)), Ask::Permits(l, _)) if *limit != l => {
+            Expect::Error("LIMIT differs")
+        }
+        (Some(Held::Exclusive(h, t)), Ask::Exclusive) if *h == o => {
+            Expect::Same(*t, Held::Exclusive(o, *t))
+        }
+        (Some(Held::Exclusive(h, t)), Ask::Shared) if *h == o => {
+            Expect::Same(*t, Held::Shared(vec![(o, *t)]))
+        }
+        (Some(Held::Exclusive(..)), _) => Expect::Nil,
+        (Some(Held::Shared(v)), Ask::Shared) => match v.iter().find(|(h, _)| *h == o) {
+            Some((_, t)) => Expect::Same(*t, Held::Shared(v.clone())),
+            None => {
+                let v = v.clone();
+                Expect::Fresh(Box::new(move |t| {
+                    let mut v = v.clone();
+                    v.push((o.clone(), t));
+                    Held::Shared(v)
+                }))
+            }
+        },
+        (Some(Held::Shared(v)), Ask::Exclusive) => match v.iter().any(|(h, _)| *h == o) {
+            true if v.len() == 1 => Expect::Fresh(Box::new(move |t| Held::Exclusive(o.clone(), t))),
+            true => Expect::Error("DEADLOCK"),
+            false => Expect::Nil,
+        },
+        (Some(Held::Semaphore(l, v)), Ask::Permits(_, n)) => {
+            if let Some((_, t, held)) = v.iter().find(|(h, ..)| *h == o) {
+                return if *held == n {
+                    Expect::Same(*t, Held::Semaphore(*l, v.clone()))
+                } else {
+                    Expect::Error("different number of permits")
+                };
+            }
+            let used: u32 = v.iter().map(|(.., p)| p).sum();
+            if used + n > *l {
+                return Expect::Nil;
+            }
+            let (l, v) = (*l, v.clone());
+            Expect::Fresh(Box::new(move |t| {
+                let mut v = v.clone();
+                v.push((o.clone(), t, n));
+                Held::Semaphore(l, v)
+            }))
+        }
+    }
 }
 
 #[test]
@@ -148,68 +284,101 @@ fn random_histories_match_a_model() {
         let key = *rng.pick(&keys);
         let owner = *rng.pick(&owners);
         let held = model.get(key).cloned();
-        match rng.below(9) {
-            0 | 1 => {
-                let got = cmd(&mut c, &["LOCK.ACQUIRE", key, owner, "600000"]).unwrap();
-                match (&held, got) {
-                    (Some(h), Value::Int(t)) if h.owner == owner => assert_eq!(t, h.token),
-                    (Some(_), Value::Nil) => {}
-                    (None, Value::Int(t)) => {
+        let mine = held.as_ref().and_then(|h| h.token_of(owner));
+        match rng.below(10) {
+            0..=2 => {
+                let ask = match rng.below(4) {
+                    0 | 1 => Ask::Exclusive,
+                    2 => Ask::Shared,
+                    _ => Ask::Permits(2 + rng.below(2) as u32, 1 + rng.below(2) as u32),
+                };
+                let mut words = vec![
+                    "LOCK.ACQUIRE".to_string(),
+                    key.into(),
+                    owner.into(),
+                    "600000".into(),
+                ];
+                match ask {
+                    Ask::Exclusive => {}
+                    Ask::Shared => words.push("SHARED".into()),
+                    Ask::Permits(l, n) => words.extend([
+                        "LIMIT".into(),
+                        l.to_string(),
+                        "PERMITS".into(),
+                        n.to_string(),
+                    ]),
+                }
+                let words: Vec<&str> = words.iter().map(String::as_str).collect();
+                let got = cmd(&mut c, &words);
+                match (expect(held.as_ref(), owner, ask), got) {
+                    (Expect::Fresh(next), Ok(Value::Int(t))) => {
                         assert!(t > last_token, "step {steps}: token {t} after {last_token}");
                         last_token = t;
-                        model.insert(
-                            key,
-                            Held {
-                                owner: owner.into(),
-                                token: t,
-                            },
-                        );
+                        model.insert(key, next(t));
                     }
-                    (h, got) => {
-                        panic!("step {steps}: acquire {key:?} {owner:?} with {h:?} gave {got:?}")
+                    (Expect::Same(t, next), Ok(Value::Int(got))) => {
+                        assert_eq!(got, t, "step {steps}: a retry keeps the token");
+                        model.insert(key, next);
                     }
-                }
-            }
-            2 => {
-                let got = int(&ok(&mut c, &["LOCK.RELEASE", key, owner]));
-                let mine = held.as_ref().is_some_and(|h| h.owner == owner);
-                assert_eq!(got, i64::from(mine), "step {steps}: release");
-                if mine {
-                    model.remove(key);
+                    (Expect::Nil, Ok(Value::Nil)) => {}
+                    (Expect::Error(part), Err(e)) if e.contains(part) => {}
+                    (wanted, got) => panic!(
+                        "step {steps}: {words:?} with {held:?}: wanted {wanted:?}, got {got:?}"
+                    ),
                 }
             }
             3 => {
-                let got = int(&ok(&mut c, &["LOCK.EXTEND", key, owner, "600000"]));
-                let mine = held.as_ref().is_some_and(|h| h.owner == owner);
-                assert_eq!(got, i64::from(mine), "step {steps}: extend");
+                let got = int(&ok(&mut c, &["LOCK.RELEASE", key, owner]));
+                assert_eq!(got, i64::from(mine.is_some()), "step {steps}: release");
+                if mine.is_some() {
+                    match held.and_then(|h| h.without(owner)) {
+                        Some(rest) => model.insert(key, rest),
+                        None => model.remove(key),
+                    };
+                }
             }
-            4 => assert_eq!(
-                fence(&mut c, key),
-                held.as_ref().map(|h| h.token),
-                "step {steps}"
-            ),
+            4 => {
+                let got = int(&ok(&mut c, &["LOCK.EXTEND", key, owner, "600000"]));
+                assert_eq!(got, i64::from(mine.is_some()), "step {steps}: extend");
+            }
             5 => {
-                let probe = held
-                    .as_ref()
-                    .map_or(last_token.max(1), |h| h.token + rng.below(2) as i64);
+                let exclusive = match &held {
+                    Some(Held::Exclusive(_, t)) => Some(*t),
+                    _ => None,
+                };
+                assert_eq!(fence(&mut c, key), exclusive, "step {steps}: fence");
+            }
+            6 => {
+                let tokens = held.as_ref().map(Held::tokens).unwrap_or_default();
+                let probe = tokens
+                    .first()
+                    .map_or(last_token.max(1), |t| t + rng.below(2) as i64);
                 let got = int(&ok(&mut c, &["LOCK.FENCE", key, &probe.to_string()]));
                 assert_eq!(
                     got,
-                    i64::from(held.as_ref().is_some_and(|h| h.token == probe))
+                    i64::from(tokens.contains(&probe)),
+                    "step {steps}: fence token"
                 );
             }
-            6 => {
+            7 => {
                 let got = int(&ok(&mut c, &["LOCK.FORCERELEASE", key]));
                 assert_eq!(got, i64::from(held.is_some()), "step {steps}: forcerelease");
                 model.remove(key);
             }
-            7 => {
+            8 => {
                 let info = ok(&mut c, &["LOCK.INFO", key]);
                 let owner_field = map_field(&info, "owner");
-                let expected = held
-                    .as_ref()
-                    .map(|h| Value::BulkString(h.owner.clone().into_bytes()));
-                assert_eq!(owner_field, expected, "step {steps}: info");
+                let expected = match &held {
+                    Some(Held::Exclusive(o, _)) => Some(Value::BulkString(o.clone().into_bytes())),
+                    _ => None,
+                };
+                assert_eq!(owner_field, expected, "step {steps}: info owner");
+                let holders = match map_field(&info, "holders") {
+                    Some(Value::Array(v)) => v.len(),
+                    _ => 0,
+                };
+                let expected = held.as_ref().map_or(0, |h| h.tokens().len());
+                assert_eq!(holders, expected, "step {steps}: info holders");
             }
             _ => {
                 if rng.below(10) == 0 {

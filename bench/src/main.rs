@@ -7,6 +7,7 @@
 mod charts;
 mod contended;
 mod expiry;
+mod family;
 mod memory;
 mod report;
 mod scale;
@@ -46,7 +47,7 @@ fn main() {
     let mut report = Report::default();
 
     // 1. Uncontended cycles.
-    eprintln!("1/5 uncontended cycles");
+    eprintln!("1/6 uncontended cycles");
     let threads = 8;
     let mut rows = Vec::new();
     let mut by = std::collections::HashMap::new();
@@ -97,7 +98,7 @@ fn main() {
     }
 
     // 2. Contended handoff.
-    eprintln!("2/5 contended handoff");
+    eprintln!("2/6 contended handoff");
     let mut rows = Vec::new();
     let mut handoff_series = Vec::new();
     let mut at = std::collections::HashMap::new();
@@ -182,7 +183,7 @@ fn main() {
     );
 
     // 3. Expiry handoff.
-    eprintln!("3/5 expiry handoff");
+    eprintln!("3/6 expiry handoff");
     let e = expiry::run(&server, if quick { 30 } else { 100 });
     report.section(
         "3. Expiry handoff (holder never releases, one waiter)",
@@ -202,7 +203,7 @@ fn main() {
     );
 
     // 4. Memory.
-    eprintln!("4/5 memory");
+    eprintln!("4/6 memory");
     let m = memory::run(&server, if quick { 20_000 } else { 100_000 }, 1000);
     report.section(
         "4. Memory (used_memory deltas; 36-byte UUID owners and values)",
@@ -259,7 +260,7 @@ fn main() {
     );
 
     // 5. Scale.
-    eprintln!("5/5 scale");
+    eprintln!("5/6 scale");
     let held_sizes: &[usize] = if quick {
         &[1_000, 100_000]
     } else {
@@ -308,6 +309,95 @@ fn main() {
             big.p99_us <= 2.0 * small.p99_us.max(1.0),
         );
     }
+
+    // 6. The lock family.
+    eprintln!("6/6 shared locks and semaphores");
+    let rw: Vec<_> = [family::Impl::Module, family::Impl::Lua]
+        .into_iter()
+        .map(|which| (which, family::read_write(&server, which, 32, dur)))
+        .collect();
+    let sem: Vec<_> = [family::Impl::Module, family::Impl::Lua]
+        .into_iter()
+        .map(|which| (which, family::semaphore(&server, which, 10, 64, dur)))
+        .collect();
+    let mut rows: Vec<String> = rw
+        .iter()
+        .map(|(which, r)| {
+            format!(
+                "| {} | 32 | {:.0} | {:.0} | {:.0} | {} |",
+                which.label("SHARED / exclusive"),
+                r.ops_per_sec,
+                r.reader_wait_p99_us,
+                r.writer_wait_p99_us,
+                r.writes
+            )
+        })
+        .collect();
+    report.section(
+        "6a. Read-mostly read-write lock (90% shared, 10% exclusive, 1 ms holds)",
+        "| client loop | clients | ops/s | reader wait p99 µs | writer wait p99 µs | writes |",
+        std::mem::take(&mut rows),
+    );
+    rows.extend(sem.iter().map(|(which, r)| {
+        format!(
+            "| {} | 64 | {:.0} | {:.0} | {:.4} | {} |",
+            which.label("LIMIT 10"),
+            r.grants_per_sec,
+            r.wait_p99_us,
+            r.jain,
+            if r.max_in_use >= 0 {
+                r.max_in_use.to_string()
+            } else {
+                "-".into()
+            }
+        )
+    }));
+    report.section(
+        "6b. Semaphore of 10 permits (1 ms holds)",
+        "| client loop | clients | grants/s | wait p99 µs | Jain | most permits held at once |",
+        rows,
+    );
+    let (module_rw, lua_rw) = (&rw[0].1, &rw[1].1);
+    report.check(
+        "read-mostly RW lock: writers' wait p99 vs readers' p99",
+        format!(
+            "{:.2}x ({:.0} vs {:.0} µs)",
+            module_rw.writer_wait_p99_us / module_rw.reader_wait_p99_us.max(1.0),
+            module_rw.writer_wait_p99_us,
+            module_rw.reader_wait_p99_us
+        ),
+        "<= 2x",
+        module_rw.writer_wait_p99_us <= 2.0 * module_rw.reader_wait_p99_us.max(1.0),
+    );
+    report.check(
+        "read-mostly RW lock: throughput vs the Lua RW lock",
+        format!(
+            "{:.2}x ({:.0} vs {:.0} ops/s)",
+            module_rw.ops_per_sec / lua_rw.ops_per_sec.max(1.0),
+            module_rw.ops_per_sec,
+            lua_rw.ops_per_sec
+        ),
+        ">= 1x",
+        module_rw.ops_per_sec >= lua_rw.ops_per_sec,
+    );
+    let (module_sem, lua_sem) = (&sem[0].1, &sem[1].1);
+    report.check(
+        "semaphore, 10 permits, 64 clients: Jain fairness",
+        format!("{:.4}", module_sem.jain),
+        ">= 0.99",
+        module_sem.jain >= 0.99,
+    );
+    report.check(
+        "semaphore, 10 permits, 64 clients: grants/s vs Lua/ZSET",
+        format!(
+            "{:.2}x ({:.0} vs {:.0})",
+            module_sem.grants_per_sec / lua_sem.grants_per_sec.max(1.0),
+            module_sem.grants_per_sec,
+            lua_sem.grants_per_sec
+        ),
+        "report",
+        true,
+    );
 
     // Charts.
     match charts::init() {

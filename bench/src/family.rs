@@ -1,0 +1,294 @@
+//! Section 6, the lock family under contention: a read-mostly read-write lock (32 clients, 90%
+//! shared / 10% exclusive, 1 ms holds) against a Redisson-style Lua read-write lock, and a
+//! semaphore of 10 permits with 64 clients against a Lua/ZSET semaphore. The Lua baselines have
+//! no way to block, so their clients retry every millisecond, as hand-written loops do.
+
+use std::time::{Duration, Instant};
+
+use crate::stats::{jain, micros, quantile};
+use redis_lock_harness::Server;
+
+/// Redisson's read lock, simplified: readers join while the mode is `read`, even with writers
+/// waiting (that is how its writers starve). KEYS[1] lock hash; ARGV ttl, owner.
+const LUA_READ: &str = r"
+local mode = redis.call('hget', KEYS[1], 'mode')
+if mode == false or mode == 'read' then
+  redis.call('hset', KEYS[1], 'mode', 'read')
+  redis.call('hincrby', KEYS[1], ARGV[2], 1)
+  redis.call('pexpire', KEYS[1], ARGV[1])
+  return 1
+end
+return 0";
+
+/// The write lock: only when nobody holds. KEYS[1] lock hash; ARGV ttl, owner.
+const LUA_WRITE: &str = r"
+if redis.call('exists', KEYS[1]) == 0 then
+  redis.call('hset', KEYS[1], 'mode', 'write', ARGV[2], 1)
+  redis.call('pexpire', KEYS[1], ARGV[1])
+  return 1
+end
+return 0";
+
+/// Release either kind. KEYS[1] lock hash; ARGV owner.
+const LUA_RW_RELEASE: &str = r"
+if redis.call('hexists', KEYS[1], ARGV[1]) == 0 then return 0 end
+redis.call('hdel', KEYS[1], ARGV[1])
+if redis.call('hlen', KEYS[1]) <= 1 then redis.call('del', KEYS[1]) end
+return 1";
+
+/// A ZSET semaphore: holders scored by their deadline; expired ones are dropped first.
+/// KEYS[1] zset; ARGV limit, owner, now-ms, ttl-ms.
+const LUA_SEM_ACQUIRE: &str = r"
+redis.call('zremrangebyscore', KEYS[1], '-inf', ARGV[3])
+if redis.call('zcard', KEYS[1]) < tonumber(ARGV[1]) then
+  redis.call('zadd', KEYS[1], tonumber(ARGV[3]) + tonumber(ARGV[4]), ARGV[2])
+  return 1
+end
+return 0";
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Impl {
+    Module,
+    Lua,
+}
+
+impl Impl {
+    pub fn label(self, what: &str) -> String {
+        match self {
+            Impl::Module => format!("LOCK.ACQUIRE {what} WAIT"),
+            Impl::Lua => format!("Lua {what}, poll every 1 ms"),
+        }
+    }
+}
+
+pub struct RwResult {
+    pub ops_per_sec: f64,
+    pub reader_wait_p99_us: f64,
+    pub writer_wait_p99_us: f64,
+    pub writes: usize,
+}
+
+fn load(server: &Server, script: &str) -> String {
+    redis::cmd("SCRIPT")
+        .arg("LOAD")
+        .arg(script)
+        .query(&mut server.con())
+        .expect("script load")
+}
+
+fn unix_ms() -> i64 {
+    crate::stats::unix_us() / 1000
+}
+
+/// One client's waits (µs) as (is_write, wait).
+type Waits = Vec<(bool, f64)>;
+
+pub fn read_write(server: &Server, which: Impl, clients: usize, dur: Duration) -> RwResult {
+    let scripts = (
+        load(server, LUA_READ),
+        load(server, LUA_WRITE),
+        load(server, LUA_RW_RELEASE),
+    );
+    let key = format!("bench:rw:{which:?}");
+    let cons: Vec<_> = (0..clients)
+        .map(|_| std::sync::Mutex::new(server.con()))
+        .collect();
+    let cons = std::sync::Arc::new(cons);
+    let started = Instant::now();
+    let per_client: Vec<Waits> = crate::stats::for_threads(
+        clients,
+        move |c, until| {
+            let mut con = cons[c].lock().expect("connection");
+            let mut waits = Vec::new();
+            let mut op: u64 = 0;
+            while Instant::now() < until {
+                op += 1;
+                // Every tenth operation of a client is a write, staggered across clients.
+                let write = (op + c as u64).is_multiple_of(10);
+                let owner = format!("c{c}-{op}");
+                let asked = Instant::now();
+                let granted = match which {
+                    Impl::Module => {
+                        let mut cmd = redis::cmd("LOCK.ACQUIRE");
+                        cmd.arg(&key).arg(&owner).arg(10_000);
+                        if !write {
+                            cmd.arg("SHARED");
+                        }
+                        let r: redis::Value = cmd
+                            .arg("WAIT")
+                            .arg(5_000)
+                            .query(&mut *con)
+                            .expect("acquire");
+                        matches!(r, redis::Value::Int(_))
+                    }
+                    Impl::Lua => loop {
+                        let sha = if write { &scripts.1 } else { &scripts.0 };
+                        let got: i64 = redis::cmd("EVALSHA")
+                            .arg(sha)
+                            .arg(1)
+                            .arg(&key)
+                            .arg(10_000)
+                            .arg(&owner)
+                            .query(&mut *con)
+                            .expect("lua acquire");
+                        if got == 1 {
+                            break true;
+                        }
+                        if Instant::now() >= until + Duration::from_secs(2) {
+                            break false;
+                        }
+                        std::thread::sleep(Duration::from_millis(1));
+                    },
+                };
+                if !granted {
+                    continue;
+                }
+                waits.push((write, micros(asked.elapsed())));
+                std::thread::sleep(Duration::from_millis(1));
+                let _: redis::Value = match which {
+                    Impl::Module => redis::cmd("LOCK.RELEASE")
+                        .arg(&key)
+                        .arg(&owner)
+                        .query(&mut *con)
+                        .expect("release"),
+                    Impl::Lua => redis::cmd("EVALSHA")
+                        .arg(&scripts.2)
+                        .arg(1)
+                        .arg(&key)
+                        .arg(&owner)
+                        .query(&mut *con)
+                        .expect("lua release"),
+                };
+            }
+            waits
+        },
+        started + dur,
+    );
+    let elapsed = started.elapsed().as_secs_f64();
+    let all: Vec<(bool, f64)> = per_client.into_iter().flatten().collect();
+    let mut reads: Vec<f64> = all.iter().filter(|(w, _)| !w).map(|(_, t)| *t).collect();
+    let mut writes: Vec<f64> = all.iter().filter(|(w, _)| *w).map(|(_, t)| *t).collect();
+    RwResult {
+        ops_per_sec: all.len() as f64 / elapsed,
+        reader_wait_p99_us: quantile(&mut reads, 0.99),
+        writer_wait_p99_us: quantile(&mut writes, 0.99),
+        writes: writes.len(),
+    }
+}
+
+pub struct SemResult {
+    pub grants_per_sec: f64,
+    pub wait_p99_us: f64,
+    pub jain: f64,
+    /// The most permits seen held at once (sampled by the clients after each grant).
+    pub max_in_use: i64,
+}
+
+pub fn semaphore(
+    server: &Server,
+    which: Impl,
+    permits: u32,
+    clients: usize,
+    dur: Duration,
+) -> SemResult {
+    let acquire_sha = load(server, LUA_SEM_ACQUIRE);
+    let key = format!("bench:sem:{which:?}");
+    let cons: Vec<_> = (0..clients)
+        .map(|_| std::sync::Mutex::new(server.con()))
+        .collect();
+    let cons = std::sync::Arc::new(cons);
+    let started = Instant::now();
+    let per_client: Vec<(u64, Vec<f64>)> = crate::stats::for_threads(
+        clients,
+        move |c, until| {
+            let mut con = cons[c].lock().expect("connection");
+            let mut waits = Vec::new();
+            let mut grants = 0;
+            let mut op = 0u64;
+            while Instant::now() < until {
+                op += 1;
+                let owner = format!("c{c}-{op}");
+                let asked = Instant::now();
+                let granted = match which {
+                    Impl::Module => {
+                        let r: redis::Value = redis::cmd("LOCK.ACQUIRE")
+                            .arg(&key)
+                            .arg(&owner)
+                            .arg(10_000)
+                            .arg("LIMIT")
+                            .arg(permits)
+                            .arg("WAIT")
+                            .arg(5_000)
+                            .query(&mut *con)
+                            .expect("acquire");
+                        matches!(r, redis::Value::Int(_))
+                    }
+                    Impl::Lua => loop {
+                        let got: i64 = redis::cmd("EVALSHA")
+                            .arg(&acquire_sha)
+                            .arg(1)
+                            .arg(&key)
+                            .arg(permits)
+                            .arg(&owner)
+                            .arg(unix_ms())
+                            .arg(10_000)
+                            .query(&mut *con)
+                            .expect("lua acquire");
+                        if got == 1 {
+                            break true;
+                        }
+                        if Instant::now() >= until + Duration::from_secs(2) {
+                            break false;
+                        }
+                        std::thread::sleep(Duration::from_millis(1));
+                    },
+                };
+                if !granted {
+                    continue;
+                }
+                grants += 1;
+                waits.push(micros(asked.elapsed()));
+                std::thread::sleep(Duration::from_millis(1));
+                let _: redis::Value = match which {
+                    Impl::Module => redis::cmd("LOCK.RELEASE")
+                        .arg(&key)
+                        .arg(&owner)
+                        .query(&mut *con)
+                        .expect("release"),
+                    Impl::Lua => redis::cmd("ZREM")
+                        .arg(&key)
+                        .arg(&owner)
+                        .query(&mut *con)
+                        .expect("zrem"),
+                };
+            }
+            (grants, waits)
+        },
+        started + dur,
+    );
+    let elapsed = started.elapsed().as_secs_f64();
+    let counts: Vec<u64> = per_client.iter().map(|(g, _)| *g).collect();
+    let mut waits: Vec<f64> = per_client.into_iter().flat_map(|(_, w)| w).collect();
+    let max_in_use = match which {
+        Impl::Module => peak_holds(server),
+        Impl::Lua => -1,
+    };
+    SemResult {
+        grants_per_sec: counts.iter().sum::<u64>() as f64 / elapsed,
+        wait_p99_us: quantile(&mut waits, 0.99),
+        jain: jain(&counts),
+        max_in_use,
+    }
+}
+
+/// The peak of `lock_semaphore_holds` (every hold takes one permit here).
+fn peak_holds(server: &Server) -> i64 {
+    let info: String = redis::cmd("INFO")
+        .arg("lock")
+        .query(&mut server.con())
+        .unwrap_or_default();
+    info.lines()
+        .find_map(|l| l.strip_prefix("lock_semaphore_holds_peak:"))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(-1)
+}
