@@ -2,7 +2,7 @@
 
 use redis_lock_harness::*;
 
-const COMMANDS: [&str; 7] = [
+const COMMANDS: [&str; 8] = [
     "lock.acquire",
     "lock.release",
     "lock.extend",
@@ -10,6 +10,7 @@ const COMMANDS: [&str; 7] = [
     "lock.info",
     "lock.forcerelease",
     "lock.apply",
+    "lock.applystate",
 ];
 
 fn text(v: &Value) -> String {
@@ -73,7 +74,7 @@ fn command_info_has_arity_flags_and_key_specs() {
             other => panic!("{other:?}"),
         })
         .collect();
-    assert_eq!(arity, [-4, 3, 4, -2, -2, 2, -5]);
+    assert_eq!(arity, [-4, 3, 4, -2, -2, 2, -5, 3]);
     let all = format!("{infos:?}");
     assert!(
         all.contains("key_specs") || all.contains("begin_search"),

@@ -122,6 +122,25 @@ fn every_bad_argument_gets_a_clear_error_and_changes_nothing() {
                 .into(),
         ),
         (vec!["LOCK.APPLY", "held"], arity("lock.apply")),
+        (
+            vec!["LOCK.APPLYSTATE", "held", "\x03"],
+            "ERR LOCK.APPLY is internal: it is accepted only from the master link or the AOF"
+                .into(),
+        ),
+        (vec!["LOCK.APPLYSTATE", "held"], arity("lock.applystate")),
+        // The lock family's options
+        (
+            vec!["LOCK.ACQUIRE", "held", "x", "10", "LIMIT", "2"],
+            "ERR the key holds another kind of lock: a semaphore takes LIMIT, a plain or SHARED lock does not".into(),
+        ),
+        (
+            vec!["LOCK.ACQUIRE", "held", "x", "10", "PERMITS", "2"],
+            "ERR syntax error".into(),
+        ),
+        (
+            vec!["LOCK.ACQUIRE", "held", "x", "10", "LIMIT", "0"],
+            "ERR invalid PERMITS or LIMIT: need 1 <= permits <= limit".into(),
+        ),
     ];
     for (words, expected) in &cases {
         assert_eq!(cmd(&mut c, words).unwrap_err(), *expected, "{words:?}");
