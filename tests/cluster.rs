@@ -198,3 +198,60 @@ fn a_killed_master_is_replaced_and_tokens_keep_increasing() {
         "{next:?} > {max}: tokens never go backwards, lost grants included"
     );
 }
+
+/// LOCK.GUARD in a cluster: it routes by the lock and the guarded command's keys (movable keys),
+/// runs when they share the lock's slot, and keys of another slot are CROSSSLOT.
+#[test]
+fn guard_routes_with_its_keys_and_refuses_other_slots() {
+    let cluster = Cluster::start();
+    let mut c = cluster.client();
+    q(&mut c, &["SET", "{sku:9}:stock", "100"]).unwrap();
+    let token = match q(&mut c, &["LOCK.ACQUIRE", "{sku:9}:lock", "w", "60000"]).unwrap() {
+        Value::Int(t) => t.to_string(),
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(
+        q(
+            &mut c,
+            &[
+                "LOCK.GUARD",
+                "{sku:9}:lock",
+                &token,
+                "DECRBY",
+                "{sku:9}:stock",
+                "1"
+            ]
+        )
+        .unwrap(),
+        Value::Int(99)
+    );
+    // On the lock's own node, a key of another slot is refused and nothing runs.
+    let owner = cluster.owner_of("{sku:9}:lock").unwrap();
+    let mut node = cluster.nodes[owner].con();
+    let other_key = (0..100)
+        .map(|i| format!("elsewhere:{i}"))
+        .find(|k| cluster.owner_of(k) != Some(owner))
+        .unwrap();
+    let err = cmd(
+        &mut node,
+        &["LOCK.GUARD", "{sku:9}:lock", &token, "SET", &other_key, "x"],
+    )
+    .unwrap_err();
+    assert!(err.starts_with("CROSSSLOT"), "{err}");
+    let err = cmd(
+        &mut node,
+        &[
+            "LOCK.GUARD",
+            "{sku:9}:lock",
+            &token,
+            "MSET",
+            "{sku:9}:a",
+            "1",
+            "{sku:8}:b",
+            "2",
+        ],
+    )
+    .unwrap_err();
+    assert!(err.starts_with("CROSSSLOT"), "{err}");
+    assert_eq!(cmd(&mut node, &["EXISTS", "{sku:9}:a"]), Ok(Value::Int(0)));
+}

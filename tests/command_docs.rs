@@ -2,7 +2,7 @@
 
 use redis_lock_harness::*;
 
-const COMMANDS: [&str; 8] = [
+const COMMANDS: [&str; 9] = [
     "lock.acquire",
     "lock.release",
     "lock.extend",
@@ -11,6 +11,7 @@ const COMMANDS: [&str; 8] = [
     "lock.forcerelease",
     "lock.apply",
     "lock.applystate",
+    "lock.guard",
 ];
 
 fn text(v: &Value) -> String {
@@ -52,10 +53,19 @@ fn command_docs_cover_every_command() {
         .collect();
     assert_eq!(
         names,
-        ["key", "owner", "ttl-ms", "SHARED", "max", "n", "timeout-ms"]
+        [
+            "key",
+            "owner",
+            "ttl-ms",
+            "SHARED",
+            "SESSION",
+            "max",
+            "n",
+            "timeout-ms"
+        ]
     );
-    assert_eq!(text(&map_field(&args[4], "token").unwrap()), "LIMIT");
-    assert_eq!(text(&map_field(&args[6], "token").unwrap()), "WAIT");
+    assert_eq!(text(&map_field(&args[5], "token").unwrap()), "LIMIT");
+    assert_eq!(text(&map_field(&args[7], "token").unwrap()), "WAIT");
 }
 
 #[test]
@@ -74,7 +84,7 @@ fn command_info_has_arity_flags_and_key_specs() {
             other => panic!("{other:?}"),
         })
         .collect();
-    assert_eq!(arity, [-4, 3, 4, -2, -2, 2, -5, 3]);
+    assert_eq!(arity, [-4, -3, -4, -2, -2, 2, -5, 3, -4]);
     let all = format!("{infos:?}");
     assert!(
         all.contains("key_specs") || all.contains("begin_search"),

@@ -81,20 +81,36 @@ fn every_bad_argument_gets_a_clear_error_and_changes_nothing() {
             vec!["LOCK.ACQUIRE", "held", "bob", "0", "WAIT", "10"],
             BAD_TTL.into(),
         ),
-        // LOCK.RELEASE key owner
+        // LOCK.RELEASE key owner [TOKEN token]
         (vec!["LOCK.RELEASE"], arity("lock.release")),
         (vec!["LOCK.RELEASE", "held"], arity("lock.release")),
         (
             vec!["LOCK.RELEASE", "held", "alice", "extra"],
+            "ERR syntax error".into(),
+        ),
+        (
+            vec!["LOCK.RELEASE", "held", "alice", "TOKEN", "1", "x"],
             arity("lock.release"),
         ),
+        (
+            vec!["LOCK.RELEASE", "held", "alice", "TOKEN", "0"],
+            BAD_TOKEN.into(),
+        ),
         (vec!["LOCK.RELEASE", "held", ""], EMPTY_OWNER.into()),
-        // LOCK.EXTEND key owner ttl-ms
+        // LOCK.EXTEND key owner ttl-ms [TOKEN token]
         (vec!["LOCK.EXTEND", "held", "alice"], arity("lock.extend")),
         (
             vec!["LOCK.EXTEND", "held", "alice", "10", "x"],
+            "ERR syntax error".into(),
+        ),
+        (
+            vec!["LOCK.EXTEND", "held", "alice", "10", "TOKEN", "1", "x"],
             arity("lock.extend"),
         ),
+        // LOCK.GUARD key token command [arg ...]
+        (vec!["LOCK.GUARD", "held", "1"], arity("lock.guard")),
+        (vec!["LOCK.GUARD", "held", "x", "GET", "k"], NOT_INT.into()),
+        (vec!["LOCK.GUARD", "held", "0", "GET", "k"], BAD_TOKEN.into()),
         (vec!["LOCK.EXTEND", "held", "", "10"], EMPTY_OWNER.into()),
         (vec!["LOCK.EXTEND", "held", "alice", "0"], BAD_TTL.into()),
         (vec!["LOCK.EXTEND", "held", "alice", "-5"], BAD_TTL.into()),

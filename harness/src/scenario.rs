@@ -25,6 +25,9 @@ pub const FENCED_STORE: &str = include_str!("../../lua/fenced_store.lua");
 pub const LOCK: &str = "stock-lock";
 /// The counter the clients increment in the fenced store.
 pub const COUNTER: &str = "stock";
+/// The counter on the lock server itself, written only through `LOCK.GUARD` (same slot as
+/// `LOCK`).
+pub const GUARDED_COUNTER: &str = "{stock-lock}:value";
 
 #[derive(Clone, Debug, PartialEq)]
 pub enum Write {
@@ -80,6 +83,9 @@ pub struct Scenario {
     /// With readers, each write is two steps (a "write in progress" marker, then the value), so
     /// a reader that ever overlaps a writer sees the marker.
     pub readers: usize,
+    /// Keep the counter on the lock server and write it only through `LOCK.GUARD` (instead of
+    /// the fenced store on its own server).
+    pub guarded: bool,
 }
 
 impl Default for Scenario {
@@ -96,6 +102,7 @@ impl Default for Scenario {
             pause: no_pause,
             chaos: None,
             readers: 0,
+            guarded: false,
         }
     }
 }
@@ -292,6 +299,7 @@ impl Scenario {
             pause,
             chaos,
             readers,
+            guarded,
         } = self;
         let lock_args: Vec<&str> = lock_args.iter().map(String::as_str).collect();
         let lock_env: Vec<(&str, &str)> = lock_env
@@ -392,6 +400,26 @@ impl Scenario {
                         let got_epoch = epoch.load(Ordering::SeqCst);
                         let epoch = (sent_epoch == got_epoch && got_epoch.is_multiple_of(2))
                             .then_some(got_epoch);
+                        if guarded {
+                            let write = guarded_write(con, token, pause(c, op), hold_ms);
+                            let released = redis::cmd("LOCK.RELEASE")
+                                .arg(LOCK)
+                                .arg(&owner)
+                                .query::<i64>(con)
+                                .ok();
+                            if released.is_none() {
+                                lock = None;
+                            }
+                            records.push(Record {
+                                owner,
+                                token,
+                                epoch,
+                                write,
+                                extended: None,
+                                released,
+                            });
+                            continue;
+                        }
                         let write = match fenced(&mut store, &sha, "GET", token, None) {
                             Ok(v) => {
                                 let current = match v {
@@ -469,8 +497,14 @@ impl Scenario {
         if let Some(chaos) = chaos {
             chaos.join().expect("chaos thread");
         }
-        let final_counter = match ok(&mut store.con(), &["HGET", COUNTER, "value"]) {
-            Value::BulkString(b) => String::from_utf8_lossy(&b).parse().unwrap_or(0),
+        let counter = if guarded {
+            connect(port.load(Ordering::SeqCst))
+                .and_then(|mut c| cmd(&mut c, &["GET", GUARDED_COUNTER]).ok())
+        } else {
+            Some(ok(&mut store.con(), &["HGET", COUNTER, "value"]))
+        };
+        let final_counter = match counter {
+            Some(Value::BulkString(b)) => String::from_utf8_lossy(&b).parse().unwrap_or(0),
             _ => 0,
         };
         let server_grants = connect(port.load(Ordering::SeqCst)).map(|mut c| {
@@ -490,6 +524,40 @@ impl Scenario {
             final_counter,
             injected: injected.load(Ordering::Relaxed),
         }
+    }
+}
+
+/// A holder's read-modify-write of the counter on the lock server: a plain read, then the write
+/// through `LOCK.GUARD` (refused with STALE once `token` is no longer the live exclusive hold).
+fn guarded_write(con: &mut Connection, token: i64, pause: Option<Duration>, hold_ms: u64) -> Write {
+    let current: i64 = match cmd(con, &["GET", GUARDED_COUNTER]) {
+        Ok(Value::BulkString(b)) => String::from_utf8_lossy(&b).parse().unwrap_or(0),
+        Ok(_) => 0,
+        Err(_) => return Write::Skipped,
+    };
+    if let Some(p) = pause {
+        std::thread::sleep(p);
+    }
+    if hold_ms > 0 {
+        std::thread::sleep(Duration::from_millis(hold_ms));
+    }
+    let next = (current + 1).to_string();
+    match cmd(
+        con,
+        &[
+            "LOCK.GUARD",
+            LOCK,
+            &token.to_string(),
+            "SET",
+            GUARDED_COUNTER,
+            &next,
+        ],
+    ) {
+        Ok(_) => Write::Accepted(current + 1),
+        Err(e) if e.starts_with("STALE") => Write::Stale,
+        // The server went away mid-write: whether it landed is unknown, so the checker must not
+        // count on it; it never does for a write it did not see acknowledged.
+        Err(_) => Write::Skipped,
     }
 }
 

@@ -100,6 +100,8 @@ pub struct AcquireArgs<'a> {
     pub want: Want,
     /// `None` without WAIT; `Some(0)` waits without limit.
     pub wait: Option<Millis>,
+    /// `SESSION`: the hold ends when the granted connection closes.
+    pub session: bool,
 }
 
 pub fn acquire<'a, A: Arg>(
@@ -111,7 +113,7 @@ pub fn acquire<'a, A: Arg>(
         return Err(LockError::Syntax);
     };
     let ttl = ttl(ttl_arg.bytes(), now, limits)?;
-    let (want, wait) = acquire_options(options, now)?;
+    let (want, wait, session) = acquire_options(options, now)?;
     let owner = match owner_arg.bytes() {
         b"*" => OwnerArg::Generate,
         given => {
@@ -127,21 +129,28 @@ pub fn acquire<'a, A: Arg>(
         ttl,
         want,
         wait,
+        session,
     })
 }
 
-/// `SHARED`, `LIMIT max`, `PERMITS n`, `WAIT timeout-ms`, in any order, each at most once.
+/// `SHARED`, `SESSION`, `LIMIT max`, `PERMITS n`, `WAIT timeout-ms`, in any order, each at
+/// most once.
 fn acquire_options<A: Arg>(
     mut options: &[A],
     now: Millis,
-) -> Result<(Want, Option<Millis>), LockError> {
+) -> Result<(Want, Option<Millis>, bool), LockError> {
     let (mut shared, mut limit, mut permits, mut wait) = (false, None, None, None);
+    let mut session = false;
     while let Some((flag, rest)) = options.split_first() {
         let flag = flag.bytes();
         let value = rest.first().map(Arg::bytes);
         options = rest;
         if flag.eq_ignore_ascii_case(b"SHARED") && !shared {
             shared = true;
+            continue;
+        }
+        if flag.eq_ignore_ascii_case(b"SESSION") && !session {
+            session = true;
             continue;
         }
         let (Some(value), Some((_, after))) = (value, options.split_first()) else {
@@ -170,7 +179,7 @@ fn acquire_options<A: Arg>(
         }
         _ => return Err(LockError::Syntax), // SHARED with LIMIT, or PERMITS alone
     };
-    Ok((want, wait))
+    Ok((want, wait, session))
 }
 
 /// A `LIMIT` or `PERMITS` count: 1 ..= 2^32-1.
@@ -194,17 +203,47 @@ fn wait_timeout(arg: &[u8], now: Millis) -> Result<Millis, LockError> {
     Ok(timeout)
 }
 
-/// `LOCK.EXTEND key owner ttl-ms`, after the key.
+/// `[TOKEN token]`
+fn only_token<A: Arg>(options: &[A]) -> Result<Option<Token>, LockError> {
+    match options {
+        [] => Ok(None),
+        [flag, t] if flag.bytes().eq_ignore_ascii_case(b"TOKEN") => token(t.bytes()).map(Some),
+        _ => Err(LockError::Syntax),
+    }
+}
+
+/// `LOCK.RELEASE key owner [TOKEN token]`, after the key.
+pub fn release<A: Arg>(rest: &[A]) -> Result<(&[u8], Option<Token>), LockError> {
+    let [owner_arg, options @ ..] = rest else {
+        return Err(LockError::Syntax);
+    };
+    let owner = owner(owner_arg.bytes())?;
+    Ok((owner, only_token(options)?))
+}
+
+/// `LOCK.EXTEND key owner ttl-ms [TOKEN token]`, after the key.
 pub fn extend<'a, A: Arg>(
     rest: &'a [A],
     now: Millis,
     limits: &Limits,
-) -> Result<(&'a [u8], Millis), LockError> {
-    let [owner_arg, ttl_arg] = rest else {
+) -> Result<(&'a [u8], Millis, Option<Token>), LockError> {
+    let [owner_arg, ttl_arg, options @ ..] = rest else {
         return Err(LockError::Syntax);
     };
     let owner = owner(owner_arg.bytes())?;
-    Ok((owner, ttl(ttl_arg.bytes(), now, limits)?))
+    let ttl = ttl(ttl_arg.bytes(), now, limits)?;
+    Ok((owner, ttl, only_token(options)?))
+}
+
+/// `LOCK.GUARD key token command [arg ...]`, after the key: the token and the command's words.
+pub fn guard<A: Arg>(rest: &[A]) -> Result<(Token, &[A]), LockError> {
+    let [token_arg, command @ ..] = rest else {
+        return Err(LockError::Syntax);
+    };
+    if command.is_empty() {
+        return Err(LockError::Syntax);
+    }
+    Ok((token(token_arg.bytes())?, command))
 }
 
 /// `LOCK.FENCE key [token]`, after the key.
@@ -329,7 +368,8 @@ mod tests {
                 owner: OwnerArg::Given(b"o"),
                 ttl: 10,
                 want: Want::Exclusive,
-                wait: None
+                wait: None,
+                session: false
             })
         );
         assert_eq!(
@@ -338,7 +378,8 @@ mod tests {
                 owner: OwnerArg::Generate,
                 ttl: 10,
                 want: Want::Exclusive,
-                wait: Some(0)
+                wait: Some(0),
+                session: false
             })
         );
         assert_eq!(
@@ -406,7 +447,49 @@ mod tests {
 
     #[test]
     fn other_commands_arguments() {
-        assert_eq!(extend(&args(&["o", "5"]), 0, &LIMITS), Ok((&b"o"[..], 5)));
+        assert_eq!(
+            extend(&args(&["o", "5"]), 0, &LIMITS),
+            Ok((&b"o"[..], 5, None))
+        );
+        assert_eq!(
+            extend(&args(&["o", "5", "token", "9"]), 0, &LIMITS),
+            Ok((&b"o"[..], 5, Some(9)))
+        );
+        assert_eq!(
+            extend(&args(&["o", "5", "TOKEN"]), 0, &LIMITS),
+            Err(LockError::Syntax)
+        );
+        assert_eq!(release(&args(&["o"])), Ok((&b"o"[..], None)));
+        assert_eq!(
+            release(&args(&["o", "TOKEN", "7"])),
+            Ok((&b"o"[..], Some(7)))
+        );
+        assert_eq!(
+            release(&args(&["o", "TOKEN", "0"])),
+            Err(LockError::TokenNotPositive)
+        );
+        assert_eq!(
+            release(&args(&["o", "TOKENS", "7"])),
+            Err(LockError::Syntax)
+        );
+        assert_eq!(
+            guard(&args(&["7", "DECRBY", "k", "1"])).map(|(t, c)| (t, c.len())),
+            Ok((7, 3))
+        );
+        assert_eq!(guard(&args(&["7"])).map(|(t, _)| t), Err(LockError::Syntax));
+        assert_eq!(
+            guard(&args(&["x", "GET", "k"])).map(|(t, _)| t),
+            Err(LockError::NotAnInteger)
+        );
+        assert_eq!(
+            acquire(&args(&["o", "10", "SESSION", "SHARED"]), 0, &LIMITS)
+                .map(|a| (a.session, a.want)),
+            Ok((true, Want::Shared))
+        );
+        assert_eq!(
+            acquire(&args(&["o", "10", "SESSION", "session"]), 0, &LIMITS),
+            Err(LockError::Syntax)
+        );
         assert_eq!(
             extend(&args(&["", "5"]), 0, &LIMITS),
             Err(LockError::EmptyOwner)

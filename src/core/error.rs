@@ -61,11 +61,19 @@ pub enum LockError {
     PermitsOutOfRange,
     /// An internal `LOCK.APPLYSTATE` payload that does not decode.
     BadState,
+    /// `LOCK.GUARD` with a token that is not the live exclusive hold's.
+    Stale,
+    /// `LOCK.GUARD` of a command whose keys are in another slot than the lock's.
+    CrossSlot,
+    /// `LOCK.GUARD` of a blocking command.
+    GuardBlocking,
+    /// `LOCK.GUARD` of a `LOCK.*` command.
+    GuardLockCommand,
 }
 
 impl LockError {
     /// Every variant, so tests can check every wire string.
-    pub const ALL: [LockError; 28] = [
+    pub const ALL: [LockError; 32] = [
         Self::NotAnInteger,
         Self::TtlNotPositive,
         Self::TtlTooLarge,
@@ -94,6 +102,10 @@ impl LockError {
         Self::TooManyHolders,
         Self::PermitsOutOfRange,
         Self::BadState,
+        Self::Stale,
+        Self::CrossSlot,
+        Self::GuardBlocking,
+        Self::GuardLockCommand,
     ];
 
     pub const fn as_wire(self) -> &'static str {
@@ -137,6 +149,12 @@ impl LockError {
             Self::TooManyHolders => "ERR too many holders: lock.max-holders already hold this key",
             Self::PermitsOutOfRange => "ERR invalid PERMITS or LIMIT: need 1 <= permits <= limit",
             Self::BadState => "ERR LOCK.APPLYSTATE payload is corrupt or from a newer redis-lock",
+            Self::Stale => {
+                "STALE the token is not the live exclusive holder's token: nothing was run"
+            }
+            Self::CrossSlot => "CROSSSLOT Keys in request don't hash to the same slot",
+            Self::GuardBlocking => "ERR LOCK.GUARD cannot run a blocking command",
+            Self::GuardLockCommand => "ERR LOCK.GUARD cannot run LOCK.* commands",
             Self::Demoted => {
                 "UNBLOCKED force unblock from blocking operation, instance state changed (master -> replica?)"
             }
@@ -167,7 +185,14 @@ mod tests {
             assert!(
                 matches!(
                     prefix,
-                    "ERR" | "WRONGTYPE" | "UNBLOCKED" | "READONLY" | "TRYAGAIN" | "DEADLOCK"
+                    "ERR"
+                        | "WRONGTYPE"
+                        | "UNBLOCKED"
+                        | "READONLY"
+                        | "TRYAGAIN"
+                        | "DEADLOCK"
+                        | "STALE"
+                        | "CROSSSLOT"
                 ),
                 "{e:?} has prefix {prefix}"
             );

@@ -420,14 +420,20 @@ fn change_own_hold(
 
 /// What is left when `owner` releases: `None` if `owner` has no live hold (nothing changes),
 /// `Some(None)` if the key is then free, `Some(Some(state))` with the other live holds.
+/// With `only`, the owner's hold must have exactly that token (a late retry of an old release
+/// never frees a newer hold of the same owner).
 pub fn release(
     current: Option<&LockState>,
     owner: &[u8],
+    only: Option<Token>,
     now: Millis,
 ) -> Option<Option<LockState>> {
     let state = live(current, now)?;
     let (mine, _) = state.live_hold_of(owner, now)?;
     let token = mine.token;
+    if only.is_some_and(|t| t != token) {
+        return None;
+    }
     Some(state.rebuilt(now, |h| h.token != token, Holder::clone))
 }
 
@@ -440,6 +446,7 @@ pub fn without(state: &LockState, token: Token, now: Millis) -> Option<LockState
 pub fn extend(
     current: Option<&LockState>,
     owner: &[u8],
+    only: Option<Token>,
     ttl: Millis,
     now: Millis,
 ) -> Result<Option<LockState>, LockError> {
@@ -450,6 +457,9 @@ pub fn extend(
     let Some((mine, _)) = state.live_hold_of(owner, now) else {
         return Ok(None);
     };
+    if only.is_some_and(|t| t != mine.token) {
+        return Ok(None);
+    }
     let token = mine.token;
     Ok(state.rebuilt(
         now,
@@ -470,6 +480,11 @@ pub fn fence(current: Option<&LockState>, now: Millis) -> Option<Token> {
         LockState::Exclusive(h) => Some(h.token),
         _ => None,
     }
+}
+
+/// Whether `token` is the token of the live exclusive hold (what `LOCK.GUARD` requires).
+pub fn is_exclusive_token(current: Option<&LockState>, token: Token, now: Millis) -> bool {
+    fence(current, now) == Some(token)
 }
 
 /// Whether `token` belongs to a live hold of any mode.
@@ -619,7 +634,7 @@ mod tests {
             Err(LockError::TtlTooLarge)
         );
         assert_eq!(
-            extend(None, b"a", i64::MAX, 10),
+            extend(None, b"a", None, i64::MAX, 10),
             Err(LockError::TtlTooLarge)
         );
     }
@@ -627,16 +642,28 @@ mod tests {
     #[test]
     fn only_a_live_holder_releases_or_extends() {
         let s = exclusive("a", 3, 100);
-        assert_eq!(release(Some(&s), b"a", 99), Some(None));
-        assert_eq!(release(Some(&s), b"b", 99), None);
-        assert_eq!(release(Some(&s), b"a", 100), None);
-        assert_eq!(release(None, b"a", 0), None);
+        assert_eq!(release(Some(&s), b"a", None, 99), Some(None));
+        assert_eq!(release(Some(&s), b"b", None, 99), None);
+        assert_eq!(release(Some(&s), b"a", None, 100), None);
+        assert_eq!(release(None, b"a", None, 0), None);
         assert_eq!(
-            extend(Some(&s), b"a", 50, 60).unwrap(),
+            extend(Some(&s), b"a", None, 50, 60).unwrap(),
             Some(exclusive("a", 3, 110))
         );
-        assert_eq!(extend(Some(&s), b"b", 50, 60).unwrap(), None);
-        assert_eq!(extend(Some(&s), b"a", 50, 100).unwrap(), None);
+        assert_eq!(extend(Some(&s), b"b", None, 50, 60).unwrap(), None);
+        assert_eq!(extend(Some(&s), b"a", None, 50, 100).unwrap(), None);
+    }
+
+    #[test]
+    fn a_release_or_extend_with_an_old_token_changes_nothing() {
+        let s = exclusive("a", 3, 100);
+        assert_eq!(release(Some(&s), b"a", Some(2), 50), None, "an old token");
+        assert_eq!(release(Some(&s), b"a", Some(3), 50), Some(None));
+        assert_eq!(extend(Some(&s), b"a", Some(2), 10, 50).unwrap(), None);
+        assert_eq!(
+            extend(Some(&s), b"a", Some(3), 10, 50).unwrap(),
+            Some(exclusive("a", 3, 60))
+        );
     }
 
     #[test]
@@ -684,7 +711,7 @@ mod tests {
                 .issue(0)),
             Err(LockError::TooManyHolders)
         );
-        let left = release(Some(&state), b"r1", 1).unwrap().unwrap();
+        let left = release(Some(&state), b"r1", None, 1).unwrap().unwrap();
         assert_eq!(left.live_count(1), 1);
     }
 
@@ -871,13 +898,13 @@ mod tests {
                         }
                     }
                     Op::Release(owner) => {
-                        if let Some(left) = release(state.as_ref(), &[owner], now) {
+                        if let Some(left) = release(state.as_ref(), &[owner], None, now) {
                             prop_assert!(left.as_ref().is_none_or(|l| l.live_hold_of(&[owner], now).is_none()));
                             state = left;
                         }
                     }
                     Op::Extend(owner, ttl) => {
-                        if let Ok(Some(s)) = extend(state.as_ref(), &[owner], ttl, now) {
+                        if let Ok(Some(s)) = extend(state.as_ref(), &[owner], None, ttl, now) {
                             state = Some(s);
                         } else {
                             prop_assert_eq!(&state, &before);

@@ -182,6 +182,11 @@ pub struct Stats {
     pub semaphore_waits: Counter,
     /// Upgrades refused with DEADLOCK.
     pub deadlocks: Counter,
+    /// Session holds released because their connection closed.
+    pub session_releases: Counter,
+    /// `LOCK.GUARD` calls that ran their command / refused a stale token.
+    pub guarded: Counter,
+    pub guard_stale: Counter,
     pub locks: Gauge,
     pub waiters: Gauge,
     /// Stored holds by mode (an expired hold counts until it is dropped).
@@ -214,6 +219,9 @@ pub static STATS: Stats = Stats {
     shared_waits: Counter::new(),
     semaphore_waits: Counter::new(),
     deadlocks: Counter::new(),
+    session_releases: Counter::new(),
+    guarded: Counter::new(),
+    guard_stale: Counter::new(),
     locks: Gauge::new(),
     waiters: Gauge::new(),
     exclusive_holds: Gauge::new(),
@@ -223,7 +231,7 @@ pub static STATS: Stats = Stats {
     hold_time: Histogram::new(),
 };
 
-const COUNTERS: usize = 21;
+const COUNTERS: usize = 24;
 
 impl Stats {
     /// Read every counter and histogram (when a `CONFIG RESETSTAT` is about to run).
@@ -313,6 +321,9 @@ impl Stats {
             ("shared_waits", &self.shared_waits),
             ("semaphore_waits", &self.semaphore_waits),
             ("deadlocks", &self.deadlocks),
+            ("session_releases", &self.session_releases),
+            ("guarded", &self.guarded),
+            ("guard_stale", &self.guard_stale),
         ]
     }
 }

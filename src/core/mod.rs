@@ -13,3 +13,4 @@ pub mod owner;
 pub mod queue;
 pub mod registry;
 pub mod settle;
+pub mod slot;

@@ -106,12 +106,17 @@ pub enum Job {
     TimeOut { client_id: u64 },
     /// A `CONFIG RESETSTAT` went by: see whether the server really ran it.
     CheckResetStat,
+    /// A connection with session holds closed (or was RESET): release them.
+    EndSession { client_id: u64 },
 }
 
 impl Job {
     /// Whether the job may write to the dataset (and so must wait while writes are paused).
     pub fn writes(&self) -> bool {
-        matches!(self, Job::Settle { .. } | Job::Revoke { .. })
+        matches!(
+            self,
+            Job::Settle { .. } | Job::Revoke { .. } | Job::EndSession { .. }
+        )
     }
 
     /// Whether running it again after a panic is useful (and harmless).
@@ -405,7 +410,7 @@ mod tests {
                     }
                     Event::Release(lock, owner) => {
                         let lock = lock as usize;
-                        if let Some(left) = lock::release(w.states[lock].as_ref(), &[owner], w.now) {
+                        if let Some(left) = lock::release(w.states[lock].as_ref(), &[owner], None, w.now) {
                             w.states[lock] = left;
                         }
                         Some(lock)

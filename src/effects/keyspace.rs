@@ -14,6 +14,7 @@ use crate::core::error::LockError;
 use crate::core::lock::{self, LockState, Millis};
 use crate::core::metrics::STATS;
 use crate::core::registry::QueueKey;
+use crate::effects::sessions;
 use crate::ffi::clock;
 use crate::ffi::data_type::LOCK_TYPE;
 use crate::ffi::server;
@@ -128,6 +129,7 @@ impl<'a> LockKey<'a> {
     fn end_previous_holds(&self, next: Option<&LockState>, now: Millis) {
         if let Ok(Some(previous)) = self.key.get_value::<LockState>(&LOCK_TYPE) {
             for ended in lock::ended(previous, next) {
+                sessions::unbind(ended.token);
                 hold_ended(self.ctx, self.name, ended.granted, ended.deadline, now);
             }
         }

@@ -5,4 +5,5 @@
 
 pub mod keyspace;
 pub mod queues;
+pub mod sessions;
 pub mod timers;

@@ -24,6 +24,8 @@ pub struct Blocked {
     pub with_owner: bool,
     /// When it started waiting (unix µs), for the wait-time histogram.
     pub since_us: u64,
+    /// Asked with `SESSION`: the hold it is granted is bound to its connection.
+    pub session: bool,
 }
 
 impl Client for Blocked {

@@ -43,6 +43,11 @@ pub fn check_resetstat_soon() {
     let _ = timer::start(0, Job::CheckResetStat);
 }
 
+/// Release the session holds of the connection `client_id` on the next turn of the event loop.
+pub fn end_session_soon(client_id: u64) {
+    let _ = timer::start(0, Job::EndSession { client_id });
+}
+
 /// Run `job` again after `delay_ms` (paused writes, a panic).
 pub fn retry(delay_ms: Millis, job: Job) {
     let _ = timer::start(delay_ms, job);

@@ -28,6 +28,8 @@ pub struct Arg {
     /// The keyword in front of the value (`WAIT timeout-ms`).
     token: Option<&'static str>,
     optional: bool,
+    /// It may repeat (the arguments of a guarded command).
+    multiple: bool,
 }
 
 /// A positional argument.
@@ -37,6 +39,7 @@ pub const fn arg(name: &'static str, kind: Kind) -> Arg {
         kind,
         token: None,
         optional: false,
+        multiple: false,
     }
 }
 
@@ -47,6 +50,7 @@ pub const fn option(token: &'static str, name: &'static str, kind: Kind) -> Arg 
         kind,
         token: Some(token),
         optional: true,
+        multiple: false,
     }
 }
 
@@ -57,6 +61,7 @@ pub const fn flag(token: &'static str) -> Arg {
         kind: Kind::PureToken,
         token: Some(token),
         optional: true,
+        multiple: false,
     }
 }
 
@@ -67,6 +72,18 @@ pub const fn optional(name: &'static str, kind: Kind) -> Arg {
         kind,
         token: None,
         optional: true,
+        multiple: false,
+    }
+}
+
+/// Optional arguments that may repeat (`[arg ...]`).
+pub const fn rest(name: &'static str, kind: Kind) -> Arg {
+    Arg {
+        name,
+        kind,
+        token: None,
+        optional: true,
+        multiple: true,
     }
 }
 
@@ -105,6 +122,8 @@ pub const RW_UPDATE: u32 = raw::REDISMODULE_CMD_KEY_RW | raw::REDISMODULE_CMD_KE
 pub const RW_DELETE: u32 = raw::REDISMODULE_CMD_KEY_RW | raw::REDISMODULE_CMD_KEY_DELETE;
 pub const RO: u32 = raw::REDISMODULE_CMD_KEY_RO | raw::REDISMODULE_CMD_KEY_ACCESS;
 pub const OW_UPDATE: u32 = raw::REDISMODULE_CMD_KEY_OW | raw::REDISMODULE_CMD_KEY_UPDATE;
+/// A key read, with more keys the spec cannot point at (the server then asks the command).
+pub const RO_INCOMPLETE: u32 = RO | raw::REDISMODULE_CMD_KEY_INCOMPLETE;
 
 fn cstring(s: &str, keep: &mut Vec<CString>) -> *const std::os::raw::c_char {
     let c = CString::new(s).unwrap_or_default();
@@ -179,7 +198,10 @@ pub fn register(ctx: &Context, spec: &Spec, entry: raw::RedisModuleCmdFunc) -> R
                 slot.token = cstring(token, &mut keep);
             }
             if a.optional {
-                slot.flags = raw::REDISMODULE_CMD_ARG_OPTIONAL as c_int;
+                slot.flags |= raw::REDISMODULE_CMD_ARG_OPTIONAL as c_int;
+            }
+            if a.multiple {
+                slot.flags |= raw::REDISMODULE_CMD_ARG_MULTIPLE as c_int;
             }
         }
 

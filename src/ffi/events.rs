@@ -28,13 +28,14 @@ struct SwapDbInfo {
 const SUBEVENT_NOW_REPLICA: u64 = 1;
 
 pub fn subscribe(ctx: &Context) -> Result<(), &'static str> {
-    let events: [(u64, raw::RedisModuleEventCallback); 3] = [
+    let events: [(u64, raw::RedisModuleEventCallback); 4] = [
         (raw::REDISMODULE_EVENT_FLUSHDB, Some(on_flush)),
         (raw::REDISMODULE_EVENT_SWAPDB, Some(on_swapdb)),
         (
             raw::REDISMODULE_EVENT_REPLICATION_ROLE_CHANGED,
             Some(on_role_changed),
         ),
+        (raw::REDISMODULE_EVENT_CLIENT_CHANGE, Some(on_client_change)),
     ];
     for (id, callback) in events {
         let event = raw::RedisModuleEvent { id, dataver: 1 };
@@ -114,6 +115,31 @@ extern "C" fn on_role_changed(
             },
         );
     }
+}
+
+/// A client connected or disconnected: the shell ends the session holds of a closed one.
+extern "C" fn on_client_change(
+    _ctx: *mut raw::RedisModuleCtx,
+    _eid: raw::RedisModuleEvent,
+    sub: u64,
+    data: *mut c_void,
+) {
+    if sub != raw::REDISMODULE_SUBEVENT_CLIENT_CHANGE_DISCONNECTED {
+        return;
+    }
+    // SAFETY: for this event Redis passes a RedisModuleClientInfoV1 (its id is the third field).
+    let Some(info) = (unsafe { data.cast::<raw::RedisModuleClientInfo>().as_ref() }) else {
+        return;
+    };
+    guard::contain(
+        "the client-change event",
+        || (),
+        || {
+            if let Some(h) = handlers::get() {
+                (h.client_closed)(info.id);
+            }
+        },
+    );
 }
 
 /// Redis has no module event for `CONFIG RESETSTAT`: a command filter shows the shell every

@@ -30,6 +30,12 @@ impl CommandArgs {
         self.count
     }
 
+    /// The id of the client running the command, where the server tells (Redis 7.2+, Valkey).
+    pub fn client_id(&self) -> Option<u64> {
+        // SAFETY: the filter context is valid for the callback this value lives in (see `new`).
+        unsafe { raw::RedisModule_CommandFilterGetClientId.map(|get| get(self.fctx)) }
+    }
+
     /// The argument at `pos` (empty past the end).
     pub fn get(&self, pos: usize) -> &[u8] {
         let (Ok(at), true) = (c_int::try_from(pos), pos < self.count) else {
@@ -59,6 +65,8 @@ pub struct Handlers {
     pub swapped: fn(first: i32, second: i32),
     /// This master became a replica.
     pub demoted: fn(),
+    /// A client connection closed.
+    pub client_closed: fn(client_id: u64),
     /// The command filter saw a command (every command on the server: keep it cheap).
     pub command_seen: fn(&CommandArgs),
     /// `INFO lock` is being rendered.

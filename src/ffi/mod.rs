@@ -7,6 +7,7 @@
 //! line here names only `core` or `ffi`.
 
 pub mod block;
+pub mod call;
 pub mod clock;
 pub mod command_info;
 pub mod data_type;

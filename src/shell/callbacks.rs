@@ -17,6 +17,7 @@ use crate::core::registry::QueueKey;
 use crate::core::settle::{Answer, Job};
 use crate::effects::keyspace;
 use crate::effects::queues;
+use crate::effects::sessions;
 use crate::effects::timers;
 use crate::ffi::block;
 use crate::ffi::guard;
@@ -40,6 +41,7 @@ pub static HANDLERS: Handlers = Handlers {
     flushed,
     swapped,
     demoted,
+    client_closed,
     command_seen,
     info: on_info,
 };
@@ -83,6 +85,11 @@ fn run(ctx: &Context, job: &Job) {
             }
         }
         Job::CheckResetStat => resetstat::check(),
+        &Job::EndSession { client_id } => {
+            for (key, token) in sessions::take(client_id) {
+                waiting::end_session_hold(ctx, &key, token);
+            }
+        }
     }
 }
 
@@ -114,6 +121,9 @@ fn settle_after_leaving(queue: Option<QueueKey>) {
 /// timer settle it on the next turn of the event loop.
 fn unlinked(db: i32, name: &[u8], state: &LockState) {
     keyspace::note_unlinked(db, name, state);
+    for (holder, _) in state.holds() {
+        sessions::unbind(holder.token); // the hold left this name
+    }
     if !queues::anyone_waiting() {
         return;
     }
@@ -128,6 +138,7 @@ fn unlinked(db: i32, name: &[u8], state: &LockState) {
 
 /// After a flush every lock of the flushed db(s) is free: serve their queues.
 fn flushed(db: Option<i32>) {
+    sessions::forget_db(db);
     for key in queues::queues_in(db) {
         timers::settle_soon(&key);
     }
@@ -144,7 +155,16 @@ fn swapped(first: i32, second: i32) {
 
 /// A replica never grants: waiters of a demoted master get an error at once.
 fn demoted() {
+    sessions::forget_all(); // a replica knows no connections: session holds live to their lease
     waiting::fail_everyone(LockError::Demoted);
+}
+
+/// A connection closed: if it kept session holds, release them on the next turn of the event
+/// loop (freeing a client is no place to write to the keyspace).
+fn client_closed(client_id: u64) {
+    if sessions::keeps_any(client_id) {
+        timers::end_session_soon(client_id);
+    }
 }
 
 /// Redis has no module event for `CONFIG RESETSTAT`: notice it (and EXEC / DISCARD, which may
@@ -153,6 +173,14 @@ fn demoted() {
 fn command_seen(args: &CommandArgs) {
     let first = args.get(0);
     let candidate = match first.len() {
+        // RESET starts the connection afresh: its session ends (where the server names the
+        // client to the filter: Redis 7.2+, Valkey).
+        5 if args.count() == 1 && first.eq_ignore_ascii_case(b"reset") => {
+            if let Some(id) = args.client_id().filter(|id| sessions::keeps_any(*id)) {
+                timers::end_session_soon(id);
+            }
+            false
+        }
         4 if args.count() == 1 && first.eq_ignore_ascii_case(b"exec") => {
             resetstat::exec_is_candidate()
         }

@@ -2,7 +2,7 @@
 //! `effects::keyspace` (which replicates and emits events), counts what happened, and replies.
 //! Arity is checked before a handler runs (`shell::table`), so each sees its declared count.
 
-use redis_module::{raw, Context, ContextFlags, RedisResult, RedisString, RedisValue};
+use redis_module::{raw, Context, ContextFlags, RedisError, RedisResult, RedisString, RedisValue};
 
 use crate::core::args::{self, Arg, OwnerArg};
 use crate::core::codec;
@@ -15,10 +15,13 @@ use crate::core::owner::{self, Owner};
 use crate::core::queue::Waiter;
 use crate::core::registry::QueueKey;
 use crate::core::settle::{grant_reply, token_reply};
+use crate::core::slot;
 use crate::effects::keyspace::{self, LockEvent, LockKey};
 use crate::effects::queues::{self, Blocked};
+use crate::effects::sessions;
 use crate::effects::timers;
 use crate::ffi::block;
+use crate::ffi::call::{self, CallFailed};
 use crate::ffi::clock;
 use crate::ffi::server;
 use crate::shell::waiting;
@@ -105,15 +108,13 @@ pub fn acquire(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
                         ttl: parsed.ttl,
                         want: parsed.want,
                     };
-                    wait_in_queue(
-                        ctx,
-                        lock.queue_key(),
-                        waiter,
+                    let how = Waiting {
                         with_owner,
+                        session: parsed.session,
                         timeout,
                         due,
-                        &limits,
-                    )
+                    };
+                    wait_in_queue(ctx, lock.queue_key(), waiter, how, &limits)
                 }
                 _ => {
                     STATS.rejected.incr();
@@ -124,6 +125,9 @@ pub fn acquire(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     };
     let several = granted.live_count(now) > 1;
     lock.store(granted, LockEvent::Acquire, now)?;
+    if parsed.session {
+        sessions::bind(server::client_id(ctx), lock.queue_key(), token);
+    }
     if waiting || several {
         // A downgrade may let readers at the head in; several holds end one by one.
         let state = lock.state()?;
@@ -132,15 +136,21 @@ pub fn acquire(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     Ok(grant_reply(owner, token, with_owner))
 }
 
-/// Block the caller in `key`'s queue (its reply comes from `ffi::block` later); the queue is
-/// settled at `due`, when the first live lease ends.
+/// How a caller waits: its reply's shape, whether its hold will be a session hold, its WAIT
+/// timeout, and when the queue is to be settled (the first live lease's end).
+struct Waiting {
+    with_owner: bool,
+    session: bool,
+    timeout: Millis,
+    due: Millis,
+}
+
+/// Block the caller in `key`'s queue (its reply comes from `ffi::block` later).
 fn wait_in_queue(
     ctx: &Context,
     key: QueueKey,
     waiter: Waiter<()>,
-    with_owner: bool,
-    timeout: Millis,
-    due: Millis,
+    how: Waiting,
     limits: &Limits,
 ) -> RedisResult {
     if queues::waiting(&key) >= limits.max_waiters {
@@ -152,14 +162,15 @@ fn wait_in_queue(
         return Ok(RedisValue::Null);
     };
     let client_id = server::client_id(ctx);
-    if timeout > 0 {
-        handle.timeout = timers::time_out_after(client_id, timeout);
+    if how.timeout > 0 {
+        handle.timeout = timers::time_out_after(client_id, how.timeout);
     }
     let client = Blocked {
         client_id,
         handle,
-        with_owner,
+        with_owner: how.with_owner,
         since_us: clock::now_us(),
+        session: how.session,
     };
     let want = waiter.want;
     queues::join(
@@ -172,39 +183,23 @@ fn wait_in_queue(
         },
     );
     STATS.queued(want);
-    timers::settle_at(&key, due);
+    timers::settle_at(&key, how.due);
     Ok(RedisValue::NoReply)
 }
 
-/// `LOCK.RELEASE key owner`
+/// `LOCK.RELEASE key owner [TOKEN token]`
 pub fn release(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     refuse_on_replica(ctx)?;
-    let owner = args::owner(args[2].as_slice())?;
+    let (owner, only) = args::release(&args[2..])?;
     let now = clock::now_ms();
     let lock = LockKey::open(ctx, &args[1]);
     let state = lock.state()?;
-    let Some(rest) = lock::release(state.as_ref(), owner, now) else {
+    let Some(rest) = lock::release(state.as_ref(), owner, only, now) else {
         STATS.release_not_owner.incr();
         return Ok(RedisValue::Integer(0));
     };
     STATS.releases.incr();
-    released(&lock, rest, now)
-}
-
-/// A hold (or every hold) is gone: say so, store what is left, and hand the lock to the head
-/// of the queue if it now fits (or free it).
-fn released(lock: &LockKey, rest: Option<LockState>, now: Millis) -> RedisResult {
-    match rest {
-        Some(rest) => {
-            lock.store(rest, LockEvent::Release, now)?;
-            let state = lock.state()?;
-            waiting::pass_on(lock, state.as_ref(), now);
-        }
-        None => {
-            lock.notify(LockEvent::Release);
-            waiting::pass_on(lock, None, now);
-        }
-    }
+    waiting::release_hold(&lock, rest, now)?;
     Ok(RedisValue::Integer(1))
 }
 
@@ -218,17 +213,18 @@ pub fn force_release(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
         return Ok(RedisValue::Integer(0));
     }
     STATS.releases_forced.incr();
-    released(&lock, None, now)
+    waiting::release_hold(&lock, None, now)?;
+    Ok(RedisValue::Integer(1))
 }
 
-/// `LOCK.EXTEND key owner ttl-ms`
+/// `LOCK.EXTEND key owner ttl-ms [TOKEN token]`
 pub fn extend(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     refuse_on_replica(ctx)?;
     let now = clock::now_ms();
-    let (owner, ttl) = args::extend(&args[2..], now, &Limits::current())?;
+    let (owner, ttl, only) = args::extend(&args[2..], now, &Limits::current())?;
     let lock = LockKey::open(ctx, &args[1]);
     let state = lock.state()?;
-    match lock::extend(state.as_ref(), owner, ttl, now)? {
+    match lock::extend(state.as_ref(), owner, only, ttl, now)? {
         Some(extended) => {
             STATS.extends.incr();
             lock.store(extended, LockEvent::Extend, now)?;
@@ -238,6 +234,91 @@ pub fn extend(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
             STATS.extend_not_owner.incr();
             Ok(RedisValue::Integer(0))
         }
+    }
+}
+
+/// The server's `blocking` flag of each command asked about so far (commands do not change
+/// while the server runs, but for modules loaded later, which are asked about when first seen).
+static BLOCKING: std::sync::Mutex<Option<std::collections::HashMap<Vec<u8>, bool>>> =
+    std::sync::Mutex::new(None);
+
+/// Whether the server flags the command `name` `blocking` (`COMMAND INFO`, asked once per name).
+fn is_blocking(ctx: &Context, name: &[u8]) -> bool {
+    let key = name.to_ascii_lowercase();
+    let cached = |map: &mut Option<std::collections::HashMap<Vec<u8>, bool>>| {
+        map.get_or_insert_with(Default::default).get(&key).copied()
+    };
+    if let Some(known) = cached(&mut BLOCKING.lock().unwrap_or_else(|p| p.into_inner())) {
+        return known;
+    }
+    let info = ctx.create_string("INFO");
+    let command = RedisString::create_from_slice(ctx.ctx, &key);
+    let Ok(RedisValue::Array(entries)) = ctx.call("COMMAND", &[&info, &command]) else {
+        return false;
+    };
+    let Some(RedisValue::Array(entry)) = entries.first() else {
+        return false; // unknown: the call itself will say so
+    };
+    let blocking = match entry.get(2) {
+        Some(RedisValue::Array(flags)) => flags.iter().any(|f| match f {
+            RedisValue::SimpleString(s) | RedisValue::BulkString(s) => s == "blocking",
+            RedisValue::StringBuffer(b) => b == b"blocking",
+            _ => false,
+        }),
+        _ => false,
+    };
+    BLOCKING
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .get_or_insert_with(Default::default)
+        .insert(key, blocking);
+    blocking
+}
+
+/// `LOCK.GUARD key token command [arg ...]`: run `command` only while `token` is the token of
+/// the live exclusive hold of `key`, as the calling user, replicated and logged as the command
+/// itself. Its reply is the command's.
+pub fn guard(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
+    if call::is_keys_request(ctx) {
+        // The lock and the command's own keys (movable keys: cluster clients route by them).
+        call::key_at(ctx, 1);
+        for pos in call::command_keys(ctx, &args[3..]).unwrap_or_default() {
+            call::key_at(ctx, 3 + pos);
+        }
+        return Ok(RedisValue::NoReply);
+    }
+    refuse_on_replica(ctx)?;
+    let (token, command) = args::guard(&args[2..])?;
+    let name = command[0].as_slice();
+    if name.len() >= 5 && name[..5].eq_ignore_ascii_case(b"lock.") {
+        return Err(LockError::GuardLockCommand.into());
+    }
+    if is_blocking(ctx, name) {
+        return Err(LockError::GuardBlocking.into());
+    }
+    if ctx.get_flags().contains(ContextFlags::CLUSTER) {
+        let lock_slot = slot::of(args[1].as_slice());
+        let keys = call::command_keys(ctx, command).unwrap_or_default();
+        if keys
+            .iter()
+            .filter_map(|&k| command.get(k))
+            .any(|key| slot::of(key.as_slice()) != lock_slot)
+        {
+            return Err(LockError::CrossSlot.into());
+        }
+    }
+    let state = keyspace::read_state(ctx, &args[1])?;
+    if !lock::is_exclusive_token(state.as_ref(), token, clock::now_ms()) {
+        STATS.guard_stale.incr();
+        return Err(LockError::Stale.into());
+    }
+    STATS.guarded.incr();
+    match call::call_and_reply(ctx, command) {
+        Ok(()) => Ok(RedisValue::NoReply),
+        Err(CallFailed::BadName) => Err(RedisError::Str("ERR unknown command")),
+        Err(CallFailed::Refused(errno)) => Err(RedisError::String(format!(
+            "ERR LOCK.GUARD: the server refused to run the command (errno {errno})"
+        ))),
     }
 }
 
@@ -257,7 +338,10 @@ pub fn fence(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
 }
 
 /// One hold as LOCK.INFO lists it.
-fn hold_fields(holder: &Holder, permits: u32, now: Millis) -> [(&'static str, RedisValue); 5] {
+fn hold_fields(holder: &Holder, permits: u32, now: Millis) -> [(&'static str, RedisValue); 6] {
+    let session = sessions::client_of(holder.token).map_or(RedisValue::Null, |id| {
+        RedisValue::Integer(i64::try_from(id).unwrap_or(i64::MAX))
+    });
     [
         (
             "owner",
@@ -267,6 +351,7 @@ fn hold_fields(holder: &Holder, permits: u32, now: Millis) -> [(&'static str, Re
         ("ttl", RedisValue::Integer(holder.remaining(now))),
         ("held", RedisValue::Integer(holder.held_for(now))),
         ("permits", RedisValue::Integer(i64::from(permits))),
+        ("session", session),
     ]
 }
 
@@ -324,7 +409,7 @@ pub fn info(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     let top: Vec<(&'static str, RedisValue)> = match state {
         LockState::Exclusive(h) => hold_fields(h, 1, now)
             .into_iter()
-            .filter(|(f, _)| *f != "permits")
+            .filter(|(f, _)| *f != "permits" && *f != "session")
             .collect(),
         _ => Vec::new(),
     };

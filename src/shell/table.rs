@@ -7,7 +7,8 @@ use std::os::raw::c_int;
 use redis_module::{raw, Context, RedisError};
 
 use crate::ffi::command_info::{
-    self, arg, flag, option, optional, Kind, Spec, OW_UPDATE, RO, RW_DELETE, RW_UPDATE,
+    self, arg, flag, option, optional, rest, Kind, Spec, OW_UPDATE, RO, RO_INCOMPLETE, RW_DELETE,
+    RW_UPDATE,
 };
 use crate::ffi::guard;
 use crate::shell::commands;
@@ -32,7 +33,7 @@ impl Command {
 }
 
 /// How many commands the table has.
-const COUNT: usize = 8;
+const COUNT: usize = 9;
 
 pub static COMMANDS: [Command; COUNT] = [
     Command {
@@ -49,6 +50,7 @@ pub static COMMANDS: [Command; COUNT] = [
                 arg("owner", Kind::String),
                 arg("ttl-ms", Kind::Integer),
                 flag("SHARED"),
+                flag("SESSION"),
                 option("LIMIT", "max", Kind::Integer),
                 option("PERMITS", "n", Kind::Integer),
                 option("WAIT", "timeout-ms", Kind::Integer),
@@ -61,21 +63,25 @@ pub static COMMANDS: [Command; COUNT] = [
         spec: Spec {
             name: "LOCK.RELEASE",
             flags: "write fast",
-            arity: 3,
+            arity: -3,
             key_flags: RW_DELETE,
             acl: "write fast lock",
             summary: "Releases the lock if owner holds it; the next waiter gets it at once.",
             complexity: "O(1)",
-            args: &[arg("key", Kind::Key), arg("owner", Kind::String)],
+            args: &[
+                arg("key", Kind::Key),
+                arg("owner", Kind::String),
+                option("TOKEN", "token", Kind::Integer),
+            ],
         },
-        most: None,
+        most: Some(5),
         handler: commands::release,
     },
     Command {
         spec: Spec {
             name: "LOCK.EXTEND",
             flags: "write deny-oom fast",
-            arity: 4,
+            arity: -4,
             key_flags: RW_UPDATE,
             acl: "write fast lock",
             summary: "Sets the holder's lease to end ttl-ms from now.",
@@ -84,9 +90,10 @@ pub static COMMANDS: [Command; COUNT] = [
                 arg("key", Kind::Key),
                 arg("owner", Kind::String),
                 arg("ttl-ms", Kind::Integer),
+                option("TOKEN", "token", Kind::Integer),
             ],
         },
-        most: None,
+        most: Some(6),
         handler: commands::extend,
     },
     Command {
@@ -165,6 +172,25 @@ pub static COMMANDS: [Command; COUNT] = [
         most: None,
         handler: commands::apply_state,
     },
+    Command {
+        spec: Spec {
+            name: "LOCK.GUARD",
+            flags: "write getkeys-api",
+            arity: -4,
+            key_flags: RO_INCOMPLETE,
+            acl: "write slow lock",
+            summary: "Runs a command only while token is the token of the lock's live exclusive hold; replicated as the command itself.",
+            complexity: "O(1) plus the complexity of the command",
+            args: &[
+                arg("key", Kind::Key),
+                arg("token", Kind::Integer),
+                arg("command", Kind::String),
+                rest("arg", Kind::String),
+            ],
+        },
+        most: None,
+        handler: commands::guard,
+    },
 ];
 
 /// What Redis calls for command `I` of the table: check the arity, run the handler with
@@ -194,6 +220,7 @@ const ENTRIES: [raw::RedisModuleCmdFunc; COUNT] = [
     Some(entry::<5>),
     Some(entry::<6>),
     Some(entry::<7>),
+    Some(entry::<8>),
 ];
 
 /// Register every command of the table with its docs and ACL categories.
@@ -210,9 +237,11 @@ mod tests {
 
     #[test]
     fn arity_follows_the_redis_convention() {
-        let release = &COMMANDS[1].spec;
-        assert!(release.arity_allows(3));
-        assert!(!release.arity_allows(2) && !release.arity_allows(4));
+        let force = &COMMANDS[5].spec;
+        assert!(force.arity_allows(2));
+        assert!(!force.arity_allows(1) && !force.arity_allows(3));
+        let release = &COMMANDS[1];
+        assert!(release.takes(3) && release.takes(5) && !release.takes(6) && !release.takes(2));
         let acquire = &COMMANDS[0].spec;
         assert!(!acquire.arity_allows(3));
         assert!(acquire.arity_allows(4) && acquire.arity_allows(6));

@@ -17,6 +17,7 @@ use crate::core::registry::QueueKey;
 use crate::core::settle::{self, Answer, Grant, Look, Next};
 use crate::effects::keyspace::{LockEvent, LockKey};
 use crate::effects::queues::{self, BlockedWaiter};
+use crate::effects::sessions;
 use crate::effects::timers;
 use crate::ffi::block;
 use crate::ffi::clock;
@@ -128,6 +129,9 @@ fn hand_off(lock: &LockKey, key: &QueueKey, state: Option<&LockState>, now: Mill
     for (waiter, token) in served {
         STATS.acquired_after_wait.incr();
         STATS.granted(waiter.want);
+        if waiter.client.session {
+            sessions::bind(waiter.client.client_id, key.clone(), token);
+        }
         STATS
             .wait_time
             .record(clock::now_us().saturating_sub(waiter.client.since_us));
@@ -145,6 +149,46 @@ fn hand_off(lock: &LockKey, key: &QueueKey, state: Option<&LockState>, now: Mill
         timers::settle_at(key, at);
     }
     true
+}
+
+/// A hold (or every hold) is gone: say so, store what is left, and hand the lock to whoever now
+/// fits at the head of the queue (or free it).
+pub fn release_hold(lock: &LockKey, rest: Option<LockState>, now: Millis) -> Result<(), LockError> {
+    match rest {
+        Some(rest) => {
+            let kept = rest.clone();
+            lock.store(rest, LockEvent::Release, now)?;
+            pass_on(lock, Some(&kept), now);
+        }
+        None => {
+            lock.notify(LockEvent::Release);
+            pass_on(lock, None, now);
+        }
+    }
+    Ok(())
+}
+
+/// The connection that kept the session hold `token` of `key` closed: release that hold, if it
+/// is still live there, exactly as `LOCK.RELEASE` would.
+pub fn end_session_hold(ctx: &Context, key: &QueueKey, token: Token) {
+    if ctx.get_flags().contains(ContextFlags::SLAVE) {
+        return;
+    }
+    server::select_db(ctx, key.db);
+    let name = RedisString::create_from_slice(ctx.ctx, &key.name);
+    let lock = LockKey::open(ctx, &name);
+    let now = clock::now_ms();
+    let Ok(Some(state)) = lock.state() else {
+        return;
+    };
+    if !state
+        .holds()
+        .any(|(h, _)| h.token == token && h.is_live(now))
+    {
+        return;
+    }
+    STATS.session_releases.incr();
+    let _ = release_hold(&lock, lock::without(&state, token, now), now);
 }
 
 /// Answer every waiter with `err` (used when the server stops being a master).

@@ -6,6 +6,7 @@
 mod clock;
 mod crashes;
 mod failover;
+mod guard;
 mod pauses;
 mod processes;
 mod shared;

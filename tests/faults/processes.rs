@@ -55,6 +55,36 @@ fn fault_helper_process() {
                 int(&ok(&mut lock, &["LOCK.RELEASE", LOCK, "stopped-holder"]))
             ));
         }
+        "guard-holder" => {
+            let token = int(&ok(
+                &mut lock,
+                &["LOCK.ACQUIRE", LOCK, "stopped-holder", "200"],
+            ));
+            let read = match ok(&mut lock, &["GET", GUARDED_COUNTER]) {
+                Value::BulkString(b) => String::from_utf8_lossy(&b).parse::<i64>().unwrap_or(0),
+                _ => 0,
+            };
+            say(format!("TOKEN {token}"));
+            // The parent stops this process here, for longer than the lease.
+            std::thread::sleep(Duration::from_millis(300));
+            let next = (read + 1).to_string();
+            let write = match cmd(
+                &mut lock,
+                &[
+                    "LOCK.GUARD",
+                    LOCK,
+                    &token.to_string(),
+                    "SET",
+                    GUARDED_COUNTER,
+                    &next,
+                ],
+            ) {
+                Ok(_) => "OK".to_string(),
+                Err(e) if e.starts_with("STALE") => "STALE".to_string(),
+                Err(e) => e,
+            };
+            say(format!("WRITE {write}"));
+        }
         "waiter" => {
             say("WAITING".to_string());
             let reply = cmd(
@@ -183,4 +213,49 @@ fn kill9_of_a_waiting_client_process() {
         "the lock is free, not granted to the dead process"
     );
     eprintln!("operations 2, faults injected 1 (kill -9 of a client), anomalies 0");
+}
+
+/// A real holder process is stopped with SIGSTOP past its lease and resumed: another client gets
+/// the lock and writes through LOCK.GUARD; the resumed holder's LOCK.GUARD is refused (STALE)
+/// and the value is the new holder's.
+#[test]
+#[ignore = "fault suite: make test-faults"]
+fn sigstopped_holder_process_cannot_write_through_guard() {
+    let lock = Server::start();
+    let mut child = spawn_helper("guard-holder", &[("LOCK_PORT", lock.port.to_string())]);
+    let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
+    let stale_token: i64 = helper_line(&mut out, "TOKEN")
+        .split(' ')
+        .nth(1)
+        .unwrap()
+        .parse()
+        .unwrap();
+    // SAFETY: signalling our own child process.
+    unsafe { libc::kill(child.id() as i32, libc::SIGSTOP) };
+    let mut c = lock.con();
+    let next = int(&ok(
+        &mut c,
+        &["LOCK.ACQUIRE", LOCK, "next-holder", "5000", "WAIT", "2000"],
+    ));
+    assert!(next > stale_token);
+    ok(
+        &mut c,
+        &[
+            "LOCK.GUARD",
+            LOCK,
+            &next.to_string(),
+            "SET",
+            GUARDED_COUNTER,
+            "41",
+        ],
+    );
+    // SAFETY: signalling our own child process.
+    unsafe { libc::kill(child.id() as i32, libc::SIGCONT) };
+    assert_eq!(helper_line(&mut out, "WRITE"), "WRITE STALE");
+    child.wait().unwrap();
+    assert_eq!(
+        ok(&mut c, &["GET", GUARDED_COUNTER]),
+        Value::BulkString(b"41".to_vec())
+    );
+    eprintln!("operations 2, faults injected 1 (SIGSTOP), stale rejected 1, anomalies 0");
 }

@@ -1,0 +1,35 @@
+//! Writes through LOCK.GUARD under faults: the counter lives on the lock server and is written
+//! only through LOCK.GUARD; holders stall past their lease and the server is stopped with
+//! SIGSTOP. The checker finds no lost and no stale write: every accepted write carries a larger
+//! token than the one before, and the accepted writes form the unbroken chain 1, 2, 3...
+
+use std::time::Duration;
+
+use redis_lock_harness::scenario::*;
+
+#[test]
+#[ignore = "fault suite: make test-faults"]
+fn guarded_writes_with_stalled_holders_and_a_stopped_server() {
+    let chaos = |ch: Chaos| {
+        for _ in 0..3 {
+            ch.sleep(Duration::from_millis(900));
+            if !ch.running() {
+                return;
+            }
+            ch.stop_server_for(Duration::from_millis(500));
+        }
+    };
+    let outcome = Scenario {
+        ttl_ms: 200,
+        duration: Duration::from_secs(5),
+        pause: pause_client_zero,
+        guarded: true,
+        ..Scenario::default()
+    }
+    .chaos(Box::new(chaos))
+    .run();
+    let (accepted, stale) = check(&outcome);
+    assert_eq!(outcome.injected, 3);
+    assert!(accepted > 50, "writers kept working: {accepted}");
+    assert!(stale > 0, "the stalled holders' late writes were refused");
+}
