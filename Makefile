@@ -6,7 +6,7 @@ PORT           ?= 6379
 # Integration tests start many short-lived servers; two at a time suits a 2-core machine.
 TEST_THREADS   ?= 2
 
-.PHONY: all deps build release run test unit test-redis test-valkey test-faults valkey bench clippy fmt clean
+.PHONY: all deps build release run test unit test-redis test-valkey test-python pyvenv test-faults valkey bench clippy fmt clean
 
 all: build
 
@@ -26,8 +26,9 @@ run: release
 valkey:
 	@scripts/valkey.sh
 
-## Unit and property tests, then the integration suite on Redis and on Valkey 9.
-test: build valkey unit test-redis test-valkey
+## Unit and property tests, then the integration suite on Redis and on Valkey 9, then the
+## Python client's tests on both.
+test: build valkey unit test-redis test-valkey test-python
 
 unit:
 	cargo test --lib
@@ -40,6 +41,22 @@ test-redis: build
 test-valkey: build valkey
 	LOCK_TEST_SERVER=$(CURDIR)/$(VALKEY) LOCK_MODULE=$(CURDIR)/$(MODULE_DEBUG) \
 		cargo test --test '*' --no-fail-fast -- --test-threads=$(TEST_THREADS)
+
+## The Python client (clients/python) in a virtual environment of its own, with redis-py and
+## pytest from PyPI; its tests start their own servers like the Rust ones.
+PYVENV := target/pyvenv
+pyvenv: $(PYVENV)/.ready
+$(PYVENV)/.ready: clients/python/pyproject.toml
+	python3 -m venv $(PYVENV)
+	$(PYVENV)/bin/pip install -q --disable-pip-version-check "redis>=5" pytest
+	$(PYVENV)/bin/pip install -q --disable-pip-version-check -e clients/python
+	touch $@
+
+test-python: build valkey pyvenv
+	cd clients/python && LOCK_TEST_SERVER=redis-server LOCK_MODULE=$(CURDIR)/$(MODULE_DEBUG) \
+		../../$(PYVENV)/bin/python -m pytest -q tests
+	cd clients/python && LOCK_TEST_SERVER=$(CURDIR)/$(VALKEY) LOCK_MODULE=$(CURDIR)/$(MODULE_DEBUG) \
+		../../$(PYVENV)/bin/python -m pytest -q tests
 
 ## The benchmark (a few minutes, never part of `make test`): prints the table and writes
 ## docs/bench/results.md and PNG charts. BENCH_ARGS=--quick for a shorter run.

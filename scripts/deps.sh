@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Make sure what building and testing need is installed: cargo, libclang (bindgen), redis-server,
-# redis-cli (cluster tests), faketime (fault suite), a TrueType font (benchmark charts).
+# redis-cli (cluster tests), faketime (fault suite), a TrueType font (benchmark charts), Python
+# with pip and venv (the Python client's tests).
 # Installs with apt when run as root on Debian/Ubuntu; otherwise prints the exact command.
 set -euo pipefail
 
@@ -20,6 +21,8 @@ command -v redis-cli >/dev/null 2>&1 || missing_pkgs+=(redis-tools)
 [ -e /usr/share/fonts/truetype/dejavu/DejaVuSans.ttf ] || missing_pkgs+=(fonts-dejavu-core)
 command -v python3 >/dev/null 2>&1 || missing_pkgs+=(python3)
 python3 -m pip --version >/dev/null 2>&1 || missing_pkgs+=(python3-pip)
+# The Python client's tests run in a virtual environment (target/pyvenv).
+python3 -c 'import ensurepip, venv' >/dev/null 2>&1 || missing_pkgs+=(python3-venv)
 
 if [ ${#missing_pkgs[@]} -eq 0 ]; then
     exit 0

@@ -85,6 +85,15 @@ fn fault_helper_process() {
             };
             say(format!("WRITE {write}"));
         }
+        "session-holder" => {
+            let token = int(&ok(
+                &mut lock,
+                &["LOCK.ACQUIRE", LOCK, "session-holder", "60000", "SESSION"],
+            ));
+            say(format!("TOKEN {token}"));
+            // Holds until the parent kills this process.
+            std::thread::sleep(Duration::from_secs(120));
+        }
         "waiter" => {
             say("WAITING".to_string());
             let reply = cmd(
@@ -258,4 +267,41 @@ fn sigstopped_holder_process_cannot_write_through_guard() {
         Value::BulkString(b"41".to_vec())
     );
     eprintln!("operations 2, faults injected 1 (SIGSTOP), stale rejected 1, anomalies 0");
+}
+
+/// A holder process that took its lock with SESSION is killed with kill -9: the lock is free at
+/// once (its connection closed), not when its 60 s lease would end; the waiter is granted.
+#[test]
+#[ignore = "fault suite: make test-faults"]
+fn kill9_of_a_session_holder_process_frees_the_lock_at_once() {
+    let lock = Server::start();
+    let mut c = lock.con();
+    let mut child = spawn_helper("session-holder", &[("LOCK_PORT", lock.port.to_string())]);
+    let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
+    let held: i64 = helper_line(&mut out, "TOKEN")
+        .split(' ')
+        .nth(1)
+        .unwrap()
+        .parse()
+        .unwrap();
+    let waiter = spawn_wait(&lock, LOCK, "next", 5_000, 30_000);
+    wait_blocked(&mut c, 1);
+    let killed = std::time::Instant::now();
+    child.kill().unwrap(); // SIGKILL
+    child.wait().unwrap();
+    let next = match waiter.join().unwrap() {
+        Ok(Value::Int(t)) => t,
+        other => panic!("{other:?}"),
+    };
+    let took = killed.elapsed();
+    assert!(next > held);
+    assert!(
+        took < Duration::from_secs(5),
+        "granted at once, not at the lease's end: {took:?}"
+    );
+    assert_eq!(stat(&mut c, "session_releases"), 1.0);
+    eprintln!(
+        "operations 2, faults injected 1 (kill -9 of a SESSION holder), granted after {} ms, anomalies 0",
+        took.as_millis()
+    );
 }

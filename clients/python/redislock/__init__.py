@@ -1,0 +1,26 @@
+"""redislock: locks for the redis-lock module.
+
+    lock = redislock.Lock(r, "order:42", ttl=30.0)
+    with lock:                    # waits in the server's FIFO queue, no polling
+        store.write(..., fence=lock.token)
+
+Shared locks (``shared=True``), semaphores (``Semaphore``), session holds (``session=True``),
+durable grants (``replicas=n``), guarded writes (``lock.guard(...)``), a watchdog that renews
+the lease and says when a hold is lost (``on_lost``, ``LockLost``); ``redislock.aio`` has the
+same API for asyncio.
+"""
+
+from . import aio
+from .errors import Deadlock, LockError, LockLost, NotAcquired, Stale
+from .lock import Lock, Semaphore
+
+__all__ = [
+    "Lock",
+    "Semaphore",
+    "aio",
+    "LockError",
+    "NotAcquired",
+    "LockLost",
+    "Stale",
+    "Deadlock",
+]

@@ -1,0 +1,315 @@
+"""The same locks for asyncio: ``redislock.aio.Lock`` and ``redislock.aio.Semaphore`` over a
+``redis.asyncio.Redis`` client, with ``async with``, ``await lock.acquire()`` and a watchdog
+task."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Any, Callable, Optional
+
+from redis.exceptions import ConnectionError, ResponseError, TimeoutError
+
+from . import _protocol as p
+from .errors import LockLost, NotAcquired, Stale
+
+log = logging.getLogger("redislock")
+
+
+def _pool_of(client: Any, key: str) -> Any:
+    if hasattr(client, "get_node_from_key"):
+        return client.get_node_from_key(key).redis_connection.connection_pool
+    return client.connection_pool
+
+
+async def _lend(pool: Any) -> Any:
+    """A connection lent by the pool (redis-py 5.3+ takes no arguments, earlier ones a name)."""
+    try:
+        return await pool.get_connection()
+    except TypeError:
+        return await pool.get_connection("LOCK.ACQUIRE")
+
+
+async def _call(conn: Any, args: list, wait_forever: bool = False) -> Any:
+    """Send ``args`` on ``conn`` and read the reply (without a read timeout for a blocking
+    ``WAIT``, whatever the connection's own timeout is)."""
+    await conn.send_command(*args)
+    if not wait_forever:
+        return await conn.read_response()
+    previous = conn.socket_timeout
+    conn.socket_timeout = None
+    try:
+        return await conn.read_response()
+    finally:
+        conn.socket_timeout = previous
+
+
+class Lock:
+    """The asyncio twin of ``redislock.Lock`` (same arguments, same rules)."""
+
+    def __init__(
+        self,
+        client: Any,
+        key: str,
+        ttl: float = 30.0,
+        *,
+        owner: Optional[str] = None,
+        shared: bool = False,
+        session: bool = False,
+        replicas: int = 0,
+        replicas_timeout: float = 1.0,
+        watchdog: bool = True,
+        reentrant: bool = False,
+        on_lost: Optional[Callable[[str], Any]] = None,
+        raise_on_lost: bool = True,
+        on_event: Optional[Callable[[str, dict], None]] = None,
+        _mode: Optional[p.Mode] = None,
+    ):
+        if ttl <= 0:
+            raise ValueError("ttl must be positive")
+        self.client = client
+        self.key = key
+        self.ttl = float(ttl)
+        self.owner = owner or p.new_owner()
+        self.mode = _mode or p.Mode(shared=shared)
+        self.session = session
+        self.replicas = replicas
+        self.replicas_timeout = replicas_timeout
+        self.watchdog = watchdog
+        self.reentrant = reentrant
+        self.on_lost = on_lost
+        self.raise_on_lost = raise_on_lost
+        self.on_event = on_event
+        self.token: Optional[int] = None
+        self.lost: Optional[str] = None
+        # One holder of this object at a time: tasks never share a hold by accident.
+        self._local = asyncio.Lock()
+        self._holder: Optional[asyncio.Task] = None
+        self._depth = 0
+        self._state = asyncio.Lock()
+        self._watchdog: Optional[asyncio.Task] = None
+        self._session_conn: Any = None
+        self._granted_at = 0.0
+
+    async def acquire(self, blocking: bool = True, timeout: Optional[float] = None) -> bool:
+        """Take the lock (see ``redislock.Lock.acquire``)."""
+        me = asyncio.current_task()
+        if self.reentrant and self._depth > 0 and self._holder is me:
+            self._depth += 1
+            return True
+        started = time.monotonic()
+        try:
+            if not blocking:
+                if self._local.locked():
+                    return False
+                await self._local.acquire()
+            elif timeout is None or timeout < 0:
+                timeout = None
+                await self._local.acquire()
+            else:
+                await asyncio.wait_for(self._local.acquire(), timeout)
+        except asyncio.TimeoutError:
+            return False
+        try:
+            left = None if timeout is None else max(0.0, timeout - (time.monotonic() - started))
+            granted = await self._acquire_on_server(blocking, left)
+        except BaseException:
+            self._local.release()
+            raise
+        if not granted:
+            self._local.release()
+            return False
+        self._holder, self._depth = me, 1
+        self._emit("acquired", wait_s=time.monotonic() - started, token=self.token)
+        return True
+
+    async def _acquire_on_server(self, blocking: bool, timeout: Optional[float]) -> bool:
+        wait: Optional[float] = None
+        if blocking:
+            wait = 0 if timeout is None else timeout
+            if timeout is not None and timeout <= 0:
+                wait = None
+        deadline = None if not wait else time.monotonic() + wait
+        pool = _pool_of(self.client, self.key)
+        while True:
+            conn = pool.make_connection() if self.session else await _lend(pool)
+            try:
+                args = p.acquire_args(self.key, self.owner, self.ttl, self.mode, self.session, wait)
+                token = p.token_of(await _call(conn, args, wait_forever=wait is not None))
+                if token is not None and self.replicas:
+                    acked = await _call(conn, ["WAIT", self.replicas, p.millis(self.replicas_timeout)])
+                    if int(acked) < self.replicas:
+                        await _call(conn, p.release_args(self.key, self.owner, token))
+                        self._emit("not-durable", replicas=self.replicas)
+                        token = None
+            except ResponseError as err:
+                await self._put_back(pool, conn)
+                raise p.translate(err) from err
+            except (ConnectionError, TimeoutError):
+                await conn.disconnect()
+                await self._put_back(pool, conn)
+                if deadline is not None and time.monotonic() >= deadline:
+                    raise
+                await asyncio.sleep(0.05)
+                if deadline is not None:
+                    wait = max(0.001, deadline - time.monotonic())
+                continue
+            if token is None:
+                await self._put_back(pool, conn)
+                return False
+            if self.session:
+                self._session_conn = conn
+            else:
+                await pool.release(conn)
+            self.token, self.lost = token, None
+            self._granted_at = time.monotonic()
+            if self.watchdog:
+                self._watchdog = asyncio.create_task(self._renew(token))
+            return True
+
+    async def _put_back(self, pool: Any, conn: Any) -> None:
+        if self.session:
+            await conn.disconnect()
+        else:
+            await pool.release(conn)
+
+    async def _renew(self, token: int) -> None:
+        interval = self.ttl / 3
+        lease_end = time.monotonic() + self.ttl
+        conn = _pool_of(self.client, self.key).make_connection()
+        conn.socket_timeout = max(0.05, interval)
+        lost: Optional[str] = None
+        try:
+            while lost is None:
+                await asyncio.sleep(interval)
+                sent = time.monotonic()
+                async with self._state:
+                    if self.token != token:
+                        return  # released: never renew a released hold
+                    reason = None
+                    try:
+                        renewed = await _call(conn, p.extend_args(self.key, self.owner, self.ttl, token))
+                        if int(renewed) == 1:
+                            lease_end = sent + self.ttl
+                        else:
+                            reason = "the lease ran out before it was renewed"
+                    except (ConnectionError, TimeoutError, asyncio.TimeoutError):
+                        await conn.disconnect()
+                        if time.monotonic() >= lease_end:
+                            reason = "the server could not be reached before the lease ended"
+                    except ResponseError as err:
+                        reason = f"renewal refused: {err}"
+                    if reason is not None and self.lost is None:
+                        self.lost = lost = reason
+        except asyncio.CancelledError:
+            pass
+        finally:
+            await conn.disconnect()
+        if lost is not None:
+            await self._announce_lost(lost)
+
+    async def _announce_lost(self, reason: str) -> None:
+        log.warning("redislock: lost %s: %s", self.key, reason)
+        self._emit("lost", reason=reason)
+        if self.on_lost is not None:
+            try:
+                result = self.on_lost(reason)
+                if asyncio.iscoroutine(result):
+                    await result
+            except Exception:
+                log.exception("redislock: on_lost callback failed")
+
+    async def release(self) -> bool:
+        """Release the hold; False if it was already lost."""
+        if self.reentrant and self._depth > 1:
+            self._depth -= 1
+            return True
+        if self._depth == 0:
+            raise RuntimeError("release of an unheld redislock.aio.Lock")
+        try:
+            async with self._state:
+                token, self.token = self.token, None  # the watchdog stops in this very step
+                released = False
+                if token is not None:
+                    try:
+                        released = int(await self.client.execute_command(
+                            *p.release_args(self.key, self.owner, token))) == 1
+                    except (ConnectionError, TimeoutError):
+                        released = False
+                newly_lost = not released and self.lost is None
+                if newly_lost:
+                    self.lost = "the hold was gone when released (its lease ran out)"
+                held = time.monotonic() - self._granted_at
+            if self._watchdog is not None:
+                self._watchdog.cancel()
+                self._watchdog = None
+            if newly_lost:
+                await self._announce_lost(self.lost or "")
+            if self._session_conn is not None:
+                await self._session_conn.disconnect()
+                self._session_conn = None
+            self._emit("released", held_s=held, released=released)
+            return released
+        finally:
+            self._depth, self._holder = 0, None
+            self._local.release()
+
+    def locked(self) -> bool:
+        return self.token is not None and self.lost is None
+
+    async def guard(self, *command: Any) -> Any:
+        """``LOCK.GUARD`` with this hold's token (``redislock.Stale`` once it is not live)."""
+        token = self.token
+        if token is None:
+            raise Stale("this lock is not held")
+        try:
+            return await self.client.execute_command(*p.guard_args(self.key, token, command))
+        except ResponseError as err:
+            raise p.translate(err) from err
+
+    async def __aenter__(self) -> "Lock":
+        if not await self.acquire():
+            raise NotAcquired(f"{self.key} was not granted")
+        return self
+
+    async def __aexit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        depth = self._depth
+        released = await self.release()
+        if depth <= 1 and not released and self.raise_on_lost and exc_type is None:
+            raise LockLost(self.lost or "the hold was gone when released")
+
+    class _Hold:
+        def __init__(self, lock: "Lock", timeout: Optional[float]):
+            self.lock, self.timeout = lock, timeout
+
+        async def __aenter__(self) -> "Lock":
+            if not await self.lock.acquire(True, self.timeout):
+                raise NotAcquired(f"{self.lock.key} was not granted within {self.timeout} s")
+            return self.lock
+
+        async def __aexit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+            await self.lock.__aexit__(exc_type, exc, tb)
+
+    def hold(self, timeout: Optional[float] = None) -> "Lock._Hold":
+        """``async with lock.hold(timeout=5.0):`` raises ``NotAcquired`` if not granted in time."""
+        return Lock._Hold(self, timeout)
+
+    def _emit(self, event: str, **fields: Any) -> None:
+        if self.on_event is not None:
+            try:
+                self.on_event(event, fields)
+            except Exception:
+                log.exception("redislock: on_event hook failed")
+
+
+class Semaphore(Lock):
+    """The asyncio twin of ``redislock.Semaphore``."""
+
+    def __init__(self, client: Any, key: str, limit: int, ttl: float = 30.0, permits: int = 1, **kw: Any):
+        if not 1 <= permits <= limit:
+            raise ValueError("need 1 <= permits <= limit")
+        super().__init__(client, key, ttl, _mode=p.Mode(limit=limit, permits=permits), **kw)
+
+    async def guard(self, *command: Any) -> Any:
+        raise Stale("a semaphore's permits never guard a write; use an exclusive Lock")

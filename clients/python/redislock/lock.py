@@ -1,0 +1,370 @@
+"""Locks for threads: ``Lock`` and ``Semaphore`` over a ``redis.Redis`` (or ``redis.RedisCluster``)
+client, with the module's fair FIFO waits, a fencing token per hold, a watchdog that renews the
+lease, and a signal when a hold is lost."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Any, Callable, Optional
+
+from redis.exceptions import ConnectionError, ResponseError, TimeoutError
+
+from . import _protocol as p
+from .errors import LockLost, NotAcquired, Stale
+
+log = logging.getLogger("redislock")
+
+#: ``on_event(name, fields)``: "acquired" (wait_s, token), "released" (held_s), "lost" (reason).
+EventHook = Callable[[str, dict], None]
+
+
+def _pool_of(client: Any, key: str) -> Any:
+    """The connection pool that serves ``key``: the client's own, or its cluster node's."""
+    if hasattr(client, "get_node_from_key"):
+        return client.get_node_from_key(key).redis_connection.connection_pool
+    return client.connection_pool
+
+
+def _lend(pool: Any) -> Any:
+    """A connection lent by the pool (redis-py 5.3+ takes no arguments, earlier ones a name)."""
+    try:
+        return pool.get_connection()
+    except TypeError:
+        return pool.get_connection("LOCK.ACQUIRE")
+
+
+def _dedicated(pool: Any, socket_timeout: Optional[float]) -> Any:
+    """A connection of its own (not lent by the pool), with its own socket timeout."""
+    conn = pool.make_connection()
+    conn.socket_timeout = socket_timeout
+    return conn
+
+
+def _call(conn: Any, args: list, socket_timeout: Any = "keep") -> Any:
+    """Send ``args`` on ``conn`` and read the reply; ``socket_timeout`` None waits as long as
+    the server takes (a blocking ``WAIT``), whatever the connection's own timeout is."""
+    conn.send_command(*args)
+    sock = getattr(conn, "_sock", None)
+    if socket_timeout == "keep" or sock is None:
+        return conn.read_response()
+    previous = sock.gettimeout()
+    sock.settimeout(socket_timeout)
+    try:
+        return conn.read_response()
+    finally:
+        if getattr(conn, "_sock", None) is sock:
+            sock.settimeout(previous)
+
+
+class Lock:
+    """A lock on ``key`` held for ``ttl`` seconds at a time, renewed by a watchdog.
+
+    ``with lock:`` waits in the server's FIFO queue (no polling), then ``lock.token`` is the
+    fencing token of the hold. ``shared=True`` takes a read hold; ``session=True`` ties the hold
+    to a connection of its own, so it ends when this process dies; ``replicas=n`` grants only
+    once ``n`` replicas have the grant (``WAIT``), or not at all; ``on_lost(reason)`` runs once
+    if the hold is lost before it is released.
+    """
+
+    def __init__(
+        self,
+        client: Any,
+        key: str,
+        ttl: float = 30.0,
+        *,
+        owner: Optional[str] = None,
+        shared: bool = False,
+        session: bool = False,
+        replicas: int = 0,
+        replicas_timeout: float = 1.0,
+        watchdog: bool = True,
+        reentrant: bool = False,
+        on_lost: Optional[Callable[[str], None]] = None,
+        raise_on_lost: bool = True,
+        on_event: Optional[EventHook] = None,
+        _mode: Optional[p.Mode] = None,
+    ):
+        if ttl <= 0:
+            raise ValueError("ttl must be positive")
+        self.client = client
+        self.key = key
+        self.ttl = float(ttl)
+        self.owner = owner or p.new_owner()
+        self.mode = _mode or p.Mode(shared=shared)
+        self.session = session
+        self.replicas = replicas
+        self.replicas_timeout = replicas_timeout
+        self.watchdog = watchdog
+        self.reentrant = reentrant
+        self.on_lost = on_lost
+        self.raise_on_lost = raise_on_lost
+        self.on_event = on_event
+        #: The fencing token of the current hold (None when not held).
+        self.token: Optional[int] = None
+        #: Why the last hold was lost (None while it holds, or if it was released in time).
+        self.lost: Optional[str] = None
+        # One holder of this object at a time, as a threading.Lock (RLock when reentrant).
+        self._local = threading.RLock() if reentrant else threading.Lock()
+        self._depth = 0
+        # Serializes the watchdog's renewals with release and loss.
+        self._state = threading.Lock()
+        self._stop = threading.Event()
+        self._watchdog: Optional[threading.Thread] = None
+        self._session_conn: Any = None
+        self._granted_at = 0.0
+
+    # -- acquiring ---------------------------------------------------------------------------
+
+    def acquire(self, blocking: bool = True, timeout: Optional[float] = None) -> bool:
+        """Take the lock, waiting in the server's queue when ``blocking`` (up to ``timeout``
+        seconds; None: without limit). True if granted, as ``threading.Lock.acquire``."""
+        if timeout is not None and timeout < 0:
+            timeout = None
+        started = time.monotonic()
+        if not self._local.acquire(blocking, -1 if timeout is None or not blocking else timeout):
+            return False
+        if self.reentrant and self._depth > 0:
+            self._depth += 1
+            return True
+        try:
+            left = None if timeout is None else max(0.0, timeout - (time.monotonic() - started))
+            granted = self._acquire_on_server(blocking, left)
+        except BaseException:
+            self._local.release()
+            raise
+        if not granted:
+            self._local.release()
+            return False
+        self._depth = 1
+        self._emit("acquired", wait_s=time.monotonic() - started, token=self.token)
+        return True
+
+    def _acquire_on_server(self, blocking: bool, timeout: Optional[float]) -> bool:
+        wait: Optional[float] = None
+        if blocking:
+            wait = 0 if timeout is None else timeout
+            if timeout is not None and timeout <= 0:
+                wait = None
+        deadline = None if not wait else time.monotonic() + wait
+        pool = _pool_of(self.client, self.key)
+        while True:
+            conn = _dedicated(pool, None) if self.session else _lend(pool)
+            try:
+                args = p.acquire_args(self.key, self.owner, self.ttl, self.mode, self.session, wait)
+                reply = _call(conn, args, socket_timeout=None if wait is not None else "keep")
+                token = p.token_of(reply)
+                if token is not None and self.replicas and not self._replicated(conn):
+                    # Not durable: give it back and report no grant.
+                    _call(conn, p.release_args(self.key, self.owner, token))
+                    self._emit("not-durable", replicas=self.replicas)
+                    token = None
+            except ResponseError as err:
+                self._put_back(pool, conn)
+                raise p.translate(err) from err
+            except (ConnectionError, TimeoutError):
+                # The connection broke while waiting: the same owner asks again, which the
+                # server treats as a safe retry (a grant whose reply never went out is revoked).
+                conn.disconnect()
+                self._put_back(pool, conn)
+                if deadline is not None and time.monotonic() >= deadline:
+                    raise
+                time.sleep(0.05)
+                if deadline is not None:
+                    wait = max(0.001, deadline - time.monotonic())
+                continue
+            if token is None:
+                self._put_back(pool, conn)
+                return False
+            if self.session:
+                self._session_conn = conn  # kept open while the hold lives
+            else:
+                pool.release(conn)
+            self._granted(token)
+            return True
+
+    def _put_back(self, pool: Any, conn: Any) -> None:
+        if self.session:
+            conn.disconnect()
+        else:
+            pool.release(conn)
+
+    def _replicated(self, conn: Any) -> bool:
+        acked = _call(conn, ["WAIT", self.replicas, p.millis(self.replicas_timeout)])
+        return int(acked) >= self.replicas
+
+    def _granted(self, token: int) -> None:
+        with self._state:
+            self.token = token
+            self.lost = None
+            self._granted_at = time.monotonic()
+            self._stop = threading.Event()
+            if self.watchdog:
+                self._watchdog = threading.Thread(
+                    target=self._renew, args=(token, self._stop), daemon=True,
+                    name=f"redislock-watchdog-{self.key}",
+                )
+                self._watchdog.start()
+
+    # -- the watchdog ------------------------------------------------------------------------
+
+    def _renew(self, token: int, stop: threading.Event) -> None:
+        """Renew the lease every ttl/3 on a connection of its own; mark the hold lost when a
+        renewal answers 0, or when the server cannot be reached before the lease would end."""
+        interval = self.ttl / 3
+        lease_end = time.monotonic() + self.ttl
+        conn = _dedicated(_pool_of(self.client, self.key), max(0.05, interval))
+        lost: Optional[str] = None
+        try:
+            while lost is None and not stop.wait(interval):
+                sent = time.monotonic()
+                with self._state:
+                    if stop.is_set() or self.token != token:
+                        return  # released in the same step: never renew a released hold
+                    reason = None
+                    try:
+                        renewed = _call(conn, p.extend_args(self.key, self.owner, self.ttl, token))
+                        if int(renewed) == 1:
+                            lease_end = sent + self.ttl
+                        else:
+                            reason = "the lease ran out before it was renewed"
+                    except (ConnectionError, TimeoutError):
+                        conn.disconnect()
+                        if time.monotonic() >= lease_end:
+                            reason = "the server could not be reached before the lease ended"
+                    except ResponseError as err:
+                        reason = f"renewal refused: {err}"
+                    if reason is not None and self._mark_lost(reason):
+                        lost = reason
+        finally:
+            conn.disconnect()
+        if lost is not None:
+            self._announce_lost(lost)
+
+    def _mark_lost(self, reason: str) -> bool:
+        """Record the loss (with ``self._state`` held); True the first time. The caller then
+        calls ``_announce_lost`` once the state lock is free (the callback may use the lock)."""
+        if self.lost is not None:
+            return False
+        self.lost = reason
+        self._stop.set()
+        return True
+
+    def _announce_lost(self, reason: str) -> None:
+        log.warning("redislock: lost %s: %s", self.key, reason)
+        self._emit("lost", reason=reason)
+        if self.on_lost is not None:
+            try:
+                self.on_lost(reason)
+            except Exception:  # the application's callback must not kill the watchdog
+                log.exception("redislock: on_lost callback failed")
+
+    # -- releasing ---------------------------------------------------------------------------
+
+    def release(self) -> bool:
+        """Release the hold. False if it was already lost (its lease ran out first): the work
+        done under it may have overlapped another holder's."""
+        if self.reentrant and self._depth > 1:
+            self._depth -= 1
+            return True
+        if self._depth == 0:
+            raise RuntimeError("release of an unheld redislock.Lock")
+        try:
+            with self._state:
+                self._stop.set()  # the watchdog stops in this very step
+                token, self.token = self.token, None
+                released = False
+                newly_lost = False
+                if token is not None:
+                    try:
+                        released = int(self.client.execute_command(
+                            *p.release_args(self.key, self.owner, token))) == 1
+                    except (ConnectionError, TimeoutError):
+                        released = False
+                newly_lost = not released and self._mark_lost(
+                    "the hold was gone when released (its lease ran out)"
+                )
+                held = time.monotonic() - self._granted_at
+            if newly_lost:
+                self._announce_lost(self.lost or "")
+            if self._session_conn is not None:
+                self._session_conn.disconnect()  # closing it ends the session hold in any case
+                self._session_conn = None
+            self._emit("released", held_s=held, released=released)
+            return released
+        finally:
+            self._depth = 0
+            self._local.release()
+
+    def locked(self) -> bool:
+        """Whether this object holds the lock (and has not lost it)."""
+        return self.token is not None and self.lost is None
+
+    # -- guarded writes ----------------------------------------------------------------------
+
+    def guard(self, *command: Any) -> Any:
+        """Run ``command`` through ``LOCK.GUARD`` with this hold's token: it runs only while the
+        hold is the live exclusive one, else ``redislock.Stale``."""
+        token = self.token
+        if token is None:
+            raise Stale("this lock is not held")
+        try:
+            return self.client.execute_command(*p.guard_args(self.key, token, command))
+        except ResponseError as err:
+            raise p.translate(err) from err
+
+    # -- context managers --------------------------------------------------------------------
+
+    def __enter__(self) -> "Lock":
+        if not self.acquire():
+            raise NotAcquired(f"{self.key} was not granted")
+        return self
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        depth = self._depth
+        released = self.release()
+        if depth <= 1 and not released and self.raise_on_lost and exc_type is None:
+            raise LockLost(self.lost or "the hold was gone when released")
+
+    class _Hold:
+        def __init__(self, lock: "Lock", timeout: Optional[float], blocking: bool):
+            self.lock, self.timeout, self.blocking = lock, timeout, blocking
+
+        def __enter__(self) -> "Lock":
+            if not self.lock.acquire(self.blocking, self.timeout):
+                raise NotAcquired(f"{self.lock.key} was not granted within {self.timeout} s")
+            return self.lock
+
+        def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+            self.lock.__exit__(exc_type, exc, tb)
+
+    def hold(self, timeout: Optional[float] = None, blocking: bool = True) -> "Lock._Hold":
+        """``with lock.hold(timeout=5.0):`` raises ``NotAcquired`` if not granted in time."""
+        return Lock._Hold(self, timeout, blocking)
+
+    def _emit(self, event: str, **fields: Any) -> None:
+        log.debug("redislock: %s %s %s", event, self.key, fields)
+        if self.on_event is not None:
+            try:
+                self.on_event(event, fields)
+            except Exception:
+                log.exception("redislock: on_event hook failed")
+
+    def __repr__(self) -> str:
+        return f"<redislock.Lock {self.key!r} owner={self.owner} token={self.token}>"
+
+
+class Semaphore(Lock):
+    """``permits`` of a counting semaphore of ``limit`` permits at ``key``: never more than
+    ``limit`` held at once, waiters served in order (a big request is never passed by smaller
+    ones), each holder with its own lease and token."""
+
+    def __init__(self, client: Any, key: str, limit: int, ttl: float = 30.0, permits: int = 1, **kw: Any):
+        if not 1 <= permits <= limit:
+            raise ValueError("need 1 <= permits <= limit")
+        super().__init__(client, key, ttl, _mode=p.Mode(limit=limit, permits=permits), **kw)
+
+    def guard(self, *command: Any) -> Any:
+        raise Stale("a semaphore's permits never guard a write; use an exclusive Lock")
+

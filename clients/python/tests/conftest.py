@@ -1,0 +1,93 @@
+"""Real servers for the client's tests: a redis-server (or valkey-server) with the freshly built
+module on a free loopback port, stopped by PID. LOCK_TEST_SERVER picks the binary (default
+redis-server), LOCK_MODULE the module (default target/debug/libredis_lock.so of this repo)."""
+
+import os
+import pathlib
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+
+import pytest
+import redis
+
+ROOT = pathlib.Path(__file__).resolve().parents[3]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Server:
+    def __init__(self, *extra: str):
+        self.port = free_port()
+        self.dir = tempfile.mkdtemp(prefix="redislock-py-")
+        module = os.environ.get("LOCK_MODULE", str(ROOT / "target/debug/libredis_lock.so"))
+        binary = os.environ.get("LOCK_TEST_SERVER", "redis-server")
+        self.proc = subprocess.Popen(
+            [binary, "--port", str(self.port), "--bind", "127.0.0.1", "--dir", self.dir,
+             "--save", "", "--appendonly", "no", "--loadmodule", module, *extra],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                redis.Redis(port=self.port).ping()
+                break
+            except redis.ConnectionError:
+                if time.monotonic() > deadline or self.proc.poll() is not None:
+                    raise RuntimeError(f"{binary} with {module} did not start")
+                time.sleep(0.02)
+
+    def client(self, **kw) -> redis.Redis:
+        return redis.Redis(port=self.port, **kw)
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+@pytest.fixture
+def server():
+    s = Server()
+    yield s
+    s.stop()
+
+
+@pytest.fixture
+def r(server):
+    c = server.client()
+    yield c
+    c.close()
+
+
+def stat(r: redis.Redis, field: str) -> float:
+    return float(r.info("lock")[f"lock_{field}"])
+
+
+def calls(r: redis.Redis, command: str) -> int:
+    entry = r.info("commandstats").get(f"cmdstat_{command}")
+    return int(entry["calls"]) if entry else 0
+
+
+def eventually(cond, timeout: float = 5.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if cond():
+            return True
+        time.sleep(0.01)
+    return cond()
+
+
+def as_map(reply) -> dict:
+    """A map reply as a dict, whichever protocol (RESP3 map, or RESP2 flat array) it came in."""
+    if isinstance(reply, dict):
+        return reply
+    return dict(zip(reply[::2], reply[1::2]))
