@@ -191,3 +191,25 @@ fn reset_ends_the_session_where_the_server_names_the_client() {
     }
     assert!(eventually(Duration::from_secs(5), || fence(&mut c, "job").is_none()));
 }
+
+/// After a restart from the AOF, a session hold knows no connection: it lives until its lease
+/// ends, like any hold.
+#[test]
+fn after_a_restart_a_session_hold_lives_until_its_lease_ends() {
+    let mut s = Server::start_with(&["--appendonly", "yes", "--appendfsync", "always"]);
+    let mut holder = s.con();
+    let t = int(&ok(
+        &mut holder,
+        &["LOCK.ACQUIRE", "job", "h", "2000", "SESSION"],
+    ));
+    s.kill9();
+    s.restart();
+    let mut c = s.con();
+    assert_eq!(fence(&mut c, "job"), Some(t), "reloaded from the AOF");
+    let info = ok(&mut c, &["LOCK.INFO", "job"]);
+    let Some(Value::Array(holders)) = map_field(&info, "holders") else {
+        panic!("{info:?}")
+    };
+    assert_eq!(map_field(&holders[0], "session"), Some(Value::Nil));
+    assert!(eventually(Duration::from_secs(5), || fence(&mut c, "job").is_none()));
+}
