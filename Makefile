@@ -37,10 +37,14 @@ unit:
 test-redis: build
 	LOCK_TEST_SERVER=redis-server LOCK_MODULE=$(CURDIR)/$(MODULE_DEBUG) \
 		cargo test --test '*' --no-fail-fast -- --test-threads=$(TEST_THREADS)
+	LOCK_TEST_SERVER=redis-server LOCK_MODULE=$(CURDIR)/$(MODULE_DEBUG) \
+		cargo test -p redis-lock-client -- --test-threads=$(TEST_THREADS)
 
 test-valkey: build valkey
 	LOCK_TEST_SERVER=$(CURDIR)/$(VALKEY) LOCK_MODULE=$(CURDIR)/$(MODULE_DEBUG) \
 		cargo test --test '*' --no-fail-fast -- --test-threads=$(TEST_THREADS)
+	LOCK_TEST_SERVER=$(CURDIR)/$(VALKEY) LOCK_MODULE=$(CURDIR)/$(MODULE_DEBUG) \
+		cargo test -p redis-lock-client -- --test-threads=$(TEST_THREADS)
 
 ## The Python client (clients/python) in a virtual environment of its own, with redis-py and
 ## pytest from PyPI; its tests start their own servers like the Rust ones.

@@ -1,0 +1,503 @@
+//! Locks for the [redis-lock](../../README.md) module, on the `redis` crate with tokio.
+//!
+//! The server does the hard parts (fair FIFO waits, fencing tokens, leases, shared locks,
+//! semaphores, session holds, guarded writes); this crate writes the loop around them: wait
+//! without polling, renew the lease while working (a watchdog task), say when a hold is lost
+//! (`LockGuard::lost`), never renew a released hold, and carry the token to the write.
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), redis_lock_client::Error> {
+//! use std::time::Duration;
+//! let locker = redis_lock_client::Locker::new(redis::Client::open("redis://127.0.0.1/")?);
+//! let guard = locker
+//!     .lock("order:42")
+//!     .ttl(Duration::from_secs(30))
+//!     .wait(Duration::from_secs(5))
+//!     .acquire()
+//!     .await?
+//!     .expect("granted within 5 s");
+//! let sold: i64 = guard.run(redis::cmd("DECRBY").arg("{order:42}:stock").arg(1)).await?;
+//! guard.release().await?;
+//! # let _ = sold; Ok(()) }
+//! ```
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use redis::aio::MultiplexedConnection;
+use redis::{AsyncConnectionConfig, FromRedisValue, RedisError, Value};
+use tokio::sync::{watch, Mutex, OnceCell};
+use tokio::task::JoinHandle;
+
+/// What can go wrong.
+#[derive(Debug)]
+pub enum Error {
+    /// The server or the connection failed (including other error replies).
+    Redis(RedisError),
+    /// `run` refused: this hold's token is no longer the live exclusive hold's.
+    Stale(String),
+    /// An upgrade from shared to exclusive while other readers hold.
+    Deadlock(String),
+}
+
+impl std::fmt::Display for Error {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Error::Redis(e) => write!(f, "{e}"),
+            Error::Stale(m) | Error::Deadlock(m) => f.write_str(m),
+        }
+    }
+}
+
+impl std::error::Error for Error {}
+
+impl From<RedisError> for Error {
+    fn from(e: RedisError) -> Self {
+        let text = e.to_string();
+        if e.code() == Some("STALE") || text.contains("STALE") {
+            Error::Stale(text)
+        } else if e.code() == Some("DEADLOCK") || text.contains("DEADLOCK") {
+            Error::Deadlock(text)
+        } else {
+            Error::Redis(e)
+        }
+    }
+}
+
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX).max(1)
+}
+
+/// The entry point: one per application (it keeps a connection for short commands).
+#[derive(Clone)]
+pub struct Locker {
+    client: redis::Client,
+    shared: Arc<OnceCell<MultiplexedConnection>>,
+}
+
+impl Locker {
+    pub fn new(client: redis::Client) -> Self {
+        Self {
+            client,
+            shared: Arc::new(OnceCell::new()),
+        }
+    }
+
+    /// A lock on `key`; set it up with the builder, then `acquire().await`.
+    pub fn lock(&self, key: impl Into<String>) -> LockBuilder {
+        LockBuilder {
+            locker: self.clone(),
+            key: key.into(),
+            ttl: Duration::from_secs(30),
+            wait: Wait::No,
+            mode: Mode::Exclusive,
+            session: false,
+            replicas: None,
+            watchdog: true,
+            owner: None,
+        }
+    }
+
+    async fn conn(&self) -> Result<MultiplexedConnection, RedisError> {
+        self.shared
+            .get_or_try_init(|| self.client.get_multiplexed_async_connection())
+            .await
+            .cloned()
+    }
+
+    /// A connection of its own, with a response timeout of `timeout` (None: wait as long as the
+    /// server takes, for a blocking `WAIT`).
+    async fn dedicated(
+        &self,
+        timeout: Option<Duration>,
+    ) -> Result<MultiplexedConnection, RedisError> {
+        let config = AsyncConnectionConfig::new().set_response_timeout(timeout);
+        self.client
+            .get_multiplexed_async_connection_with_config(&config)
+            .await
+    }
+}
+
+#[derive(Clone, Copy, Debug)]
+enum Wait {
+    No,
+    For(Duration),
+    Forever,
+}
+
+#[derive(Clone, Copy, Debug)]
+enum Mode {
+    Exclusive,
+    Shared,
+    Permits { limit: u32, n: u32 },
+}
+
+/// How to take a lock.
+pub struct LockBuilder {
+    locker: Locker,
+    key: String,
+    ttl: Duration,
+    wait: Wait,
+    mode: Mode,
+    session: bool,
+    replicas: Option<(usize, Duration)>,
+    watchdog: bool,
+    owner: Option<String>,
+}
+
+impl LockBuilder {
+    /// The lease (default 30 s); the watchdog renews it every ttl/3.
+    pub fn ttl(mut self, ttl: Duration) -> Self {
+        self.ttl = ttl;
+        self
+    }
+    /// Wait in the server's queue up to `timeout` (default: do not wait).
+    pub fn wait(mut self, timeout: Duration) -> Self {
+        self.wait = Wait::For(timeout);
+        self
+    }
+    /// Wait in the server's queue without limit.
+    pub fn wait_forever(mut self) -> Self {
+        self.wait = Wait::Forever;
+        self
+    }
+    /// A read hold (any number of readers at once; a writer waits for all).
+    pub fn shared(mut self) -> Self {
+        self.mode = Mode::Shared;
+        self
+    }
+    /// `permits` of a counting semaphore of `limit` permits.
+    pub fn permits(mut self, limit: u32, permits: u32) -> Self {
+        self.mode = Mode::Permits { limit, n: permits };
+        self
+    }
+    /// The hold lives on a connection of its own and ends when it closes (this process dies).
+    pub fn session(mut self) -> Self {
+        self.session = true;
+        self
+    }
+    /// A durable grant: granted only once `n` replicas have it (`WAIT n timeout`).
+    pub fn replicas(mut self, n: usize, timeout: Duration) -> Self {
+        self.replicas = Some((n, timeout));
+        self
+    }
+    /// Renew the lease while held (default true).
+    pub fn watchdog(mut self, on: bool) -> Self {
+        self.watchdog = on;
+        self
+    }
+    /// The owner (default: a fresh UUID).
+    pub fn owner(mut self, owner: impl Into<String>) -> Self {
+        self.owner = Some(owner.into());
+        self
+    }
+
+    fn command(&self, owner: &str, wait: Wait) -> redis::Cmd {
+        let mut cmd = redis::cmd("LOCK.ACQUIRE");
+        cmd.arg(&self.key).arg(owner).arg(millis(self.ttl));
+        match self.mode {
+            Mode::Exclusive => {}
+            Mode::Shared => {
+                cmd.arg("SHARED");
+            }
+            Mode::Permits { limit, n } => {
+                cmd.arg("LIMIT").arg(limit).arg("PERMITS").arg(n);
+            }
+        }
+        if self.session {
+            cmd.arg("SESSION");
+        }
+        match wait {
+            Wait::No => {}
+            Wait::Forever => {
+                cmd.arg("WAIT").arg(0);
+            }
+            Wait::For(d) => {
+                cmd.arg("WAIT").arg(millis(d));
+            }
+        }
+        cmd
+    }
+
+    /// Take the lock: `Some(guard)` when granted, `None` when not (busy without waiting, the
+    /// wait timed out, or a durable grant did not reach its replicas). A connection error while
+    /// waiting is retried with the same owner, which the server treats as a safe retry.
+    pub async fn acquire(self) -> Result<Option<LockGuard>, Error> {
+        let owner = self
+            .owner
+            .clone()
+            .unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
+        let deadline = match self.wait {
+            Wait::For(d) => Some(Instant::now() + d),
+            _ => None,
+        };
+        let mut wait = self.wait;
+        loop {
+            let blocking = !matches!(wait, Wait::No);
+            let mut conn = if blocking || self.session {
+                self.locker.dedicated(None).await?
+            } else {
+                self.locker.conn().await?
+            };
+            let reply: Result<Value, RedisError> =
+                self.command(&owner, wait).query_async(&mut conn).await;
+            let token = match reply {
+                Ok(Value::Int(t)) => u64::try_from(t).unwrap_or(0),
+                Ok(_) => return Ok(None),
+                Err(e) if e.is_io_error() || e.is_connection_dropped() || e.is_timeout() => {
+                    if deadline.is_some_and(|d| Instant::now() >= d) {
+                        return Err(e.into());
+                    }
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    if let Some(d) = deadline {
+                        wait = Wait::For(
+                            d.saturating_duration_since(Instant::now())
+                                .max(Duration::from_millis(1)),
+                        );
+                    }
+                    continue;
+                }
+                Err(e) => return Err(e.into()),
+            };
+            if let Some((n, timeout)) = self.replicas {
+                let acked: usize = redis::cmd("WAIT")
+                    .arg(n)
+                    .arg(millis(timeout))
+                    .query_async(&mut conn)
+                    .await?;
+                if acked < n {
+                    let _: Value = release_cmd(&self.key, &owner, token)
+                        .query_async(&mut conn)
+                        .await?;
+                    return Ok(None);
+                }
+            }
+            return Ok(Some(LockGuard::start(self, owner, token, conn)));
+        }
+    }
+}
+
+fn release_cmd(key: &str, owner: &str, token: u64) -> redis::Cmd {
+    let mut cmd = redis::cmd("LOCK.RELEASE");
+    cmd.arg(key).arg(owner).arg("TOKEN").arg(token);
+    cmd
+}
+
+/// Where a hold stands; the watchdog and the release take turns on it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Phase {
+    Held,
+    Released,
+    Lost(String),
+}
+
+/// A granted hold. Release it with `release().await`; dropped without it, it is released in the
+/// background. `lost()` resolves when the hold is lost before its release.
+pub struct LockGuard {
+    locker: Locker,
+    key: String,
+    owner: String,
+    token: u64,
+    phase: Arc<Mutex<Phase>>,
+    lost_rx: watch::Receiver<Option<String>>,
+    watchdog: Option<JoinHandle<()>>,
+    /// For a session hold: the connection it lives on (closing it ends the hold).
+    session: Option<MultiplexedConnection>,
+    released: bool,
+}
+
+impl std::fmt::Debug for LockGuard {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LockGuard")
+            .field("key", &self.key)
+            .field("owner", &self.owner)
+            .field("token", &self.token)
+            .finish()
+    }
+}
+
+impl LockGuard {
+    fn start(builder: LockBuilder, owner: String, token: u64, conn: MultiplexedConnection) -> Self {
+        let phase = Arc::new(Mutex::new(Phase::Held));
+        let (lost_tx, lost_rx) = watch::channel(None);
+        let watchdog = builder.watchdog.then(|| {
+            tokio::spawn(renew(
+                builder.locker.clone(),
+                builder.key.clone(),
+                owner.clone(),
+                token,
+                builder.ttl,
+                phase.clone(),
+                lost_tx,
+            ))
+        });
+        LockGuard {
+            locker: builder.locker,
+            key: builder.key,
+            owner,
+            token,
+            phase,
+            lost_rx,
+            watchdog,
+            session: builder.session.then_some(conn),
+            released: false,
+        }
+    }
+
+    /// The fencing token of this hold: pass it to the storage with every write.
+    pub fn token(&self) -> u64 {
+        self.token
+    }
+
+    pub fn key(&self) -> &str {
+        &self.key
+    }
+
+    pub fn owner(&self) -> &str {
+        &self.owner
+    }
+
+    /// Why the hold was lost, if it was.
+    pub fn is_lost(&self) -> Option<String> {
+        self.lost_rx.borrow().clone()
+    }
+
+    /// Resolves with the reason when the hold is lost (a renewal answered 0, or the server could
+    /// not be reached before the lease would end). Pending forever while the hold lives.
+    pub async fn lost(&self) -> String {
+        let mut rx = self.lost_rx.clone();
+        loop {
+            if let Some(reason) = rx.borrow_and_update().clone() {
+                return reason;
+            }
+            if rx.changed().await.is_err() {
+                std::future::pending::<()>().await;
+            }
+        }
+    }
+
+    /// `LOCK.GUARD key token <cmd>`: run `cmd` only while this is the live exclusive hold
+    /// (`Error::Stale` otherwise); replicated as `cmd` itself.
+    pub async fn run<T: FromRedisValue>(&self, cmd: &redis::Cmd) -> Result<T, Error> {
+        let mut guarded = redis::cmd("LOCK.GUARD");
+        guarded.arg(&self.key).arg(self.token);
+        for arg in cmd.args_iter() {
+            match arg {
+                redis::Arg::Simple(bytes) => {
+                    guarded.arg(bytes);
+                }
+                _ => {
+                    guarded.arg(0); // a cursor: scans start at 0
+                }
+            }
+        }
+        let mut conn = self.locker.conn().await?;
+        Ok(guarded.query_async(&mut conn).await?)
+    }
+
+    /// Release the hold: `Ok(false)` if it had been lost (its lease ran out first). The watchdog
+    /// stops in the same step, so a released hold is never renewed.
+    pub async fn release(mut self) -> Result<bool, Error> {
+        self.released = true;
+        let mut phase = self.phase.lock().await;
+        let was = std::mem::replace(&mut *phase, Phase::Released);
+        if let Some(w) = self.watchdog.take() {
+            w.abort();
+        }
+        let mut conn = self.locker.conn().await?;
+        let released: i64 = release_cmd(&self.key, &self.owner, self.token)
+            .query_async(&mut conn)
+            .await?;
+        drop(phase);
+        self.session = None;
+        Ok(released == 1 && was == Phase::Held)
+    }
+}
+
+impl Drop for LockGuard {
+    fn drop(&mut self) {
+        if self.released {
+            return;
+        }
+        if let Some(w) = self.watchdog.take() {
+            w.abort();
+        }
+        // Released in the background, on the runtime this guard lives in (if it still runs).
+        if let Ok(handle) = tokio::runtime::Handle::try_current() {
+            let (locker, key, owner, token) = (
+                self.locker.clone(),
+                self.key.clone(),
+                self.owner.clone(),
+                self.token,
+            );
+            handle.spawn(async move {
+                if let Ok(mut conn) = locker.conn().await {
+                    let _: Result<Value, _> = release_cmd(&key, &owner, token)
+                        .query_async(&mut conn)
+                        .await;
+                }
+            });
+        }
+    }
+}
+
+/// The watchdog: every ttl/3, `LOCK.EXTEND ... TOKEN` on a connection of its own; the hold is
+/// lost when a renewal answers 0, or when the server cannot be reached before the lease ends.
+async fn renew(
+    locker: Locker,
+    key: String,
+    owner: String,
+    token: u64,
+    ttl: Duration,
+    phase: Arc<Mutex<Phase>>,
+    lost: watch::Sender<Option<String>>,
+) {
+    let interval = ttl / 3;
+    let mut lease_end = Instant::now() + ttl;
+    let mut conn: Option<MultiplexedConnection> = None;
+    loop {
+        tokio::time::sleep(interval).await;
+        let sent = Instant::now();
+        let mut phase = phase.lock().await;
+        if *phase != Phase::Held {
+            return;
+        }
+        if conn.is_none() {
+            conn = locker
+                .dedicated(Some(interval.max(Duration::from_millis(50))))
+                .await
+                .ok();
+        }
+        let reply: Result<i64, RedisError> = match conn.as_mut() {
+            Some(c) => {
+                redis::cmd("LOCK.EXTEND")
+                    .arg(&key)
+                    .arg(&owner)
+                    .arg(millis(ttl))
+                    .arg("TOKEN")
+                    .arg(token)
+                    .query_async(c)
+                    .await
+            }
+            None => Err(RedisError::from((redis::ErrorKind::Io, "no connection"))),
+        };
+        let reason = match reply {
+            Ok(1) => {
+                lease_end = sent + ttl;
+                None
+            }
+            Ok(_) => Some("the lease ran out before it was renewed".to_string()),
+            Err(e) if e.is_io_error() || e.is_timeout() || e.is_connection_dropped() => {
+                conn = None;
+                (Instant::now() >= lease_end)
+                    .then(|| "the server could not be reached before the lease ended".to_string())
+            }
+            Err(e) => Some(format!("renewal refused: {e}")),
+        };
+        if let Some(reason) = reason {
+            *phase = Phase::Lost(reason.clone());
+            let _ = lost.send(Some(reason));
+            return;
+        }
+    }
+}
