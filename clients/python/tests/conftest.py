@@ -91,3 +91,41 @@ def as_map(reply) -> dict:
     if isinstance(reply, dict):
         return reply
     return dict(zip(reply[::2], reply[1::2]))
+
+
+class Cluster:
+    """3 masters and 3 replicas on loopback, made with `redis-cli --cluster create`."""
+
+    def __init__(self):
+        self.nodes = [
+            Server("--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
+                   "--cluster-node-timeout", "2000")
+            for _ in range(6)
+        ]
+        addrs = [f"127.0.0.1:{n.port}" for n in self.nodes]
+        subprocess.run(
+            ["redis-cli", "--cluster", "create", *addrs, "--cluster-replicas", "1", "--cluster-yes"],
+            check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=60,
+        )
+        deadline = time.monotonic() + 30
+        while not all(
+            n.client().execute_command("CLUSTER", "INFO").decode().find("cluster_state:ok") >= 0
+            for n in self.nodes
+        ):
+            if time.monotonic() > deadline:
+                raise RuntimeError("the cluster did not come up")
+            time.sleep(0.1)
+
+    def client(self, **kw):
+        return redis.RedisCluster(host="127.0.0.1", port=self.nodes[0].port, **kw)
+
+    def stop(self):
+        for n in self.nodes:
+            n.stop()
+
+
+@pytest.fixture
+def cluster():
+    c = Cluster()
+    yield c
+    c.stop()
