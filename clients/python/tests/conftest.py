@@ -18,9 +18,18 @@ ROOT = pathlib.Path(__file__).resolve().parents[3]
 
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A free port whose cluster bus port (port + 10000) is free and valid too."""
+    import random
+
+    while True:
+        port = random.randint(20000, 50000)
+        try:
+            for p in (port, port + 10000):
+                with socket.socket() as s:
+                    s.bind(("127.0.0.1", p))
+            return port
+        except OSError:
+            continue
 
 
 class Server:
@@ -99,6 +108,7 @@ class Cluster:
     def __init__(self):
         self.nodes = [
             Server("--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
+                   "--cluster-announce-ip", "127.0.0.1",
                    "--cluster-node-timeout", "2000")
             for _ in range(6)
         ]
