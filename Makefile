@@ -64,7 +64,8 @@ test-python: build valkey pyvenv
 
 ## The benchmark (a few minutes, never part of `make test`): prints the table and writes
 ## docs/bench/results.md and PNG charts. BENCH_ARGS=--quick for a shorter run.
-bench: release
+bench: release pyvenv
+	$(PYVENV)/bin/pip install -q --disable-pip-version-check python-redis-lock
 	LOCK_TEST_SERVER=redis-server LOCK_MODULE=$(CURDIR)/$(MODULE_RELEASE) \
 		cargo run --release -p redis-lock-bench -- --out docs/bench $(BENCH_ARGS)
 

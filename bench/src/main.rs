@@ -399,6 +399,15 @@ fn main() {
         true,
     );
 
+    // 7. Python clients, if the client's virtual environment is there (`make bench` makes it).
+    let python = redis_lock_harness::workspace().join("target/pyvenv/bin/python");
+    if python.exists() {
+        eprintln!("7. Python lock clients");
+        python_clients(&mut report, &python, server.port, dur);
+    } else {
+        eprintln!("7. Python lock clients skipped: no target/pyvenv (run make pyvenv)");
+    }
+
     // Charts.
     match charts::init() {
         Ok(()) => {
@@ -439,4 +448,65 @@ fn main() {
         short,
         out.display()
     );
+}
+
+/// Section 7: the Python client next to redis-py's Lock and python-redis-lock, 16 threads on one
+/// lock with 1 ms holds, on the same server (bench/python/contended.py prints one JSON line each).
+fn python_clients(report: &mut Report, python: &std::path::Path, port: u16, dur: Duration) {
+    let script = redis_lock_harness::workspace().join("bench/python/contended.py");
+    let out = std::process::Command::new(python)
+        .arg(&script)
+        .args([
+            port.to_string(),
+            dur.as_secs_f64().to_string(),
+            "16".into(),
+            "1".into(),
+        ])
+        .output();
+    let Ok(out) = out else {
+        eprintln!("python clients: could not run {}", script.display());
+        return;
+    };
+    let mut rows = Vec::new();
+    let mut results: Vec<(String, f64, f64)> = Vec::new();
+    for line in String::from_utf8_lossy(&out.stdout).lines() {
+        let field = |name: &str| -> Option<String> {
+            let at = line.find(&format!("\"{name}\": "))? + name.len() + 4;
+            let rest = &line[at..];
+            let end = rest.find([',', '}']).unwrap_or(rest.len());
+            Some(rest[..end].trim().trim_matches('"').to_string())
+        };
+        let (Some(client), Some(rate), Some(jain), Some(p99)) = (
+            field("client"),
+            field("grants_per_sec").and_then(|v| v.parse::<f64>().ok()),
+            field("jain").and_then(|v| v.parse::<f64>().ok()),
+            field("wait_p99_ms").and_then(|v| v.parse::<f64>().ok()),
+        ) else {
+            continue;
+        };
+        rows.push(format!(
+            "| {client} | 16 | {rate:.0} | {jain:.4} | {p99:.1} |"
+        ));
+        results.push((client, rate, jain));
+    }
+    report.section(
+        "7. Python lock clients (16 threads, one lock, 1 ms holds)",
+        "| client | threads | grants/s | Jain | wait p99 ms |",
+        rows,
+    );
+    if let Some((_, ours, jain)) = results.first().cloned() {
+        let best_other = results[1..]
+            .iter()
+            .map(|(_, rate, _)| *rate)
+            .fold(0.0, f64::max);
+        report.check(
+            "Python client: grants/s vs the best other Python lock, and Jain",
+            format!(
+                "{:.2}x ({ours:.0} vs {best_other:.0}), Jain {jain:.4}",
+                ours / best_other.max(1.0)
+            ),
+            ">= 1x with Jain >= 0.99",
+            ours >= best_other && jain >= 0.99,
+        );
+    }
 }
