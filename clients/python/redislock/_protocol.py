@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass
-from typing import Any, List, Optional, Sequence, Union
+from typing import Any, Callable, List, Optional, Sequence, Union
 
 from redis.exceptions import ResponseError
 
@@ -86,3 +86,61 @@ def translate(err: ResponseError) -> Exception:
     if "unknown command" in text.lower() and "lock." in text.lower():
         return LockError("the redis-lock module is not loaded on this server: " + text)
     return err
+
+
+class LockSettings:
+    """What a lock object is, shared by ``redislock.Lock`` and ``redislock.aio.Lock``."""
+
+    def __init__(
+        self,
+        client: Any,
+        key: str,
+        ttl: float = 30.0,
+        *,
+        owner: Optional[str] = None,
+        shared: bool = False,
+        session: bool = False,
+        replicas: int = 0,
+        replicas_timeout: float = 1.0,
+        watchdog: bool = True,
+        reentrant: bool = False,
+        on_lost: Optional[Callable[[str], Any]] = None,
+        raise_on_lost: bool = True,
+        on_event: Optional[Callable[[str, dict], None]] = None,
+        _mode: Optional[Mode] = None,
+    ):
+        if ttl <= 0:
+            raise ValueError("ttl must be positive")
+        self.client = client
+        self.key = key
+        self.ttl = float(ttl)
+        self.owner = owner or new_owner()
+        self.mode = _mode or Mode(shared=shared)
+        self.session = session
+        self.replicas = replicas
+        self.replicas_timeout = replicas_timeout
+        self.watchdog = watchdog
+        self.reentrant = reentrant
+        self.on_lost = on_lost
+        self.raise_on_lost = raise_on_lost
+        self.on_event = on_event
+        #: The fencing token of the current hold (None when not held).
+        self.token: Optional[int] = None
+        #: Why the last hold was lost (None while it holds, or if it was released in time).
+        self.lost: Optional[str] = None
+        self._depth = 0
+        self._session_conn: Any = None
+        self._granted_at = 0.0
+
+    def locked(self) -> bool:
+        """Whether this object holds the lock (and has not lost it)."""
+        return self.token is not None and self.lost is None
+
+    def _emit(self, event: str, **fields: Any) -> None:
+        if self.on_event is not None:
+            try:
+                self.on_event(event, fields)
+            except Exception:
+                import logging
+
+                logging.getLogger("redislock").exception("redislock: on_event hook failed")

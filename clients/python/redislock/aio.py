@@ -45,52 +45,16 @@ async def _call(conn: Any, args: list, wait_forever: bool = False) -> Any:
         conn.socket_timeout = previous
 
 
-class Lock:
+class Lock(p.LockSettings):
     """The asyncio twin of ``redislock.Lock`` (same arguments, same rules)."""
 
-    def __init__(
-        self,
-        client: Any,
-        key: str,
-        ttl: float = 30.0,
-        *,
-        owner: Optional[str] = None,
-        shared: bool = False,
-        session: bool = False,
-        replicas: int = 0,
-        replicas_timeout: float = 1.0,
-        watchdog: bool = True,
-        reentrant: bool = False,
-        on_lost: Optional[Callable[[str], Any]] = None,
-        raise_on_lost: bool = True,
-        on_event: Optional[Callable[[str, dict], None]] = None,
-        _mode: Optional[p.Mode] = None,
-    ):
-        if ttl <= 0:
-            raise ValueError("ttl must be positive")
-        self.client = client
-        self.key = key
-        self.ttl = float(ttl)
-        self.owner = owner or p.new_owner()
-        self.mode = _mode or p.Mode(shared=shared)
-        self.session = session
-        self.replicas = replicas
-        self.replicas_timeout = replicas_timeout
-        self.watchdog = watchdog
-        self.reentrant = reentrant
-        self.on_lost = on_lost
-        self.raise_on_lost = raise_on_lost
-        self.on_event = on_event
-        self.token: Optional[int] = None
-        self.lost: Optional[str] = None
+    def __init__(self, client: Any, key: str, ttl: float = 30.0, **options: Any):
+        super().__init__(client, key, ttl, **options)
         # One holder of this object at a time: tasks never share a hold by accident.
         self._local = asyncio.Lock()
         self._holder: Optional[asyncio.Task] = None
-        self._depth = 0
         self._state = asyncio.Lock()
         self._watchdog: Optional[asyncio.Task] = None
-        self._session_conn: Any = None
-        self._granted_at = 0.0
 
     async def acquire(self, blocking: bool = True, timeout: Optional[float] = None) -> bool:
         """Take the lock (see ``redislock.Lock.acquire``)."""
@@ -255,9 +219,6 @@ class Lock:
             self._depth, self._holder = 0, None
             self._local.release()
 
-    def locked(self) -> bool:
-        return self.token is not None and self.lost is None
-
     async def guard(self, *command: Any) -> Any:
         """``LOCK.GUARD`` with this hold's token (``redislock.Stale`` once it is not live)."""
         token = self.token
@@ -295,12 +256,6 @@ class Lock:
         """``async with lock.hold(timeout=5.0):`` raises ``NotAcquired`` if not granted in time."""
         return Lock._Hold(self, timeout)
 
-    def _emit(self, event: str, **fields: Any) -> None:
-        if self.on_event is not None:
-            try:
-                self.on_event(event, fields)
-            except Exception:
-                log.exception("redislock: on_event hook failed")
 
 
 class Semaphore(Lock):

@@ -58,7 +58,7 @@ def _call(conn: Any, args: list, socket_timeout: Any = "keep") -> Any:
             sock.settimeout(previous)
 
 
-class Lock:
+class Lock(p.LockSettings):
     """A lock on ``key`` held for ``ttl`` seconds at a time, renewed by a watchdog.
 
     ``with lock:`` waits in the server's FIFO queue (no polling), then ``lock.token`` is the
@@ -68,52 +68,14 @@ class Lock:
     if the hold is lost before it is released.
     """
 
-    def __init__(
-        self,
-        client: Any,
-        key: str,
-        ttl: float = 30.0,
-        *,
-        owner: Optional[str] = None,
-        shared: bool = False,
-        session: bool = False,
-        replicas: int = 0,
-        replicas_timeout: float = 1.0,
-        watchdog: bool = True,
-        reentrant: bool = False,
-        on_lost: Optional[Callable[[str], None]] = None,
-        raise_on_lost: bool = True,
-        on_event: Optional[EventHook] = None,
-        _mode: Optional[p.Mode] = None,
-    ):
-        if ttl <= 0:
-            raise ValueError("ttl must be positive")
-        self.client = client
-        self.key = key
-        self.ttl = float(ttl)
-        self.owner = owner or p.new_owner()
-        self.mode = _mode or p.Mode(shared=shared)
-        self.session = session
-        self.replicas = replicas
-        self.replicas_timeout = replicas_timeout
-        self.watchdog = watchdog
-        self.reentrant = reentrant
-        self.on_lost = on_lost
-        self.raise_on_lost = raise_on_lost
-        self.on_event = on_event
-        #: The fencing token of the current hold (None when not held).
-        self.token: Optional[int] = None
-        #: Why the last hold was lost (None while it holds, or if it was released in time).
-        self.lost: Optional[str] = None
+    def __init__(self, client: Any, key: str, ttl: float = 30.0, **options: Any):
+        super().__init__(client, key, ttl, **options)
         # One holder of this object at a time, as a threading.Lock (RLock when reentrant).
-        self._local = threading.RLock() if reentrant else threading.Lock()
-        self._depth = 0
+        self._local = threading.RLock() if self.reentrant else threading.Lock()
         # Serializes the watchdog's renewals with release and loss.
         self._state = threading.Lock()
         self._stop = threading.Event()
         self._watchdog: Optional[threading.Thread] = None
-        self._session_conn: Any = None
-        self._granted_at = 0.0
 
     # -- acquiring ---------------------------------------------------------------------------
 
@@ -297,10 +259,6 @@ class Lock:
             self._depth = 0
             self._local.release()
 
-    def locked(self) -> bool:
-        """Whether this object holds the lock (and has not lost it)."""
-        return self.token is not None and self.lost is None
-
     # -- guarded writes ----------------------------------------------------------------------
 
     def guard(self, *command: Any) -> Any:
@@ -342,14 +300,6 @@ class Lock:
     def hold(self, timeout: Optional[float] = None, blocking: bool = True) -> "Lock._Hold":
         """``with lock.hold(timeout=5.0):`` raises ``NotAcquired`` if not granted in time."""
         return Lock._Hold(self, timeout, blocking)
-
-    def _emit(self, event: str, **fields: Any) -> None:
-        log.debug("redislock: %s %s %s", event, self.key, fields)
-        if self.on_event is not None:
-            try:
-                self.on_event(event, fields)
-            except Exception:
-                log.exception("redislock: on_event hook failed")
 
     def __repr__(self) -> str:
         return f"<redislock.Lock {self.key!r} owner={self.owner} token={self.token}>"

@@ -230,3 +230,20 @@ def test_inventory_100_in_stock_16_processes_exactly_100_sold(server, r):
     total = sum(sold.get(timeout=5) for _ in workers)
     assert int(r.get("{sku:9}:stock")) == 0
     assert total == 100, f"sold {total}"
+
+
+def test_a_connection_error_while_waiting_is_retried_with_the_same_owner(server, r):
+    holder = redislock.Lock(r, "retry", ttl=5)
+    holder.acquire()
+    waiter = redislock.Lock(server.client(), "retry", ttl=5)
+    got = []
+    t = threading.Thread(target=lambda: got.append(waiter.acquire(timeout=10)))
+    t.start()
+    assert eventually(lambda: r.info("clients")["blocked_clients"] == 1)
+    r.execute_command("CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes")  # the waiter's link breaks
+    assert eventually(lambda: r.info("clients")["blocked_clients"] == 1), "it waits again"
+    holder.release()
+    t.join(10)
+    assert got == [True]
+    assert r.execute_command("LOCK.FENCE", "retry") == waiter.token
+    waiter.release()
