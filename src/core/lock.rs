@@ -497,13 +497,39 @@ pub fn ended<'a>(
     before: &'a LockState,
     after: Option<&LockState>,
 ) -> impl Iterator<Item = &'a Holder> {
-    let kept: Vec<Token> = after
-        .map(|a| a.holds().map(|(h, _)| h.token).collect())
-        .unwrap_or_default();
+    let kept = Kept::of(after);
     before
         .holds()
         .map(|(h, _)| h)
-        .filter(move |h| !kept.contains(&h.token))
+        .filter(move |h| !kept.contains(h.token))
+}
+
+/// The tokens a state keeps, looked up without allocating for one hold (every exclusive lock,
+/// on every write) and in O(log H) for many.
+enum Kept {
+    One(Option<Token>),
+    Many(Vec<Token>),
+}
+
+impl Kept {
+    fn of(state: Option<&LockState>) -> Kept {
+        match state {
+            None => Kept::One(None),
+            Some(LockState::Exclusive(h)) => Kept::One(Some(h.token)),
+            Some(s) => {
+                let mut tokens: Vec<Token> = s.holds().map(|(h, _)| h.token).collect();
+                tokens.sort_unstable();
+                Kept::Many(tokens)
+            }
+        }
+    }
+
+    fn contains(&self, token: Token) -> bool {
+        match self {
+            Kept::One(t) => *t == Some(token),
+            Kept::Many(tokens) => tokens.binary_search(&token).is_ok(),
+        }
+    }
 }
 
 #[cfg(test)]
@@ -812,6 +838,9 @@ mod tests {
         let gone: Vec<Token> = ended(&before, Some(&after)).map(|h| h.token).collect();
         assert_eq!(gone, [1]);
         assert_eq!(ended(&before, None).count(), 2);
+        let renewed = exclusive("a", 3, 50);
+        assert_eq!(ended(&exclusive("a", 3, 10), Some(&renewed)).count(), 0);
+        assert_eq!(ended(&exclusive("b", 2, 10), Some(&renewed)).count(), 1);
     }
 
     /// One key driven by random requests of every mode, checked against the invariants.
