@@ -31,6 +31,7 @@ valkey:
 test: build valkey unit test-redis test-valkey test-python
 
 unit:
+	scripts/test-find-libclang.sh
 	cargo test --lib
 	cargo test -p redis-lock-bench
 

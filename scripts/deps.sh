@@ -10,10 +10,9 @@ command -v cargo >/dev/null 2>&1 || {
     echo "cargo is missing: install Rust with rustup (https://rustup.rs), then re-run." >&2
     exit 1
 }
-# bindgen needs libclang itself (libclang.so / libclang-N.so), not libclang-cpp, which LLVM ships too.
-if ! ldconfig -p 2>/dev/null | grep -qE 'libclang(-[0-9.]+)?\.so' && ! ls /usr/lib/llvm-*/lib/libclang.so* /usr/lib/llvm-*/lib/libclang-[0-9]*.so* >/dev/null 2>&1; then
-    missing_pkgs+=(libclang-dev)
-fi
+# bindgen needs libclang itself (libclang.so / libclang-N.so), not libclang-cpp, which LLVM ships
+# too (scripts/test-find-libclang.sh tests the check).
+"$(dirname "$0")/find-libclang.sh" >/dev/null || missing_pkgs+=(libclang-dev)
 command -v redis-server >/dev/null 2>&1 || missing_pkgs+=(redis-server)
 command -v redis-cli >/dev/null 2>&1 || missing_pkgs+=(redis-tools)
 # The fault suite moves the server's clock with libfaketime; the benchmark's charts need a font.
