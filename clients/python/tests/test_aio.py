@@ -19,12 +19,12 @@ def test_async_with_waits_renews_guards_and_releases(server, r):
         a = aredis.Redis(port=server.port)
         b = aredis.Redis(port=server.port, socket_timeout=0.2)
         r.set("stock", 5)
-        first = redislock.aio.Lock(a, "job", ttl=0.3)
+        first = redislock.aio.Lock(a, "job", ttl=0.6)
         async with first:
             assert await first.guard("DECRBY", "stock", 1) == 4
             second = redislock.aio.Lock(b, "job", ttl=0.3)
             task = asyncio.create_task(second.acquire(timeout=5))
-            await asyncio.sleep(1.0)  # three leases: the watchdog keeps the hold
+            await asyncio.sleep(1.5)  # more than two leases: the watchdog keeps the hold
             assert r.execute_command("LOCK.FENCE", "job") == first.token
             assert not task.done()
         assert await task

@@ -56,12 +56,12 @@ async fn the_watchdog_renews_and_lost_resolves_when_the_hold_is_gone() {
     let l = locker(&s);
     let g = l
         .lock("w")
-        .ttl(Duration::from_millis(300))
+        .ttl(Duration::from_millis(600))
         .acquire()
         .await
         .unwrap()
         .unwrap();
-    tokio::time::sleep(Duration::from_secs(1)).await; // three leases
+    tokio::time::sleep(Duration::from_millis(1500)).await; // more than two leases
     assert_eq!(fence(&mut s.con(), "w"), Some(g.token() as i64));
     assert!(g.is_lost().is_none());
     ok(&mut s.con(), &["LOCK.FORCERELEASE", "w"]);
