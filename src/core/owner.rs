@@ -1,18 +1,27 @@
 //! Owners: how a holder's name is kept, and the ones the server generates for `*`.
 //!
 //! Most owners are UUIDs. A canonical (lowercase, hyphenated) UUID is kept as its 16 bytes
-//! instead of 36 characters, so a held lock costs about what the `SET NX PX` string it replaces
-//! does; rendering it gives back exactly the bytes the client sent. Anything else is kept as is.
+//! instead of 36 characters, and so is a UUID written as 32 lowercase hex digits (redis-py's
+//! `uuid1().hex`); owners up to 22 bytes are kept inside the value; so a held lock costs about
+//! what the `SET NX PX` string it replaces does. Rendering gives back exactly the bytes the client
+//! sent. Longer owners are kept on the heap as they are.
 
 use std::ops::Deref;
 
 const UUID_LEN: usize = 36;
+const HEX_LEN: usize = 32;
+/// The longest owner kept inside the value (the enum stays 24 bytes).
+const INLINE_LEN: usize = 22;
 const HYPHENS: [usize; 4] = [8, 13, 18, 23];
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Owner {
     /// A canonical lowercase hyphenated UUID, as its 16 bytes.
     Uuid([u8; 16]),
+    /// 32 lowercase hex digits, as their 16 bytes.
+    Hex([u8; 16]),
+    /// A short owner (up to 22 bytes), kept inline: its bytes and their length.
+    Short([u8; INLINE_LEN], u8),
     /// Any other binary-safe owner.
     Bytes(Box<[u8]>),
 }
@@ -20,6 +29,7 @@ pub enum Owner {
 /// An owner's bytes, rendered on the stack for UUIDs.
 pub enum OwnerBytes<'a> {
     Rendered([u8; UUID_LEN]),
+    RenderedHex([u8; HEX_LEN]),
     Borrowed(&'a [u8]),
 }
 
@@ -28,6 +38,7 @@ impl Deref for OwnerBytes<'_> {
     fn deref(&self) -> &[u8] {
         match self {
             OwnerBytes::Rendered(b) => b,
+            OwnerBytes::RenderedHex(b) => b,
             OwnerBytes::Borrowed(b) => b,
         }
     }
@@ -60,6 +71,28 @@ fn parse_uuid(s: &[u8]) -> Option<[u8; 16]> {
     Some(out)
 }
 
+/// The 16 bytes of 32 lowercase hex digits, if they are.
+fn parse_hex(s: &[u8]) -> Option<[u8; 16]> {
+    if s.len() != HEX_LEN {
+        return None;
+    }
+    let mut out = [0u8; 16];
+    for (byte, pair) in out.iter_mut().zip(s.chunks_exact(2)) {
+        *byte = hex_value(pair[0])? << 4 | hex_value(pair[1])?;
+    }
+    Some(out)
+}
+
+fn render_hex(bytes: &[u8; 16]) -> [u8; HEX_LEN] {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let mut out = [0u8; HEX_LEN];
+    for (pair, b) in out.chunks_exact_mut(2).zip(bytes) {
+        pair[0] = HEX[usize::from(b >> 4)];
+        pair[1] = HEX[usize::from(b & 0xf)];
+    }
+    out
+}
+
 fn render_uuid(bytes: &[u8; 16]) -> [u8; UUID_LEN] {
     const HEX: &[u8; 16] = b"0123456789abcdef";
     let mut out = [b'-'; UUID_LEN];
@@ -77,23 +110,34 @@ fn render_uuid(bytes: &[u8; 16]) -> [u8; UUID_LEN] {
 
 impl Owner {
     pub fn new(bytes: &[u8]) -> Self {
-        match parse_uuid(bytes) {
-            Some(uuid) => Owner::Uuid(uuid),
-            None => Owner::Bytes(bytes.into()),
+        if let Some(uuid) = parse_uuid(bytes) {
+            return Owner::Uuid(uuid);
         }
+        if let Some(hex) = parse_hex(bytes) {
+            return Owner::Hex(hex);
+        }
+        if bytes.len() <= INLINE_LEN {
+            let mut inline = [0u8; INLINE_LEN];
+            inline[..bytes.len()].copy_from_slice(bytes);
+            return Owner::Short(inline, bytes.len() as u8);
+        }
+        Owner::Bytes(bytes.into())
     }
 
     /// Whether this is the owner named by `bytes` (byte for byte).
     pub fn matches(&self, bytes: &[u8]) -> bool {
         match self {
             Owner::Uuid(uuid) => parse_uuid(bytes).is_some_and(|other| other == *uuid),
-            Owner::Bytes(own) => **own == *bytes,
+            Owner::Hex(hex) => parse_hex(bytes).is_some_and(|other| other == *hex),
+            Owner::Short(..) | Owner::Bytes(_) => *self.bytes() == *bytes,
         }
     }
 
     pub fn bytes(&self) -> OwnerBytes<'_> {
         match self {
             Owner::Uuid(uuid) => OwnerBytes::Rendered(render_uuid(uuid)),
+            Owner::Hex(hex) => OwnerBytes::RenderedHex(render_hex(hex)),
+            Owner::Short(inline, len) => OwnerBytes::Borrowed(&inline[..usize::from(*len)]),
             Owner::Bytes(own) => OwnerBytes::Borrowed(own),
         }
     }
@@ -101,8 +145,8 @@ impl Owner {
     /// Heap bytes used beyond the `Owner` itself.
     pub fn heap_size(&self) -> usize {
         match self {
-            Owner::Uuid(_) => 0,
             Owner::Bytes(own) => own.len(),
+            _ => 0,
         }
     }
 }
@@ -143,18 +187,34 @@ mod tests {
 
     #[test]
     fn everything_else_is_kept_verbatim() {
-        for s in [
-            &b"8D3E4F5A-1111-4222-8333-444455556666"[..], // uppercase: would not round-trip
-            b"8d3e4f5a11114222833344445555666600000",
-            b"8d3e4f5a-1111-4222-8333-44445555666g",
-            b"worker-7",
-            b"\x00\xff",
+        for (s, inline) in [
+            (&b"8D3E4F5A-1111-4222-8333-444455556666"[..], false), // uppercase: would not round-trip
+            (b"8d3e4f5a11114222833344445555666600000", false),
+            (b"8d3e4f5a-1111-4222-8333-44445555666g", false),
+            (b"8D3E4F5A11114222833344445555666F", false), // uppercase hex
+            (b"worker-7", true),
+            (b"\x00\xff", true),
+            (b"web-7.example:12345:14", true), // 22 bytes: the longest kept inline
+            (b"web-7.example:12345:140", false),
         ] {
             let o = Owner::new(s);
-            assert!(matches!(o, Owner::Bytes(_)), "{s:?}");
+            assert_eq!(matches!(o, Owner::Short(..)), inline, "{s:?}");
+            assert!(matches!(o, Owner::Short(..) | Owner::Bytes(_)), "{s:?}");
             assert_eq!(&*o.bytes(), s);
             assert!(o.matches(s));
+            assert_eq!(o.heap_size(), if inline { 0 } else { s.len() });
         }
+    }
+
+    #[test]
+    fn hex_owners_are_compact_and_round_trip() {
+        let s = b"8d3e4f5a11114222833344445555666f";
+        let o = Owner::new(s);
+        assert!(matches!(o, Owner::Hex(_)));
+        assert_eq!(&*o.bytes(), s);
+        assert!(o.matches(s));
+        assert!(!o.matches(b"8d3e4f5a11114222833344445555666e"));
+        assert!(!o.matches(b"8D3E4F5A11114222833344445555666F"));
     }
 
     #[test]
@@ -169,6 +229,14 @@ mod tests {
             prop_assert_eq!(&*o.bytes(), &a[..]);
             prop_assert!(o.matches(&a));
             prop_assert_eq!(o.matches(&b), a == b);
+        }
+
+        #[test]
+        fn every_hex_owner_round_trips(bytes in any::<[u8; 16]>()) {
+            let s = render_hex(&bytes);
+            let o = Owner::new(&s);
+            prop_assert_eq!(o.clone(), Owner::Hex(bytes));
+            prop_assert_eq!(&*o.bytes(), &s[..]);
         }
 
         #[test]
