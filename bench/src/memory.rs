@@ -7,7 +7,24 @@ use std::time::Duration;
 
 use redis_lock_harness::{blocked_clients, eventually, info_field, Connection, Server};
 
+/// Owner shapes people use: the canonical UUID redislock and most clients send, 32 hex digits
+/// (redis-py's `uuid1().hex`), and a `host:pid:thread` name of 24 bytes.
+/// The owner of the i-th key.
+pub type OwnerOf = fn(usize) -> String;
+
+pub const OWNER_SHAPES: [(&str, OwnerOf); 3] = [
+    ("canonical UUID (36 B)", |i| {
+        format!("8d3e4f5a-1111-4222-8333-{i:012x}")
+    }),
+    ("32 hex digits", |i| format!("8d3e4f5a111142228333{i:012x}")),
+    ("host:pid:thread (24 B)", |i| {
+        format!("web-7.example:{:05}:1402", i % 100_000)
+    }),
+];
+
 pub struct Result {
+    /// Per owner shape (as `OWNER_SHAPES`): bytes per held lock and per `SET NX PX` string.
+    pub shapes: Vec<(&'static str, f64, f64)>,
     pub bytes_per_lock: f64,
     pub bytes_per_string: f64,
     pub bytes_per_waiter: f64,
@@ -96,18 +113,17 @@ fn blocked_cost(server: &Server, n: usize, command: impl Fn(usize) -> Vec<u8>) -
     (blocked - idle) as f64 / n as f64
 }
 
-fn fill(c: &mut Connection, n: usize, lock: bool) {
-    const OWNER: &str = "8d3e4f5a-1111-4222-8333-444455556666";
+fn fill(c: &mut Connection, n: usize, lock: bool, owner: OwnerOf) {
     for start in (0..n).step_by(10_000) {
         let mut p = redis::pipe();
         for i in start..(start + 10_000).min(n) {
             let key = format!("order:{i:08}");
             if lock {
-                p.cmd("LOCK.ACQUIRE").arg(key).arg(OWNER).arg(600_000);
+                p.cmd("LOCK.ACQUIRE").arg(key).arg(owner(i)).arg(600_000);
             } else {
                 p.cmd("SET")
                     .arg(key)
-                    .arg(OWNER)
+                    .arg(owner(i))
                     .arg("NX")
                     .arg("PX")
                     .arg(600_000);
@@ -117,18 +133,30 @@ fn fill(c: &mut Connection, n: usize, lock: bool) {
     }
 }
 
+/// Bytes per key of `n` keys filled with locks (or strings) of `owner`.
+fn per_key(c: &mut Connection, n: usize, lock: bool, owner: OwnerOf) -> f64 {
+    let _: () = redis::cmd("FLUSHALL").query(c).expect("flush");
+    let base = settle(c);
+    fill(c, n, lock, owner);
+    let filled = used_memory(c);
+    let _: () = redis::cmd("FLUSHALL").query(c).expect("flush");
+    (filled - base) as f64 / n as f64
+}
+
 pub fn run(server: &Server, n: usize, waiters: usize) -> Result {
     let mut c = server.con();
     let _: () = redis::cmd("FLUSHALL").query(&mut c).expect("flush");
     let baseline = settle(&mut c);
-
-    fill(&mut c, n, true);
-    let with_locks = used_memory(&mut c);
-    let _: () = redis::cmd("FLUSHALL").query(&mut c).expect("flush");
-    let base2 = settle(&mut c);
-    fill(&mut c, n, false);
-    let with_strings = used_memory(&mut c);
-    let _: () = redis::cmd("FLUSHALL").query(&mut c).expect("flush");
+    let shapes: Vec<(&'static str, f64, f64)> = OWNER_SHAPES
+        .iter()
+        .map(|&(name, owner)| {
+            (
+                name,
+                per_key(&mut c, n, true, owner),
+                per_key(&mut c, n, false, owner),
+            )
+        })
+        .collect();
 
     // Waiters: the same connections idle, then blocked; a BLPOP-blocked connection is the
     // yardstick for what any blocked client costs Redis.
@@ -153,8 +181,9 @@ pub fn run(server: &Server, n: usize, waiters: usize) -> Result {
     let _: () = redis::cmd("FLUSHALL").query(&mut c).expect("flush");
     let after_release = settle(&mut c);
     Result {
-        bytes_per_lock: (with_locks - baseline) as f64 / n as f64,
-        bytes_per_string: (with_strings - base2) as f64 / n as f64,
+        bytes_per_lock: shapes[0].1,
+        bytes_per_string: shapes[0].2,
+        shapes,
         bytes_per_waiter: per_waiter,
         bytes_per_blpop: per_blpop,
         baseline,
