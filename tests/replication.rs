@@ -4,23 +4,6 @@
 use redis_lock_harness::*;
 use std::time::Duration;
 
-fn replica_of(master: &Server, extra: &[&str]) -> Server {
-    let port = master.port.to_string();
-    let mut args = vec!["--replicaof", "127.0.0.1", &port];
-    args.extend_from_slice(extra);
-    let replica = Server::start_with(&args);
-    let mut r = replica.con();
-    assert!(
-        eventually(Duration::from_secs(20), || info_field(
-            &mut r,
-            "replication",
-            "master_link_status"
-        ) == "up"),
-        "replica never synced"
-    );
-    replica
-}
-
 /// Wait until every replica acknowledged everything the master wrote.
 fn sync(m: &mut Connection) {
     assert_eq!(
@@ -33,7 +16,7 @@ fn sync(m: &mut Connection) {
 #[test]
 fn replica_follows_grants_extends_handoffs_expiry_and_releases() {
     let master = Server::start();
-    let replica = replica_of(&master, &[]);
+    let replica = Server::replica_of(&master, &[]);
     let mut m = master.con();
     let mut r = replica.con();
 
@@ -84,7 +67,8 @@ fn replica_follows_grants_extends_handoffs_expiry_and_releases() {
 #[test]
 fn replica_aof_keeps_what_the_master_replicated() {
     let master = Server::start();
-    let mut replica = replica_of(&master, &["--appendonly", "yes", "--appendfsync", "always"]);
+    let mut replica =
+        Server::replica_of(&master, &["--appendonly", "yes", "--appendfsync", "always"]);
     let mut m = master.con();
     // After the full sync the replica rewrites its AOF; let that finish first.
     wait_persistence_idle(&mut replica.con());
@@ -104,7 +88,7 @@ fn replica_aof_keeps_what_the_master_replicated() {
 #[test]
 fn promoted_replica_continues_above_replicated_tokens() {
     let master = Server::start();
-    let replica = replica_of(&master, &[]);
+    let replica = Server::replica_of(&master, &[]);
     let mut m = master.con();
     restore_lock_with_token(&mut m, "forged", future_token());
     let from_counter = acquire(&mut m, "k", "a", 60_000).unwrap();
@@ -121,7 +105,7 @@ fn promoted_replica_continues_above_replicated_tokens() {
 #[test]
 fn promotion_after_lost_grants_never_reuses_a_token() {
     let mut master = Server::start();
-    let replica = replica_of(&master, &[]);
+    let replica = Server::replica_of(&master, &[]);
     let mut m = master.con();
     acquire(&mut m, "seen", "a", 60_000).unwrap();
     sync(&mut m);
@@ -165,7 +149,7 @@ fn waiters_of_a_demoted_master_get_an_error_at_once() {
 #[test]
 fn grants_acknowledged_with_wait_survive_failover() {
     let mut master = Server::start();
-    let replica = replica_of(&master, &[]);
+    let replica = Server::replica_of(&master, &[]);
     let mut m = master.con();
     let t = acquire(&mut m, "order:9", "alice", 60_000).unwrap();
     assert_eq!(
@@ -191,7 +175,7 @@ fn grants_acknowledged_with_wait_survive_failover() {
 #[test]
 fn a_writable_replica_refuses_lock_writes() {
     let master = Server::start();
-    let replica = replica_of(&master, &["--replica-read-only", "no"]);
+    let replica = Server::replica_of(&master, &["--replica-read-only", "no"]);
     let mut m = master.con();
     acquire(&mut m, "k", "a", 200).unwrap();
     sync(&mut m);
@@ -215,7 +199,7 @@ fn a_writable_replica_refuses_lock_writes() {
 #[test]
 fn coordinated_failover_command() {
     let master = Server::start();
-    let replica = replica_of(&master, &[]);
+    let replica = Server::replica_of(&master, &[]);
     let mut m = master.con();
     let t = acquire(&mut m, "k", "alice", 60_000).unwrap();
     let w = spawn_wait(&master, "k", "bob", 60_000, 0);

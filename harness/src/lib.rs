@@ -76,6 +76,24 @@ impl Server {
         Self::start_with_module_args(&[], extra)
     }
 
+    /// A replica of `master` (with `extra` arguments), returned once its link is up.
+    pub fn replica_of(master: &Server, extra: &[&str]) -> Self {
+        let port = master.port.to_string();
+        let mut args = vec!["--replicaof", "127.0.0.1", &port];
+        args.extend_from_slice(extra);
+        let replica = Self::start_with(&args);
+        let mut r = replica.con();
+        assert!(
+            eventually(Duration::from_secs(20), || info_field(
+                &mut r,
+                "replication",
+                "master_link_status"
+            ) == "up"),
+            "the replica never synced with its master"
+        );
+        replica
+    }
+
     /// Start with arguments for the module (`loadmodule path name value ...`) and the server.
     pub fn start_with_module_args(module_args: &[&str], extra: &[&str]) -> Self {
         Self::start_full(module_args, extra, &[])

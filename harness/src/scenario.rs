@@ -315,19 +315,8 @@ impl Scenario {
             port.store(cluster.nodes[owner].port, Ordering::SeqCst);
             Arc::new(Mutex::new(cluster))
         });
-        let replica = (topology == Topology::WithReplica).then(|| {
-            let master_port = lock_server.port.to_string();
-            let mut args = vec!["--replicaof", "127.0.0.1", &master_port];
-            args.extend_from_slice(&lock_args);
-            let replica = Server::start_with(&args);
-            let mut r = replica.con();
-            assert!(eventually(Duration::from_secs(20), || info_field(
-                &mut r,
-                "replication",
-                "master_link_status"
-            ) == "up"));
-            Arc::new(Mutex::new(replica))
-        });
+        let replica = (topology == Topology::WithReplica)
+            .then(|| Arc::new(Mutex::new(Server::replica_of(&lock_server, &lock_args))));
         let server = Arc::new(Mutex::new(lock_server));
         let sha: String = redis::cmd("SCRIPT")
             .arg("LOAD")
@@ -757,6 +746,19 @@ pub fn single_fault(after: Duration, fault: fn(&Chaos)) -> ChaosFn {
         ch.sleep(after);
         if ch.running() {
             fault(&ch);
+        }
+    })
+}
+
+/// Stop the lock server with SIGSTOP for `stopped`, `times` times, `every` apart.
+pub fn stop_server_repeatedly(times: usize, every: Duration, stopped: Duration) -> ChaosFn {
+    Box::new(move |ch: Chaos| {
+        for _ in 0..times {
+            ch.sleep(every);
+            if !ch.running() {
+                return;
+            }
+            ch.stop_server_for(stopped);
         }
     })
 }

@@ -123,15 +123,15 @@ pub fn acquire(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
             };
         }
     };
-    let several = granted.live_count(now) > 1;
+    // A downgrade may let readers at the head in; several holds end one by one: then the queue
+    // is settled against what was just stored.
+    let settle = (waiting || granted.live_count(now) > 1).then(|| granted.clone());
     lock.store(granted, LockEvent::Acquire, now)?;
     if parsed.session {
         sessions::bind(server::client_id(ctx), lock.queue_key(), token);
     }
-    if waiting || several {
-        // A downgrade may let readers at the head in; several holds end one by one.
-        let state = lock.state()?;
-        waiting::pass_on(&lock, state.as_ref(), now);
+    if let Some(stored) = settle {
+        waiting::pass_on(&lock, Some(&stored), now);
     }
     Ok(grant_reply(owner, token, with_owner))
 }

@@ -10,15 +10,6 @@ use redis_lock_harness::scenario::*;
 #[test]
 #[ignore = "fault suite: make test-faults"]
 fn guarded_writes_with_stalled_holders_and_a_stopped_server() {
-    let chaos = |ch: Chaos| {
-        for _ in 0..3 {
-            ch.sleep(Duration::from_millis(900));
-            if !ch.running() {
-                return;
-            }
-            ch.stop_server_for(Duration::from_millis(500));
-        }
-    };
     let outcome = Scenario {
         ttl_ms: 200,
         duration: Duration::from_secs(5),
@@ -26,7 +17,11 @@ fn guarded_writes_with_stalled_holders_and_a_stopped_server() {
         guarded: true,
         ..Scenario::default()
     }
-    .chaos(Box::new(chaos))
+    .chaos(stop_server_repeatedly(
+        3,
+        Duration::from_millis(900),
+        Duration::from_millis(500),
+    ))
     .run();
     let (accepted, stale) = check(&outcome);
     assert_eq!(outcome.injected, 3);

@@ -35,15 +35,6 @@ fn readers_and_stalled_writers_with_kill9_restarts() {
 #[test]
 #[ignore = "fault suite: make test-faults"]
 fn readers_and_writers_while_the_server_is_sigstopped() {
-    let chaos = |ch: Chaos| {
-        for _ in 0..3 {
-            ch.sleep(Duration::from_millis(900));
-            if !ch.running() {
-                return;
-            }
-            ch.stop_server_for(Duration::from_millis(500));
-        }
-    };
     let outcome = Scenario {
         clients: 3,
         readers: 5,
@@ -52,7 +43,11 @@ fn readers_and_writers_while_the_server_is_sigstopped() {
         pause: pause_client_zero,
         ..Scenario::default()
     }
-    .chaos(Box::new(chaos))
+    .chaos(stop_server_repeatedly(
+        3,
+        Duration::from_millis(900),
+        Duration::from_millis(500),
+    ))
     .run();
     let (accepted, _) = check(&outcome);
     assert_eq!(outcome.injected, 3);
