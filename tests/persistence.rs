@@ -112,6 +112,44 @@ fn aof_always_survives_kill9_with_every_grant_release_and_handoff() {
     );
 }
 
+/// A release that frees an exclusive lock goes to the AOF as the command itself and replays as
+/// the key's deletion, even when the lease it released has long run out by replay time (an
+/// expiry, not a release, would count in `expired_keys`). Other releases keep their holds.
+#[test]
+fn a_release_in_the_aof_replays_as_the_deletion_whatever_the_clock() {
+    let mut s = Server::start_with(&["--appendonly", "yes", "--appendfsync", "always"]);
+    let mut c = s.con();
+    let t = acquire(&mut c, "short", "alice", 300).unwrap();
+    assert_eq!(
+        int(&ok(&mut c, &["LOCK.RELEASE", "short", "alice", "TOKEN", &t.to_string()])),
+        1
+    );
+    acquire(&mut c, "plain", "bob", 300).unwrap();
+    assert_eq!(release(&mut c, "plain", "bob"), 1);
+    ok(&mut c, &["LOCK.ACQUIRE", "rw", "r1", "60000", "SHARED"]);
+    ok(&mut c, &["LOCK.ACQUIRE", "rw", "r2", "60000", "SHARED"]);
+    assert_eq!(release(&mut c, "rw", "r1"), 1);
+    let aof = std::fs::read_dir(s.dir.join("appendonlydir"))
+        .expect("the AOF directory")
+        .filter_map(Result::ok)
+        .filter(|e| e.file_name().to_string_lossy().contains(".incr."))
+        .map(|e| std::fs::read(e.path()).expect("the AOF"))
+        .next()
+        .expect("an incremental AOF file");
+    let aof = String::from_utf8_lossy(&aof);
+    assert_eq!(aof.matches("LOCK.RELEASE").count(), 2, "{aof}");
+    assert!(!aof.contains("\r\nDEL\r\n"), "{aof}");
+    std::thread::sleep(std::time::Duration::from_millis(400)); // both leases are over by the replay
+    s.signal(libc::SIGKILL);
+    s.restart();
+    let mut c = s.con();
+    assert_eq!(int(&ok(&mut c, &["EXISTS", "short", "plain"])), 0);
+    assert_eq!(info_field(&mut c, "stats", "expired_keys"), "0");
+    let holders = ok(&mut c, &["LOCK.INFO", "rw"]);
+    assert!(format!("{holders:?}").contains("r2"), "{holders:?}");
+    assert!(!format!("{holders:?}").contains("r1"), "{holders:?}");
+}
+
 fn aof_rewrite_round_trip(preamble: &str) {
     let mut s = Server::start_with(&["--appendonly", "yes", "--aof-use-rdb-preamble", preamble]);
     let mut c = s.con();

@@ -437,6 +437,24 @@ pub fn release(
     Some(state.rebuilt(now, |h| h.token != token, Holder::clone))
 }
 
+/// Replaying a release the master made (a replica, the AOF): the exclusive hold this release
+/// frees, if `current` is `owner`'s (with token `only`, if given), whatever this server's clock
+/// says. The master sends a release itself only when it freed an exclusive lock that way.
+pub fn replayed_release<'a>(
+    current: Option<&'a LockState>,
+    owner: &[u8],
+    only: Option<Token>,
+) -> Option<&'a Holder> {
+    match current {
+        Some(LockState::Exclusive(h))
+            if h.owner.matches(owner) && only.is_none_or(|t| t == h.token) =>
+        {
+            Some(h)
+        }
+        _ => None,
+    }
+}
+
 /// The live holds of `state` without the one of `token` (None when nothing is left).
 pub fn without(state: &LockState, token: Token, now: Millis) -> Option<LockState> {
     state.rebuilt(now, |h| h.token != token, Holder::clone)
@@ -571,6 +589,23 @@ mod tests {
             48,
             "the enum tag fits in the owner's niche"
         );
+    }
+
+    #[test]
+    fn a_replayed_release_frees_the_named_exclusive_hold_whatever_the_clock() {
+        let held = exclusive("a", 7, 1_000);
+        // Long after the deadline here: the master released it while it was live.
+        assert!(release(Some(&held), b"a", None, 5_000).is_none());
+        assert_eq!(
+            replayed_release(Some(&held), b"a", None).map(|h| h.token),
+            Some(7)
+        );
+        assert!(replayed_release(Some(&held), b"a", Some(7)).is_some());
+        assert!(replayed_release(Some(&held), b"a", Some(8)).is_none());
+        assert!(replayed_release(Some(&held), b"b", None).is_none());
+        assert!(replayed_release(None, b"a", None).is_none());
+        let shared = LockState::Shared(vec![holder("a", 7, 1_000)]);
+        assert!(replayed_release(Some(&shared), b"a", None).is_none());
     }
 
     #[test]

@@ -44,12 +44,44 @@ impl Deref for OwnerBytes<'_> {
     }
 }
 
-fn hex_value(c: u8) -> Option<u8> {
-    match c {
-        b'0'..=b'9' => Some(c - b'0'),
-        b'a'..=b'f' => Some(c - b'a' + 10),
-        _ => None,
+/// Each byte's value as a lowercase hex digit, or `NOT_HEX` (a table: every acquire and release
+/// of a UUID owner reads 32 digits).
+const NOT_HEX: u8 = 0xff;
+const HEX_VALUES: [u8; 256] = {
+    let mut table = [NOT_HEX; 256];
+    let mut c = 0;
+    while c < 10 {
+        table[b'0' as usize + c] = c as u8;
+        c += 1;
     }
+    let mut c = 0;
+    while c < 6 {
+        table[b'a' as usize + c] = 10 + c as u8;
+        c += 1;
+    }
+    table
+};
+const HEX_DIGITS: &[u8; 16] = b"0123456789abcdef";
+
+/// Where the 32 hex digits of a canonical UUID stand (around its hyphens).
+const UUID_DIGITS: [usize; HEX_LEN] = {
+    let mut at = [0usize; HEX_LEN];
+    let (mut i, mut pos) = (0, 0);
+    while i < HEX_LEN {
+        if pos == HYPHENS[0] || pos == HYPHENS[1] || pos == HYPHENS[2] || pos == HYPHENS[3] {
+            pos += 1;
+        }
+        at[i] = pos;
+        i += 1;
+        pos += 1;
+    }
+    at
+};
+
+/// The byte of two hex digits, if both are lowercase hex digits.
+fn hex_byte(hi: u8, lo: u8) -> Option<u8> {
+    let (hi, lo) = (HEX_VALUES[usize::from(hi)], HEX_VALUES[usize::from(lo)]);
+    (hi != NOT_HEX && lo != NOT_HEX).then_some(hi << 4 | lo)
 }
 
 /// The 16 bytes of a canonical lowercase hyphenated UUID string, if it is one.
@@ -58,15 +90,8 @@ fn parse_uuid(s: &[u8]) -> Option<[u8; 16]> {
         return None;
     }
     let mut out = [0u8; 16];
-    let mut digits = s
-        .iter()
-        .enumerate()
-        .filter(|(i, _)| !HYPHENS.contains(i))
-        .map(|(_, c)| *c);
-    for byte in &mut out {
-        let hi = hex_value(digits.next()?)?;
-        let lo = hex_value(digits.next()?)?;
-        *byte = hi << 4 | lo;
+    for (byte, at) in out.iter_mut().zip(UUID_DIGITS.chunks_exact(2)) {
+        *byte = hex_byte(s[at[0]], s[at[1]])?;
     }
     Some(out)
 }
@@ -78,32 +103,25 @@ fn parse_hex(s: &[u8]) -> Option<[u8; 16]> {
     }
     let mut out = [0u8; 16];
     for (byte, pair) in out.iter_mut().zip(s.chunks_exact(2)) {
-        *byte = hex_value(pair[0])? << 4 | hex_value(pair[1])?;
+        *byte = hex_byte(pair[0], pair[1])?;
     }
     Some(out)
 }
 
 fn render_hex(bytes: &[u8; 16]) -> [u8; HEX_LEN] {
-    const HEX: &[u8; 16] = b"0123456789abcdef";
     let mut out = [0u8; HEX_LEN];
     for (pair, b) in out.chunks_exact_mut(2).zip(bytes) {
-        pair[0] = HEX[usize::from(b >> 4)];
-        pair[1] = HEX[usize::from(b & 0xf)];
+        pair[0] = HEX_DIGITS[usize::from(b >> 4)];
+        pair[1] = HEX_DIGITS[usize::from(b & 0xf)];
     }
     out
 }
 
 fn render_uuid(bytes: &[u8; 16]) -> [u8; UUID_LEN] {
-    const HEX: &[u8; 16] = b"0123456789abcdef";
     let mut out = [b'-'; UUID_LEN];
-    let mut at = 0;
-    for b in bytes {
-        while HYPHENS.contains(&at) {
-            at += 1;
-        }
-        out[at] = HEX[usize::from(b >> 4)];
-        out[at + 1] = HEX[usize::from(b & 0xf)];
-        at += 2;
+    for (b, at) in bytes.iter().zip(UUID_DIGITS.chunks_exact(2)) {
+        out[at[0]] = HEX_DIGITS[usize::from(b >> 4)];
+        out[at[1]] = HEX_DIGITS[usize::from(b & 0xf)];
     }
     out
 }

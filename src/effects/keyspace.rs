@@ -3,6 +3,7 @@
 //! emit the keyspace event, and account the end of the previous hold, so no state change can
 //! miss the replicas, the AOF, the events or the metrics.
 
+use std::cell::Cell;
 use std::ffi::CStr;
 use std::sync::Mutex;
 use std::time::Duration;
@@ -80,6 +81,9 @@ pub struct LockKey<'a> {
     ctx: &'a Context,
     name: &'a RedisString,
     key: RedisKeyWritable,
+    /// The command itself went to the replicas and the AOF, and replays as this key's
+    /// deletion: `remove` must not replicate a `DEL` too.
+    deletion_replicated: Cell<bool>,
 }
 
 impl<'a> LockKey<'a> {
@@ -88,6 +92,7 @@ impl<'a> LockKey<'a> {
             ctx,
             name,
             key: ctx.open_key_writable(name),
+            deletion_replicated: Cell::new(false),
         }
     }
 
@@ -189,8 +194,18 @@ impl<'a> LockKey<'a> {
         if self.exists() {
             self.end_previous_holds(None, now);
             let _ = self.key.delete();
-            server::replicate_del(self.ctx, self.name);
+            if !self.deletion_replicated.get() {
+                server::replicate_del(self.ctx, self.name);
+            }
         }
+    }
+
+    /// Replicate the running command as it came (a release that frees an exclusive lock: it
+    /// replays as the key's deletion, see `commands::release`), in place of the `DEL` that
+    /// `remove` would send. Effects replicated after it (a handoff) follow it in order.
+    pub fn replicate_command_as_deletion(&self) {
+        self.ctx.replicate_verbatim();
+        self.deletion_replicated.set(true);
     }
 }
 

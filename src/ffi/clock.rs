@@ -24,6 +24,18 @@ pub fn now_ms() -> Millis {
     }
 }
 
+/// The time in milliseconds and in microseconds, from one reading of the clock (a grant needs
+/// both: the lease's deadline and the token).
+pub fn now() -> (Millis, u64) {
+    // SAFETY: Microseconds (Redis 7.2+) takes no arguments and only reads the clock.
+    if let Some(microseconds) = unsafe { raw::RedisModule_Microseconds } {
+        let us = unsafe { microseconds() };
+        return (us / 1000, u64::try_from(us).unwrap_or(0));
+    }
+    let ms = now_ms();
+    (ms, u64::try_from(ms).unwrap_or(0).saturating_mul(1000))
+}
+
 pub fn now_us() -> u64 {
     // SAFETY: Microseconds (Redis 7.2+) takes no arguments and only reads the clock.
     if let Some(microseconds) = unsafe { raw::RedisModule_Microseconds } {

@@ -208,8 +208,8 @@ extern "C" fn aof_rewrite(
         || match state {
             LockState::Exclusive(holder) => {
                 let record = codec::apply_record(holder);
-                // SAFETY: EmitAOF reads the arguments as the format says: a module string, a
-                // buffer with its length, and three long longs.
+                // SAFETY: EmitAOF reads the arguments as the format says: a module string, then
+                // four buffers each with its length (alive in `record` for the call).
                 unsafe {
                     if let Some(emit) = raw::RedisModule_EmitAOF {
                         emit(
@@ -219,9 +219,12 @@ extern "C" fn aof_rewrite(
                             key,
                             record.owner.as_ptr().cast::<c_char>(),
                             record.owner.len(),
-                            record.token as std::os::raw::c_longlong,
-                            record.deadline as std::os::raw::c_longlong,
-                            record.granted as std::os::raw::c_longlong,
+                            record.token.as_bytes().as_ptr().cast::<c_char>(),
+                            record.token.as_bytes().len(),
+                            record.deadline.as_bytes().as_ptr().cast::<c_char>(),
+                            record.deadline.as_bytes().len(),
+                            record.granted.as_bytes().as_ptr().cast::<c_char>(),
+                            record.granted.as_bytes().len(),
                         );
                     }
                 }

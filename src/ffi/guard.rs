@@ -17,10 +17,10 @@ use crate::core::error::LockError;
 use crate::core::metrics::STATS;
 
 /// A command handler, as the registration table lists them.
-pub type Handler = fn(&Context, Vec<RedisString>) -> RedisResult;
+pub type Handler = fn(&Context, &[RedisString]) -> RedisResult;
 
 /// Run a command handler; a panic becomes an error reply (and a line in the log).
-pub fn command(ctx: &Context, name: &str, args: Vec<RedisString>, handler: Handler) -> RedisResult {
+pub fn command(ctx: &Context, name: &str, args: &[RedisString], handler: Handler) -> RedisResult {
     contain(
         name,
         || Err(LockError::Internal.into()),
@@ -28,18 +28,53 @@ pub fn command(ctx: &Context, name: &str, args: Vec<RedisString>, handler: Handl
     )
 }
 
-/// The body of a command's `extern "C"` entry point: decode the arguments, run `handler` (which
+/// The body of a command's `extern "C"` entry point: hand the arguments to `handler` (which
 /// contains panics through `command`), send its reply.
 pub fn serve(
     ctx: *mut raw::RedisModuleCtx,
     argv: *mut *mut raw::RedisModuleString,
     argc: std::os::raw::c_int,
-    handler: impl FnOnce(&Context, Vec<RedisString>) -> RedisResult,
+    handler: impl FnOnce(&Context, &[RedisString]) -> RedisResult,
 ) -> std::os::raw::c_int {
     let context = Context::new(ctx);
-    let args = redis_module::decode_args(ctx, argv, argc);
-    let reply = handler(&context, args);
+    let args = Borrowed::new(ctx, argv, argc);
+    let reply = handler(&context, &args.0);
     context.reply(reply) as std::os::raw::c_int
+}
+
+/// The command's arguments, borrowed from Redis for the call: neither retained nor freed
+/// (retaining and freeing each one, as `redis_module::decode_args` does, costs the server
+/// more than parsing them).
+struct Borrowed(Vec<RedisString>);
+
+impl Borrowed {
+    fn new(
+        ctx: *mut raw::RedisModuleCtx,
+        argv: *mut *mut raw::RedisModuleString,
+        argc: std::os::raw::c_int,
+    ) -> Self {
+        let argc = usize::try_from(argc).unwrap_or(0);
+        if argv.is_null() || argc == 0 {
+            return Self(Vec::new());
+        }
+        // SAFETY: Redis passes `argc` valid string pointers in `argv`, alive for the whole
+        // call, which outlives `Borrowed` (dropped before the entry point returns).
+        let raw = unsafe { std::slice::from_raw_parts(argv, argc) };
+        Self(
+            raw.iter()
+                .map(|&arg| RedisString::from_redis_module_string(ctx, arg))
+                .collect(),
+        )
+    }
+}
+
+impl Drop for Borrowed {
+    fn drop(&mut self) {
+        // Not ours to free: forget each handle (a RedisString frees its string when dropped).
+        for arg in self.0.drain(..) {
+            std::mem::forget(arg);
+        }
+    }
 }
 
 /// Where and why the last panic happened, written by the panic hook, read by `contain`.
@@ -154,11 +189,8 @@ pub mod debug_panics {
 
         use redis_module::{raw, Context, RedisError, RedisValue};
 
-        fn debug(
-            _ctx: &Context,
-            args: Vec<redis_module::RedisString>,
-        ) -> redis_module::RedisResult {
-            match &args[..] {
+        fn debug(_ctx: &Context, args: &[redis_module::RedisString]) -> redis_module::RedisResult {
+            match args {
                 [_, sub, entry] if sub.as_slice().eq_ignore_ascii_case(b"panic") => {
                     arm(&String::from_utf8_lossy(entry.as_slice()));
                     Ok(RedisValue::SimpleStringStatic("OK"))

@@ -2,7 +2,7 @@
 //! and pause state, random bytes, INFO fields, replication of effects and keyspace events.
 
 use std::ffi::CStr;
-use std::os::raw::{c_char, c_int, c_longlong};
+use std::os::raw::{c_char, c_int};
 
 use redis_module::{raw, Context, ContextFlags, InfoContext, RedisString};
 
@@ -129,8 +129,8 @@ pub fn replicate_state(ctx: &Context, key: &RedisString, state: &LockState) {
     match state {
         LockState::Exclusive(holder) => {
             let record = codec::apply_record(holder);
-            // SAFETY: the arguments match APPLY_FORMAT: a module string, a buffer and its
-            // length, and three long longs; Redis copies them into its own argv.
+            // SAFETY: the arguments match APPLY_FORMAT: a module string, then four buffers each
+            // with its length (living in `record` until the call returns); Redis copies them.
             unsafe {
                 replicate(
                     ctx.ctx,
@@ -139,9 +139,12 @@ pub fn replicate_state(ctx: &Context, key: &RedisString, state: &LockState) {
                     key.inner,
                     record.owner.as_ptr().cast::<c_char>(),
                     record.owner.len(),
-                    record.token as c_longlong,
-                    record.deadline as c_longlong,
-                    record.granted as c_longlong,
+                    record.token.as_bytes().as_ptr().cast::<c_char>(),
+                    record.token.as_bytes().len(),
+                    record.deadline.as_bytes().as_ptr().cast::<c_char>(),
+                    record.deadline.as_bytes().len(),
+                    record.granted.as_bytes().as_ptr().cast::<c_char>(),
+                    record.granted.as_bytes().len(),
                 );
             }
         }
