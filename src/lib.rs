@@ -49,7 +49,7 @@ mod registration {
     redis_module! {
         name: "lock",
         version: 1,
-        allocator: (redis_module::alloc::RedisAlloc, redis_module::alloc::RedisAlloc),
+        allocator: (crate::ffi::alloc::Counting<redis_module::alloc::RedisAlloc>, crate::ffi::alloc::Counting(redis_module::alloc::RedisAlloc)),
         data_types: [LOCK_TYPE],
         acl_categories: ["lock",],
         init: init,

@@ -117,6 +117,42 @@ fn waiters_that_time_out_or_disconnect_leave_nothing_behind() {
     assert_eq!(stat(&mut c, "waiters_disconnected"), 300.0);
 }
 
+fn module_heap(c: &mut Connection) -> i64 {
+    info_field(c, "lock", "lock_module_heap_bytes").parse().unwrap()
+}
+
+/// What the module's own code holds per waiter (its queue and index entries; a WAIT timeout's
+/// timer carries the client id itself) stays within 256 bytes, and all of it goes when the
+/// waiters do, however they leave.
+#[test]
+fn the_module_holds_at_most_256_bytes_per_waiter_and_frees_them() {
+    let s = Server::start();
+    let mut c = s.con();
+    acquire(&mut c, "busy", "holder", 600_000).unwrap();
+    let baseline = module_heap(&mut c);
+    // 1,025 waiters: just past a doubling of the queue's and the index's tables, the worst case.
+    for (n, wait) in [(1_025, "600000"), (2_000, "0")] {
+        let socks = raw_waiters(s.port, "busy", n, wait);
+        wait_blocked(&mut c, n as i64);
+        let per_waiter = (module_heap(&mut c) - baseline) as f64 / n as f64;
+        assert!(
+            per_waiter > 24.0 && per_waiter <= 256.0,
+            "{n} waiters: {per_waiter:.1} B each"
+        );
+        drop(socks);
+        assert!(
+            eventually(Duration::from_secs(30), || blocked_clients(&mut c) == 0),
+            "the waiters did not leave"
+        );
+        assert!(
+            eventually(Duration::from_secs(10), || module_heap(&mut c) - baseline
+                <= 1024),
+            "module heap after the waiters left: {} (baseline {baseline})",
+            module_heap(&mut c)
+        );
+    }
+}
+
 /// Issue 8, item 6. Each module-blocked client borrows two temporary clients from the server's
 /// pool (`RedisModule_BlockClient`); when the waiter leaves they go back to the pool, and the
 /// server's `modulesCron` frees at most 50 of them per 100 ms. So after 2,000 waiters leave, the

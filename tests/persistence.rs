@@ -121,7 +121,10 @@ fn a_release_in_the_aof_replays_as_the_deletion_whatever_the_clock() {
     let mut c = s.con();
     let t = acquire(&mut c, "short", "alice", 300).unwrap();
     assert_eq!(
-        int(&ok(&mut c, &["LOCK.RELEASE", "short", "alice", "TOKEN", &t.to_string()])),
+        int(&ok(
+            &mut c,
+            &["LOCK.RELEASE", "short", "alice", "TOKEN", &t.to_string()]
+        )),
         1
     );
     acquire(&mut c, "plain", "bob", 300).unwrap();

@@ -27,15 +27,67 @@ pub struct Result {
     pub shapes: Vec<(&'static str, f64, f64)>,
     pub bytes_per_lock: f64,
     pub bytes_per_string: f64,
-    pub bytes_per_waiter: f64,
-    /// The same for a connection blocked in BLPOP (what Redis spends on any blocked client).
-    pub bytes_per_blpop: f64,
+    pub waiter: Waiters,
     pub baseline: i64,
     pub after_release: i64,
 }
 
 pub fn used_memory(c: &mut Connection) -> i64 {
     info_field(c, "memory", "used_memory").parse().unwrap_or(0)
+}
+
+/// Bytes the module's own code holds (`INFO lock`, counted by its allocator).
+pub fn module_heap(c: &mut Connection) -> i64 {
+    info_field(c, "lock", "lock_module_heap_bytes")
+        .parse()
+        .unwrap_or(0)
+}
+
+/// What one blocked connection costs beyond the same connection idle (bytes).
+pub struct Waiters {
+    /// A connection blocked in `LOCK.ACQUIRE ... WAIT`: everything (used_memory).
+    pub total: f64,
+    /// Of that, what the module's code holds (its queue entry, index entry, timer).
+    pub module: f64,
+    /// A connection blocked in BLPOP (what Redis spends on any blocked client).
+    pub blpop: f64,
+}
+
+impl Waiters {
+    /// The server's part of a lock waiter (its blocked-client record, temporary clients, timer).
+    pub fn server(&self) -> f64 {
+        self.total - self.module
+    }
+}
+
+/// Measure `n` lock waiters (each with a WAIT timeout, so with a timer) against `n` BLPOP
+/// waiters on `server`.
+pub fn waiters(server: &Server, n: usize) -> Waiters {
+    let mut c = server.con();
+    let _: i64 = redis::cmd("LOCK.ACQUIRE")
+        .arg("bench:w")
+        .arg("holder")
+        .arg(600_000)
+        .query(&mut c)
+        .expect("hold");
+    let (total, module) = blocked_cost(server, n, |i| {
+        let owner = format!("waiter-{i:06}");
+        resp(&[
+            b"LOCK.ACQUIRE",
+            b"bench:w",
+            owner.as_bytes(),
+            b"60000",
+            b"WAIT",
+            b"600000",
+        ])
+    });
+    let (blpop, _) = blocked_cost(server, n, |_| resp(&[b"BLPOP", b"bench:empty", b"0"]));
+    let _: i64 = redis::cmd("DEL").arg("bench:w").query(&mut c).expect("del");
+    Waiters {
+        total,
+        module,
+        blpop,
+    }
 }
 
 /// Encode one command in RESP.
@@ -92,13 +144,15 @@ fn settle(c: &mut Connection) -> i64 {
     last
 }
 
-/// Memory per connection blocked by `command(i)`, beyond the same connections idle.
-fn blocked_cost(server: &Server, n: usize, command: impl Fn(usize) -> Vec<u8>) -> f64 {
+/// Memory per connection blocked by `command(i)`, beyond the same connections idle: all of it,
+/// and the module's heap.
+fn blocked_cost(server: &Server, n: usize, command: impl Fn(usize) -> Vec<u8>) -> (f64, f64) {
     let mut c = server.con();
     let socks: Vec<TcpStream> = (0..n)
         .map(|_| TcpStream::connect(("127.0.0.1", server.port)).expect("connect"))
         .collect();
     let idle = settle(&mut c);
+    let idle_heap = module_heap(&mut c);
     for (i, mut s) in socks.iter().enumerate() {
         s.write_all(&command(i)).expect("send");
     }
@@ -106,11 +160,13 @@ fn blocked_cost(server: &Server, n: usize, command: impl Fn(usize) -> Vec<u8>) -
         &mut c
     ) == n as i64));
     let blocked = settle(&mut c);
+    let blocked_heap = module_heap(&mut c);
     drop(socks);
     assert!(eventually(Duration::from_secs(30), || blocked_clients(
         &mut c
     ) == 0));
-    (blocked - idle) as f64 / n as f64
+    let per = |bytes: i64| bytes as f64 / n as f64;
+    (per(blocked - idle), per(blocked_heap - idle_heap))
 }
 
 fn fill(c: &mut Connection, n: usize, lock: bool, owner: OwnerOf) {
@@ -143,7 +199,7 @@ fn per_key(c: &mut Connection, n: usize, lock: bool, owner: OwnerOf) -> f64 {
     (filled - base) as f64 / n as f64
 }
 
-pub fn run(server: &Server, n: usize, waiters: usize) -> Result {
+pub fn run(server: &Server, n: usize, waiters_n: usize) -> Result {
     let mut c = server.con();
     let _: () = redis::cmd("FLUSHALL").query(&mut c).expect("flush");
     let baseline = settle(&mut c);
@@ -160,32 +216,14 @@ pub fn run(server: &Server, n: usize, waiters: usize) -> Result {
 
     // Waiters: the same connections idle, then blocked; a BLPOP-blocked connection is the
     // yardstick for what any blocked client costs Redis.
-    let _: i64 = redis::cmd("LOCK.ACQUIRE")
-        .arg("bench:w")
-        .arg("holder")
-        .arg(600_000)
-        .query(&mut c)
-        .expect("hold");
-    let per_waiter = blocked_cost(server, waiters, |i| {
-        let owner = format!("waiter-{i:06}");
-        resp(&[
-            b"LOCK.ACQUIRE",
-            b"bench:w",
-            owner.as_bytes(),
-            b"60000",
-            b"WAIT",
-            b"0",
-        ])
-    });
-    let per_blpop = blocked_cost(server, waiters, |_| resp(&[b"BLPOP", b"bench:empty", b"0"]));
+    let waiter = waiters(server, waiters_n);
     let _: () = redis::cmd("FLUSHALL").query(&mut c).expect("flush");
     let after_release = settle(&mut c);
     Result {
         bytes_per_lock: shapes[0].1,
         bytes_per_string: shapes[0].2,
         shapes,
-        bytes_per_waiter: per_waiter,
-        bytes_per_blpop: per_blpop,
+        waiter,
         baseline,
         after_release,
     }

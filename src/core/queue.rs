@@ -1,7 +1,7 @@
 //! The FIFO wait queue of one lock, generic over the client handle (`C`): the Redis layer
 //! stores blocked clients in it, the tests plain numbers.
 
-use std::collections::BTreeMap;
+use std::collections::VecDeque;
 
 use crate::core::lock::{fits, Holder, LockState, Millis, Token, Want};
 use crate::core::owner::Owner;
@@ -27,67 +27,100 @@ pub struct Handed<C> {
 /// A waiter's place in its queue: places only grow, so the smallest is the head.
 pub type Place = u64;
 
-/// The FIFO queue of one lock. Keyed by place, so a waiter that times out or disconnects leaves
-/// in O(log n) from wherever it stands: a fleet of 100k waiters dropping at once must not turn
-/// into a quadratic stall of the server.
+/// The FIFO queue of one lock. A waiter that times out or disconnects leaves from wherever it
+/// stands in O(log n) (a binary search for its place) and leaves a gap: gaps at the head go at
+/// once, the others are swept in one pass when they outnumber the waiters (O(1) amortized), so
+/// a fleet of 100k waiters dropping at once never turns into a quadratic stall of the server.
+/// One flat ring of slots costs each waiter about its own size (a tree of nodes cost twice that).
 #[derive(Debug)]
 pub struct WaitQueue<C> {
-    waiters: BTreeMap<Place, Waiter<C>>,
+    /// (place, waiter or gap) in increasing place order; the front slot is never a gap.
+    slots: VecDeque<(Place, Option<Waiter<C>>)>,
+    waiting: usize,
     next_place: Place,
 }
 
 impl<C> Default for WaitQueue<C> {
     fn default() -> Self {
         Self {
-            waiters: BTreeMap::new(),
+            slots: VecDeque::new(),
+            waiting: 0,
             next_place: 0,
         }
     }
 }
+
+/// Gaps tolerated beyond the number of waiters before a sweep.
+const SLACK: usize = 32;
 
 impl<C> WaitQueue<C> {
     /// Queue a waiter at the tail; its place identifies it later.
     pub fn push(&mut self, waiter: Waiter<C>) -> Place {
         let place = self.next_place;
         self.next_place += 1;
-        self.waiters.insert(place, waiter);
+        self.slots.push_back((place, Some(waiter)));
+        self.waiting += 1;
         place
     }
 
     /// Take a waiter out wherever it stands (timeout, disconnect).
     pub fn remove(&mut self, place: Place) -> Option<Waiter<C>> {
-        self.waiters.remove(&place)
+        let at = self.slots.binary_search_by_key(&place, |(p, _)| *p).ok()?;
+        let waiter = self.slots[at].1.take()?;
+        self.waiting -= 1;
+        self.tidy();
+        Some(waiter)
+    }
+
+    /// Drop the gaps at the head; sweep the rest when they outnumber the waiters, and give
+    /// back memory a burst of waiters left behind.
+    fn tidy(&mut self) {
+        while self.slots.front().is_some_and(|(_, w)| w.is_none()) {
+            self.slots.pop_front();
+        }
+        if self.slots.len() > 2 * self.waiting + SLACK {
+            self.slots.retain(|(_, w)| w.is_some());
+        }
+        if self.slots.capacity() > 4 * self.slots.len() + SLACK {
+            self.slots.shrink_to(2 * self.slots.len());
+        }
+    }
+
+    fn head(&self) -> Option<&Waiter<C>> {
+        self.slots.front().and_then(|(_, w)| w.as_ref())
     }
 
     /// Whether the waiter at `place` is the head of the queue.
     pub fn is_head(&self, place: Place) -> bool {
-        self.waiters
-            .first_key_value()
-            .is_some_and(|(p, _)| *p == place)
+        self.slots
+            .front()
+            .is_some_and(|(p, w)| *p == place && w.is_some())
     }
 
     pub fn len(&self) -> usize {
-        self.waiters.len()
+        self.waiting
     }
 
     pub fn is_empty(&self) -> bool {
-        self.waiters.is_empty()
+        self.waiting == 0
     }
 
     /// The waiters in the order they will be served.
     pub fn iter(&self) -> impl Iterator<Item = &Waiter<C>> {
-        self.waiters.values()
+        self.slots.iter().filter_map(|(_, w)| w.as_ref())
     }
 
     pub fn drain(&mut self) -> impl Iterator<Item = Waiter<C>> {
-        std::mem::take(&mut self.waiters).into_values()
+        self.waiting = 0;
+        std::mem::take(&mut self.slots)
+            .into_iter()
+            .filter_map(|(_, w)| w)
     }
 
     /// Whether the head of the queue fits beside the live holds of `state`.
     pub fn head_fits(&self, state: Option<&LockState>, now: Millis) -> bool {
-        self.waiters
-            .first_key_value()
-            .is_some_and(|(_, w)| fits(state, &w.owner.bytes(), w.want, now))
+        self.head()
+            .is_some_and(|w| fits(state, &w.owner.bytes(), w.want, now))
     }
 
     /// Serve the head of the queue while it fits beside the live holds of `state`: one
@@ -106,8 +139,7 @@ impl<C> WaitQueue<C> {
         }
         let mut next = state.and_then(|s| s.live(now));
         let mut served = Vec::new();
-        while let Some(entry) = self.waiters.first_entry() {
-            let head = entry.get();
+        while let Some(head) = self.head() {
             if !fits(next.as_ref(), &head.owner.bytes(), head.want, now)
                 || next
                     .as_ref()
@@ -118,7 +150,11 @@ impl<C> WaitQueue<C> {
             let Some(token) = issue_token() else {
                 break;
             };
-            let waiter = entry.remove();
+            let Some((_, Some(waiter))) = self.slots.pop_front() else {
+                break; // the front slot is never a gap: `head` just saw it
+            };
+            self.waiting -= 1;
+            self.tidy();
             let holder = Holder {
                 owner: waiter.owner.clone(),
                 token,
@@ -163,6 +199,29 @@ mod tests {
 
     fn served(h: &Handed<u32>) -> Vec<(u32, Token)> {
         h.served.iter().map(|(w, t)| (w.client, *t)).collect()
+    }
+
+    #[test]
+    fn leaving_from_anywhere_keeps_the_order_and_sweeps_the_gaps() {
+        let mut q = WaitQueue::default();
+        let places: Vec<Place> = (0..1000)
+            .map(|i| q.push(waiter(i, "w", 10, Want::Exclusive)))
+            .collect();
+        // Everyone but every tenth leaves, the head last.
+        for (i, &place) in places.iter().enumerate().skip(1) {
+            if i % 10 != 0 {
+                assert_eq!(q.remove(place).map(|w| w.client), Some(i as u32));
+            }
+            assert!(q.slots.len() <= 2 * q.len() + SLACK);
+        }
+        assert!(q.remove(places[5]).is_none(), "already gone");
+        let left: Vec<u32> = q.iter().map(|w| w.client).collect();
+        assert_eq!(left, (0..1000).step_by(10).collect::<Vec<u32>>());
+        assert!(q.is_head(places[0]) && !q.is_head(places[10]));
+        assert_eq!(q.remove(places[0]).map(|w| w.client), Some(0));
+        assert!(q.is_head(places[10]));
+        assert_eq!(q.len(), 99);
+        assert!(q.slots.capacity() <= 4 * q.slots.len() + SLACK);
     }
 
     #[test]

@@ -9,6 +9,7 @@
 //! calls `hand_off`.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use crate::core::lock::{LockState, Millis, Token};
 use crate::core::queue::{Handed, Place, WaitQueue, Waiter};
@@ -45,9 +46,11 @@ impl<C> Default for Entry<C> {
 }
 
 pub struct Registry<C> {
-    queues: HashMap<QueueKey, Entry<C>>,
+    /// The key is shared with the index entry of each of its waiters (one copy of the name
+    /// per queue, not one per waiter).
+    queues: HashMap<Arc<QueueKey>, Entry<C>>,
     /// Where each queued client stands: its queue and its place in it.
-    client_queue: HashMap<u64, (QueueKey, Place)>,
+    client_queue: HashMap<u64, (Arc<QueueKey>, Place)>,
     /// When the earliest pending settle timer of a key fires (keys with waiters, or with
     /// several holds whose leases end one by one).
     timers: HashMap<QueueKey, Millis>,
@@ -67,9 +70,13 @@ impl<C: Client> Registry<C> {
     /// Queue a client at the tail of `key`'s queue.
     pub fn join(&mut self, key: QueueKey, waiter: Waiter<C>) {
         let client_id = waiter.client.id();
+        let key = match self.queues.get_key_value(&key) {
+            Some((shared, _)) => Arc::clone(shared),
+            None => Arc::new(key),
+        };
         let place = self
             .queues
-            .entry(key.clone())
+            .entry(Arc::clone(&key))
             .or_default()
             .queue
             .push(waiter);
@@ -80,17 +87,17 @@ impl<C: Client> Registry<C> {
     /// queued (already answered).
     pub fn leave(&mut self, client_id: u64) -> Option<Left<C>> {
         let (key, place) = self.client_queue.remove(&client_id)?;
-        let entry = self.queues.get_mut(&key)?;
+        let entry = self.queues.get_mut(&*key)?;
         let was_head = entry.queue.is_head(place);
         let waiter = entry.queue.remove(place)?;
         let others_wait = !entry.queue.is_empty();
         if !others_wait {
-            self.queues.remove(&key);
+            self.queues.remove(&*key);
         }
         self.shrink_if_idle();
         Some(Left {
             // Who stands behind a head that left may fit now (readers behind a writer).
-            settle: (was_head && others_wait).then_some(key),
+            settle: (was_head && others_wait).then(|| (*key).clone()),
             waiter,
         })
     }
@@ -181,7 +188,7 @@ impl<C: Client> Registry<C> {
         self.queues
             .keys()
             .filter(|k| db.is_none_or(|d| d == k.db))
-            .cloned()
+            .map(|k| (**k).clone())
             .collect()
     }
 
@@ -245,7 +252,7 @@ mod tests {
                 for w in entry.queue.iter() {
                     count += 1;
                     match self.client_queue.get(&w.client) {
-                        Some((k, _)) if k == key => {}
+                        Some((k, _)) if Arc::ptr_eq(k, key) => {}
                         other => return Err(format!("client {} indexed as {other:?}", w.client)),
                     }
                 }
@@ -269,8 +276,8 @@ mod tests {
 
     #[test]
     fn a_queue_entry_stays_small() {
-        // The README's per-waiter figure counts the index entry (40 B) beside the queue entry.
-        assert_eq!(std::mem::size_of::<(u64, (QueueKey, Place))>(), 40);
+        // The index entry of a waiter: its client id, its queue's shared key, its place.
+        assert_eq!(std::mem::size_of::<(u64, (Arc<QueueKey>, Place))>(), 24);
     }
 
     #[test]

@@ -6,6 +6,7 @@
 //! load (`handlers`): that is how Redis calls back up into the shell while every `use crate::`
 //! line here names only `core` or `ffi`.
 
+pub mod alloc;
 pub mod block;
 pub mod call;
 pub mod clock;

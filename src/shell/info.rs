@@ -4,6 +4,7 @@
 use redis_module::{InfoContext, RedisResult};
 
 use crate::core::metrics::STATS;
+use crate::ffi::alloc;
 
 fn ms(micros: u64) -> String {
     format!("{:.3}", micros as f64 / 1000.0)
@@ -27,6 +28,7 @@ pub fn render(ctx: &InfoContext) -> RedisResult<()> {
             .field(&format!("{name}_p99_ms"), ms(h.quantile(0.99)))?
             .field(&format!("{name}_max_ms"), ms(h.max()))?;
     }
+    section = section.field("module_heap_bytes", alloc::held_bytes() as u64)?;
     section.build_section()?.build_info()?;
     Ok(())
 }
