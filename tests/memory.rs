@@ -118,7 +118,9 @@ fn waiters_that_time_out_or_disconnect_leave_nothing_behind() {
 }
 
 fn module_heap(c: &mut Connection) -> i64 {
-    info_field(c, "lock", "lock_module_heap_bytes").parse().unwrap()
+    info_field(c, "lock", "lock_module_heap_bytes")
+        .parse()
+        .unwrap()
 }
 
 /// What the module's own code holds per waiter (its queue and index entries; a WAIT timeout's

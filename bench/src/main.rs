@@ -4,12 +4,14 @@
 //!
 //! Usage: redis-lock-bench [--out DIR] [--quick]
 //!        redis-lock-bench --waiters N   (only the memory of N lock waiters vs N BLPOP waiters)
+//!        redis-lock-bench --cost        (only section 8, the module's own cost)
 
 mod charts;
 mod contended;
 mod expiry;
 mod family;
 mod memory;
+mod overhead;
 mod report;
 mod scale;
 mod stats;
@@ -55,6 +57,12 @@ fn main() {
             w.server(),
             w.blpop
         );
+        return;
+    }
+    if args.iter().any(|a| a == "--cost") {
+        let mut report = Report::default();
+        module_cost(&mut report, &server, dur);
+        println!("{}", report.markdown());
         return;
     }
     eprintln!(
@@ -440,6 +448,10 @@ fn main() {
         eprintln!("7. Python lock clients skipped: no target/pyvenv (run make pyvenv)");
     }
 
+    // 8. What the module costs: GET/SET with and without it, and LOCK.ACQUIRE alone.
+    eprintln!("8. the module's own cost");
+    module_cost(&mut report, &server, dur);
+
     // Charts.
     match charts::init() {
         Ok(()) => {
@@ -479,6 +491,62 @@ fn main() {
         report.checks.len() - short,
         short,
         out.display()
+    );
+}
+
+/// Section 8: GET and SET on the same server binary without the module and with it (its
+/// command filter sees every command), and LOCK.ACQUIRE of fresh keys against SET NX PX.
+fn module_cost(report: &mut Report, server: &redis_lock_harness::Server, dur: Duration) {
+    use overhead::{ACQUIRE, GET, SET, SET_NX_PX};
+    let plain = redis_lock_harness::Server::start_without_module();
+    let r = overhead::compare(
+        &[
+            (&plain, GET),
+            (server, GET),
+            (&plain, SET),
+            (server, SET),
+            (server, SET_NX_PX),
+            (server, ACQUIRE),
+        ],
+        dur,
+    );
+    let row = |what: &str, rate: overhead::Rate| {
+        format!("| {what} | {:.0} | {:.2} |", rate.per_sec, rate.cpu_us)
+    };
+    report.section(
+        "8. The module's own cost (pipelined by 32, 8 connections; best of 3 alternating rounds)",
+        "| load | requests/s | server CPU µs/request |",
+        vec![
+            row("GET, server without the module", r[0]),
+            row("GET, with the module loaded", r[1]),
+            row("SET, server without the module", r[2]),
+            row("SET, with the module loaded", r[3]),
+            row("SET NX PX of fresh keys", r[4]),
+            row("LOCK.ACQUIRE of fresh keys", r[5]),
+        ],
+    );
+    for (name, without, with) in [("GET", r[0], r[1]), ("SET", r[2], r[3])] {
+        let cost = 1.0 - with.per_sec / without.per_sec;
+        report.check(
+            &format!("{name} throughput lost by loading the module"),
+            format!(
+                "{:.1}% (server CPU per request {:+.1}%)",
+                cost * 100.0,
+                (with.cpu_us / without.cpu_us - 1.0) * 100.0
+            ),
+            "<= 2%",
+            cost <= 0.02,
+        );
+    }
+    report.check(
+        "LOCK.ACQUIRE vs SET NX PX (pipelined, fresh keys)",
+        format!(
+            "{:.2}x requests/s; server CPU per request {:.2}x",
+            r[5].per_sec / r[4].per_sec,
+            r[5].cpu_us / r[4].cpu_us
+        ),
+        ">= 0.9x",
+        r[5].per_sec >= 0.9 * r[4].per_sec,
     );
 }
 

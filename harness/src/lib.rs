@@ -63,6 +63,8 @@ pub struct Server {
     extra: Vec<String>,
     module_args: Vec<String>,
     env: Vec<(String, String)>,
+    /// Load the module (all but the benchmark's yardstick server do).
+    with_module: bool,
     child: Option<Child>,
 }
 
@@ -99,13 +101,27 @@ impl Server {
         Self::start_full(module_args, extra, &[])
     }
 
+    /// The same server without the module (the benchmark's yardstick for its cost).
+    pub fn start_without_module() -> Self {
+        let mut server = Self::blank(&[], &[], &[]);
+        server.with_module = false;
+        server.launch();
+        server
+    }
+
     /// Start with environment variables for the server process (e.g. LD_PRELOAD of faketime).
     pub fn start_with_env(env: &[(&str, &str)], extra: &[&str]) -> Self {
         Self::start_full(&[], extra, env)
     }
 
     fn start_full(module_args: &[&str], extra: &[&str], env: &[(&str, &str)]) -> Self {
-        let mut server = Server {
+        let mut server = Self::blank(module_args, extra, env);
+        server.launch();
+        server
+    }
+
+    fn blank(module_args: &[&str], extra: &[&str], env: &[(&str, &str)]) -> Self {
+        Server {
             port: 0,
             dir: fresh_dir("srv"),
             extra: extra.iter().map(|s| s.to_string()).collect(),
@@ -114,10 +130,9 @@ impl Server {
                 .iter()
                 .map(|(k, v)| (k.to_string(), v.to_string()))
                 .collect(),
+            with_module: true,
             child: None,
-        };
-        server.launch();
-        server
+        }
     }
 
     fn launch(&mut self) {
@@ -132,11 +147,13 @@ impl Server {
                 .arg("--dir")
                 .arg(&self.dir)
                 .args(["--logfile", "server.log", "--enable-debug-command", "yes"])
-                .args(["--repl-diskless-sync-delay", "0", "--protected-mode", "no"])
-                .arg("--loadmodule")
-                .arg(module_path())
-                .args(&self.module_args)
-                .args(&self.extra)
+                .args(["--repl-diskless-sync-delay", "0", "--protected-mode", "no"]);
+            if self.with_module {
+                cmd.arg("--loadmodule")
+                    .arg(module_path())
+                    .args(&self.module_args);
+            }
+            cmd.args(&self.extra)
                 .envs(self.env.iter().map(|(k, v)| (k, v)))
                 .stdin(Stdio::null())
                 .stdout(Stdio::null())

@@ -167,6 +167,9 @@ fn filter(fctx: *mut raw::RedisModuleCommandFilterCtx) {
     let (Ok(total @ 1..), Some(h)) = (usize::try_from(total), handlers::get()) else {
         return;
     };
+    if total > h.command_seen_words {
+        return;
+    }
     // SAFETY: the context and its count, used only during this callback.
     let args = unsafe { CommandArgs::new(fctx, total) };
     (h.command_seen)(&args);

@@ -67,8 +67,12 @@ pub struct Handlers {
     pub demoted: fn(),
     /// A client connection closed.
     pub client_closed: fn(client_id: u64),
-    /// The command filter saw a command (every command on the server: keep it cheap).
+    /// The command filter saw a command of at most `command_seen_words` words (the name
+    /// included): every such command on the server comes by, so keep it cheap.
     pub command_seen: fn(&CommandArgs),
+    /// The most words of a command `command_seen` cares about: the filter drops longer ones
+    /// before anything else (most commands on a busy server).
+    pub command_seen_words: usize,
     /// `INFO lock` is being rendered.
     pub info: fn(&InfoContext),
 }

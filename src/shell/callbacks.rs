@@ -43,6 +43,8 @@ pub static HANDLERS: Handlers = Handlers {
     demoted,
     client_closed,
     command_seen,
+    // RESET, EXEC, DISCARD and CONFIG RESETSTAT.
+    command_seen_words: 2,
     info: on_info,
 };
 
