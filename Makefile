@@ -32,6 +32,7 @@ test: build valkey unit test-redis test-valkey test-python
 
 unit:
 	scripts/test-find-libclang.sh
+	scripts/test-check-rust.sh
 	cargo test --lib
 	cargo test -p redis-lock-bench
 

@@ -1,18 +1,21 @@
 #!/usr/bin/env bash
-# Make sure what building and testing need is installed: cargo, libclang (bindgen), redis-server,
+# Make sure what building and testing need is installed: Rust (new enough), a C toolchain for
+# linking, libclang (bindgen), redis-server,
 # redis-cli (cluster tests), faketime (fault suite), a TrueType font (benchmark charts), Python
 # with pip and venv (the Python client's tests).
 # Installs with apt when run as root on Debian/Ubuntu; otherwise prints the exact command.
 set -euo pipefail
 
 missing_pkgs=()
-command -v cargo >/dev/null 2>&1 || {
-    echo "cargo is missing: install Rust with rustup (https://rustup.rs), then re-run." >&2
-    exit 1
-}
+here=$(cd "$(dirname "$0")" && pwd)
+# Rust new enough for Cargo.toml's rust-version (Debian's own cargo package is older); the
+# check prints the rustup commands when it is not (scripts/test-check-rust.sh tests it).
+"$here/check-rust.sh" || exit 1
+# Rust links through the system C compiler (cc), which a minimal Debian does not have.
+command -v cc >/dev/null 2>&1 || missing_pkgs+=(build-essential)
 # bindgen needs libclang itself (libclang.so / libclang-N.so), not libclang-cpp, which LLVM ships
 # too (scripts/test-find-libclang.sh tests the check).
-"$(dirname "$0")/find-libclang.sh" >/dev/null || missing_pkgs+=(libclang-dev)
+"$here/find-libclang.sh" >/dev/null || missing_pkgs+=(libclang-dev)
 command -v redis-server >/dev/null 2>&1 || missing_pkgs+=(redis-server)
 command -v redis-cli >/dev/null 2>&1 || missing_pkgs+=(redis-tools)
 # The fault suite moves the server's clock with libfaketime; the benchmark's charts need a font.

@@ -12,6 +12,7 @@ use std::panic::{self, AssertUnwindSafe};
 use std::sync::Mutex;
 
 use redis_module::{raw, Context, RedisResult, RedisString};
+use smallvec::SmallVec;
 
 use crate::core::error::LockError;
 use crate::core::metrics::STATS;
@@ -44,8 +45,8 @@ pub fn serve(
 
 /// The command's arguments, borrowed from Redis for the call: neither retained nor freed
 /// (retaining and freeing each one, as `redis_module::decode_args` does, costs the server
-/// more than parsing them).
-struct Borrowed(Vec<RedisString>);
+/// more than parsing them), and on the stack for the usual handful.
+struct Borrowed(SmallVec<[RedisString; 8]>);
 
 impl Borrowed {
     fn new(
@@ -55,7 +56,7 @@ impl Borrowed {
     ) -> Self {
         let argc = usize::try_from(argc).unwrap_or(0);
         if argv.is_null() || argc == 0 {
-            return Self(Vec::new());
+            return Self(SmallVec::new());
         }
         // SAFETY: Redis passes `argc` valid string pointers in `argv`, alive for the whole
         // call, which outlives `Borrowed` (dropped before the entry point returns).
