@@ -10,6 +10,7 @@ mod charts;
 mod contended;
 mod expiry;
 mod family;
+mod instructions;
 mod memory;
 mod overhead;
 mod report;
@@ -62,6 +63,7 @@ fn main() {
     if args.iter().any(|a| a == "--cost") {
         let mut report = Report::default();
         module_cost(&mut report, &server, dur);
+        module_cost_instructions(&mut report);
         println!("{}", report.markdown());
         return;
     }
@@ -451,6 +453,7 @@ fn main() {
     // 8. What the module costs: GET/SET with and without it, and LOCK.ACQUIRE alone.
     eprintln!("8. the module's own cost");
     module_cost(&mut report, &server, dur);
+    module_cost_instructions(&mut report);
 
     // Charts.
     match charts::init() {
@@ -547,6 +550,71 @@ fn module_cost(report: &mut Report, server: &redis_lock_harness::Server, dur: Du
         ),
         ">= 0.9x",
         r[5].per_sec >= 0.9 * r[4].per_sec,
+    );
+}
+
+/// Section 8b: the same comparisons counted in instructions (callgrind), where valgrind is.
+fn module_cost_instructions(report: &mut Report) {
+    use instructions::{per_request, ACQUIRE, CYCLE, GET, SET, SET_DEL, SET_NX_PX};
+    if !instructions::available() {
+        eprintln!("8b. instruction counts skipped: no valgrind");
+        return;
+    }
+    let server = redis_lock_harness::server_binary();
+    let module = redis_lock_harness::module_path();
+    let m = Some(module.as_path());
+    let runs = [
+        ("GET, server without the module", None, GET),
+        ("GET, with the module loaded", m, GET),
+        ("SET, server without the module", None, SET),
+        ("SET, with the module loaded", m, SET),
+        ("SET NX PX of fresh keys", m, SET_NX_PX),
+        ("LOCK.ACQUIRE of fresh keys", m, ACQUIRE),
+        ("SET NX PX + DEL of fresh keys (per command)", m, SET_DEL),
+        (
+            "LOCK.ACQUIRE + LOCK.RELEASE of fresh keys (per command)",
+            m,
+            CYCLE,
+        ),
+    ];
+    let counts: Vec<Option<f64>> = runs
+        .iter()
+        .map(|&(_, module, words)| per_request(&server, module, words))
+        .collect();
+    let Some(c) = counts.iter().copied().collect::<Option<Vec<f64>>>() else {
+        eprintln!("8b. instruction counts skipped: a callgrind run failed");
+        return;
+    };
+    report.section(
+        "8b. Instructions per request, reading it to buffering its reply (callgrind; deterministic)",
+        "| load | instructions/request |",
+        runs.iter()
+            .zip(&c)
+            .map(|((what, _, _), n)| format!("| {what} | {n:.0} |"))
+            .collect(),
+    );
+    for (name, without, with) in [("GET", c[0], c[1]), ("SET", c[2], c[3])] {
+        report.check(
+            &format!("{name}: instructions added by loading the module"),
+            format!(
+                "{:+.1}% ({without:.0} -> {with:.0})",
+                (with / without - 1.0) * 100.0
+            ),
+            "<= 2%",
+            with <= 1.02 * without,
+        );
+    }
+    report.check(
+        "LOCK.ACQUIRE vs SET NX PX, instructions per request (fresh keys)",
+        format!("{:.2}x ({:.0} vs {:.0})", c[5] / c[4], c[5], c[4]),
+        "report",
+        true,
+    );
+    report.check(
+        "acquire + release vs SET NX PX + DEL, instructions per command",
+        format!("{:.2}x ({:.0} vs {:.0})", c[7] / c[6], c[7], c[6]),
+        "report",
+        true,
     );
 }
 

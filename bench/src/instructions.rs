@@ -1,0 +1,180 @@
+//! Section 8b, deterministic: the instructions the server executes per request, from reading
+//! it off the connection to buffering the reply (callgrind, `--toggle-collect` on
+//! `processInputBuffer`: the event loop, cron and socket calls are left out). Wall-clock rates on a
+//! shared 2-core machine move by several percent from run to run; instruction counts do not, so
+//! they decide the small differences section 8 cannot (the module's cost on `GET`/`SET`).
+//! Runs only where `valgrind` is installed.
+
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// Requests per measurement: enough that the few setup commands do not show.
+const REQUESTS: u64 = 20_000;
+
+pub fn available() -> bool {
+    Command::new("valgrind")
+        .arg("--version")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+/// The words of request `i`.
+pub type Words = fn(u64) -> Vec<String>;
+
+/// A hit (`drive` sets the key first): a miss would add a `keymiss` event.
+pub const GET: Words = |_| vec!["GET".into(), "k".into()];
+pub const SET: Words = |_| vec!["SET".into(), "k".into(), "v".into()];
+pub const SET_NX_PX: Words = |i| {
+    let key = format!("a:{i}");
+    [
+        "SET",
+        &key,
+        "8d3e4f5a-1111-4222-8333-444455556666",
+        "NX",
+        "PX",
+        "30000",
+    ]
+    .map(String::from)
+    .to_vec()
+};
+pub const ACQUIRE: Words = |i| {
+    let key = format!("b:{i}");
+    [
+        "LOCK.ACQUIRE",
+        &key,
+        "8d3e4f5a-1111-4222-8333-444455556666",
+        "30000",
+    ]
+    .map(String::from)
+    .to_vec()
+};
+/// Acquire and release of fresh keys, alternating (request `2j` acquires key j, `2j+1` releases it).
+pub const CYCLE: Words = |i| {
+    let key = format!("c:{}", i / 2);
+    let owner = "8d3e4f5a-1111-4222-8333-444455556666".to_string();
+    if i % 2 == 0 {
+        vec!["LOCK.ACQUIRE".into(), key, owner, "30000".into()]
+    } else {
+        vec!["LOCK.RELEASE".into(), key, owner]
+    }
+};
+/// `SET NX PX` and `DEL` of fresh keys, alternating.
+pub const SET_DEL: Words = |i| {
+    let key = format!("d:{}", i / 2);
+    if i % 2 == 0 {
+        [
+            "SET",
+            &key,
+            "8d3e4f5a-1111-4222-8333-444455556666",
+            "NX",
+            "PX",
+            "30000",
+        ]
+        .map(String::from)
+        .to_vec()
+    } else {
+        vec!["DEL".into(), key]
+    }
+};
+
+/// Instructions per request of `words` on `server` (with `module` loaded, if any). `None` if
+/// the run failed (reported, not fatal: this section is an extra).
+pub fn per_request(server: &str, module: Option<&Path>, words: Words) -> Option<f64> {
+    let port = TcpListener::bind("127.0.0.1:0")
+        .ok()?
+        .local_addr()
+        .ok()?
+        .port();
+    let out: PathBuf = std::env::temp_dir().join(format!("redis-lock-bench-cg-{port}.out"));
+    let mut cmd = Command::new("valgrind");
+    cmd.args(["--tool=callgrind", "--toggle-collect=processInputBuffer"])
+        .arg(format!("--callgrind-out-file={}", out.display()))
+        .arg(server)
+        .args([
+            "--port",
+            &port.to_string(),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+        ])
+        .args(["--appendonly", "no"]);
+    if let Some(module) = module {
+        cmd.arg("--loadmodule").arg(module);
+    }
+    let mut child = cmd
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .ok()?;
+    let result = drive(port, words);
+    let finished = stop(&mut child);
+    let text = std::fs::read_to_string(&out).ok();
+    let _ = std::fs::remove_file(&out);
+    result?;
+    finished.then_some(())?;
+    let total: f64 = text?
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("summary:")
+                .or_else(|| l.strip_prefix("totals:"))
+        })?
+        .trim()
+        .parse()
+        .ok()?;
+    Some(total / REQUESTS as f64)
+}
+
+/// Send the requests (pipelined by 1000) once the server answers.
+fn drive(port: u16, words: Words) -> Option<()> {
+    let client = redis::Client::open(format!("redis://127.0.0.1:{port}/")).ok()?;
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let mut con = loop {
+        if let Ok(mut con) = client.get_connection() {
+            if redis::cmd("PING").query::<String>(&mut con).is_ok() {
+                break con;
+            }
+        }
+        if Instant::now() > deadline {
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    redis::cmd("SET")
+        .arg("k")
+        .arg("v")
+        .query::<()>(&mut con)
+        .ok()?;
+    for start in (0..REQUESTS).step_by(1000) {
+        let mut p = redis::pipe();
+        for i in start..(start + 1000).min(REQUESTS) {
+            let w = words(i);
+            let cmd = p.cmd(&w[0]);
+            for a in &w[1..] {
+                cmd.arg(a);
+            }
+            cmd.ignore();
+        }
+        p.query::<()>(&mut con).ok()?;
+    }
+    let _ = redis::cmd("SHUTDOWN").arg("NOSAVE").query::<()>(&mut con);
+    Some(())
+}
+
+/// Wait for the server to exit (callgrind writes its file then); kill it by PID after a minute.
+fn stop(child: &mut Child) -> bool {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while Instant::now() < deadline {
+        if let Ok(Some(_)) = child.try_wait() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    false
+}
