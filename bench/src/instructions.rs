@@ -10,6 +10,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use crate::words;
+
 /// Requests per measurement: enough that the few setup commands do not show.
 const REQUESTS: u64 = 20_000;
 
@@ -26,58 +28,26 @@ pub fn available() -> bool {
 pub type Words = fn(u64) -> Vec<String>;
 
 /// A hit (`drive` sets the key first): a miss would add a `keymiss` event.
-pub const GET: Words = |_| vec!["GET".into(), "k".into()];
-pub const SET: Words = |_| vec!["SET".into(), "k".into(), "v".into()];
-pub const SET_NX_PX: Words = |i| {
-    let key = format!("a:{i}");
-    [
-        "SET",
-        &key,
-        "8d3e4f5a-1111-4222-8333-444455556666",
-        "NX",
-        "PX",
-        "30000",
-    ]
-    .map(String::from)
-    .to_vec()
-};
-pub const ACQUIRE: Words = |i| {
-    let key = format!("b:{i}");
-    [
-        "LOCK.ACQUIRE",
-        &key,
-        "8d3e4f5a-1111-4222-8333-444455556666",
-        "30000",
-    ]
-    .map(String::from)
-    .to_vec()
-};
+pub const GET: Words = |_| words::get("k");
+pub const SET: Words = |_| words::set("k");
+pub const SET_NX_PX: Words = |i| words::set_nx_px(&format!("a:{i}"));
+pub const ACQUIRE: Words = |i| words::acquire(&format!("b:{i}"));
 /// Acquire and release of fresh keys, alternating (request `2j` acquires key j, `2j+1` releases it).
 pub const CYCLE: Words = |i| {
     let key = format!("c:{}", i / 2);
-    let owner = "8d3e4f5a-1111-4222-8333-444455556666".to_string();
     if i % 2 == 0 {
-        vec!["LOCK.ACQUIRE".into(), key, owner, "30000".into()]
+        words::acquire(&key)
     } else {
-        vec!["LOCK.RELEASE".into(), key, owner]
+        words::release(&key)
     }
 };
 /// `SET NX PX` and `DEL` of fresh keys, alternating.
 pub const SET_DEL: Words = |i| {
     let key = format!("d:{}", i / 2);
     if i % 2 == 0 {
-        [
-            "SET",
-            &key,
-            "8d3e4f5a-1111-4222-8333-444455556666",
-            "NX",
-            "PX",
-            "30000",
-        ]
-        .map(String::from)
-        .to_vec()
+        words::set_nx_px(&key)
     } else {
-        vec!["DEL".into(), key]
+        words::del(&key)
     }
 };
 

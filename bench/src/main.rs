@@ -17,6 +17,7 @@ mod report;
 mod scale;
 mod stats;
 mod uncontended;
+mod words;
 
 use std::path::PathBuf;
 use std::time::Duration;

@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use redis_lock_harness::Server;
 
 use crate::stats::process_cpu;
+use crate::words;
 
 /// One load: requests/s and server CPU µs per request.
 #[derive(Clone, Copy, Debug, Default)]
@@ -33,32 +34,10 @@ impl Rate {
 /// The commands of one load: `(thread, i)` to the command's words.
 type Words = fn(usize, u64) -> Vec<String>;
 
-pub const GET: Words = |_, i| vec!["GET".into(), format!("k:{}", i % 10_000)];
-pub const SET: Words = |_, i| vec!["SET".into(), format!("k:{}", i % 10_000), "v".into()];
-pub const SET_NX_PX: Words = |t, i| {
-    let key = format!("a:{t}:{i}");
-    [
-        "SET",
-        &key,
-        "8d3e4f5a-1111-4222-8333-444455556666",
-        "NX",
-        "PX",
-        "30000",
-    ]
-    .map(String::from)
-    .to_vec()
-};
-pub const ACQUIRE: Words = |t, i| {
-    let key = format!("b:{t}:{i}");
-    [
-        "LOCK.ACQUIRE",
-        &key,
-        "8d3e4f5a-1111-4222-8333-444455556666",
-        "30000",
-    ]
-    .map(String::from)
-    .to_vec()
-};
+pub const GET: Words = |_, i| words::get(&format!("k:{}", i % 10_000));
+pub const SET: Words = |_, i| words::set(&format!("k:{}", i % 10_000));
+pub const SET_NX_PX: Words = |t, i| words::set_nx_px(&format!("a:{t}:{i}"));
+pub const ACQUIRE: Words = |t, i| words::acquire(&format!("b:{t}:{i}"));
 
 fn load(server: &Server, words: Words, dur: Duration) -> Rate {
     const THREADS: usize = 8;
