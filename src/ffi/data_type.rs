@@ -16,10 +16,7 @@ use std::os::raw::{c_char, c_int, c_void};
 use redis_module::native_types::RedisType;
 use redis_module::{raw, RedisString};
 
-use crate::core::codec::{
-    self, Reader, Refused, Writer, APPLY_COMMAND, APPLY_FORMAT, APPLY_STATE_COMMAND,
-    APPLY_STATE_FORMAT,
-};
+use crate::core::codec::{self, Reader, Refused, Writer};
 use crate::core::config;
 use crate::core::fencing;
 use crate::core::lock::LockState;
@@ -27,6 +24,7 @@ use crate::core::metrics::STATS;
 use crate::ffi::clock;
 use crate::ffi::guard;
 use crate::ffi::handlers;
+use crate::ffi::server;
 
 /// Type methods version 4 (Redis 7.0) brings `unlink2`, which names the db and key.
 const TYPE_METHODS_VERSION: u64 = 4;
@@ -205,45 +203,10 @@ extern "C" fn aof_rewrite(
     guard::contain(
         "aof_rewrite",
         || (),
-        || match state {
-            LockState::Exclusive(holder) => {
-                let record = codec::apply_record(holder);
-                // SAFETY: EmitAOF reads the arguments as the format says: a module string, then
-                // four buffers each with its length (alive in `record` for the call).
-                unsafe {
-                    if let Some(emit) = raw::RedisModule_EmitAOF {
-                        emit(
-                            aof,
-                            APPLY_COMMAND.as_ptr(),
-                            APPLY_FORMAT.as_ptr(),
-                            key,
-                            record.owner.as_ptr().cast::<c_char>(),
-                            record.owner.len(),
-                            record.token.as_bytes().as_ptr().cast::<c_char>(),
-                            record.token.as_bytes().len(),
-                            record.deadline.as_bytes().as_ptr().cast::<c_char>(),
-                            record.deadline.as_bytes().len(),
-                            record.granted.as_bytes().as_ptr().cast::<c_char>(),
-                            record.granted.as_bytes().len(),
-                        );
-                    }
-                }
-            }
-            _ => {
-                let payload = codec::to_bytes(state);
-                // SAFETY: EmitAOF reads a module string and a buffer with its length.
-                unsafe {
-                    if let Some(emit) = raw::RedisModule_EmitAOF {
-                        emit(
-                            aof,
-                            APPLY_STATE_COMMAND.as_ptr(),
-                            APPLY_STATE_FORMAT.as_ptr(),
-                            key,
-                            payload.as_ptr().cast::<c_char>(),
-                            payload.len(),
-                        );
-                    }
-                }
+        || {
+            // SAFETY: reading the API table's entry, filled in once at load.
+            if let Some(emit) = unsafe { raw::RedisModule_EmitAOF } {
+                server::emit_state!(emit, aof, key, state);
             }
         },
     );

@@ -2,13 +2,10 @@
 //! and pause state, random bytes, INFO fields, replication of effects and keyspace events.
 
 use std::ffi::CStr;
-use std::os::raw::{c_char, c_int};
+use std::os::raw::c_int;
 
 use redis_module::{raw, Context, ContextFlags, InfoContext, RedisString};
 
-use crate::core::codec::{
-    self, APPLY_COMMAND, APPLY_FORMAT, APPLY_STATE_COMMAND, APPLY_STATE_FORMAT,
-};
 use crate::core::lock::LockState;
 use crate::ffi::guard;
 use crate::ffi::handlers;
@@ -119,49 +116,66 @@ pub fn notify(ctx: &Context, event: &'static CStr, key: &RedisString) {
     }
 }
 
-/// Replicate (and log to the AOF) the state of `key` as one effect: `LOCK.APPLY` for an
-/// exclusive hold, `LOCK.APPLYSTATE` with the encoded state otherwise.
+/// Call `emit` (`RedisModule_Replicate` or `RedisModule_EmitAOF`, both C-variadic) with
+/// `target` first and then the one effect that sets `key` to `state`: `LOCK.APPLY` for an
+/// exclusive hold, `LOCK.APPLYSTATE` with the encoded state otherwise. A macro because the two
+/// functions differ in their first argument and C variadics cannot be passed on.
+macro_rules! emit_state {
+    ($emit:expr, $target:expr, $key:expr, $state:expr) => {{
+        use std::os::raw::c_char;
+        use $crate::core::codec;
+        match $state {
+            $crate::core::lock::LockState::Exclusive(holder) => {
+                let record = codec::apply_record(holder);
+                let (owner, token, deadline, granted) = (
+                    &*record.owner,
+                    record.token.as_bytes(),
+                    record.deadline.as_bytes(),
+                    record.granted.as_bytes(),
+                );
+                // SAFETY: the arguments match APPLY_FORMAT: a module string, then four buffers
+                // each with its length (alive in `record` for the call); Redis copies them.
+                let _ = unsafe {
+                    $emit(
+                        $target,
+                        codec::APPLY_COMMAND.as_ptr(),
+                        codec::APPLY_FORMAT.as_ptr(),
+                        $key,
+                        owner.as_ptr().cast::<c_char>(),
+                        owner.len(),
+                        token.as_ptr().cast::<c_char>(),
+                        token.len(),
+                        deadline.as_ptr().cast::<c_char>(),
+                        deadline.len(),
+                        granted.as_ptr().cast::<c_char>(),
+                        granted.len(),
+                    )
+                };
+            }
+            state => {
+                let payload = codec::to_bytes(state);
+                // SAFETY: APPLY_STATE_FORMAT: a module string and a buffer with its length.
+                let _ = unsafe {
+                    $emit(
+                        $target,
+                        codec::APPLY_STATE_COMMAND.as_ptr(),
+                        codec::APPLY_STATE_FORMAT.as_ptr(),
+                        $key,
+                        payload.as_ptr().cast::<c_char>(),
+                        payload.len(),
+                    )
+                };
+            }
+        }
+    }};
+}
+pub(crate) use emit_state;
+
+/// Replicate (and log to the AOF) the state of `key` as one effect (see `emit_state`).
 pub fn replicate_state(ctx: &Context, key: &RedisString, state: &LockState) {
     // SAFETY: reading the API table's entry, filled in once at load.
-    let Some(replicate) = (unsafe { raw::RedisModule_Replicate }) else {
-        return;
-    };
-    match state {
-        LockState::Exclusive(holder) => {
-            let record = codec::apply_record(holder);
-            // SAFETY: the arguments match APPLY_FORMAT: a module string, then four buffers each
-            // with its length (living in `record` until the call returns); Redis copies them.
-            unsafe {
-                replicate(
-                    ctx.ctx,
-                    APPLY_COMMAND.as_ptr(),
-                    APPLY_FORMAT.as_ptr(),
-                    key.inner,
-                    record.owner.as_ptr().cast::<c_char>(),
-                    record.owner.len(),
-                    record.token.as_bytes().as_ptr().cast::<c_char>(),
-                    record.token.as_bytes().len(),
-                    record.deadline.as_bytes().as_ptr().cast::<c_char>(),
-                    record.deadline.as_bytes().len(),
-                    record.granted.as_bytes().as_ptr().cast::<c_char>(),
-                    record.granted.as_bytes().len(),
-                );
-            }
-        }
-        _ => {
-            let payload = codec::to_bytes(state);
-            // SAFETY: APPLY_STATE_FORMAT: a module string and a buffer with its length.
-            unsafe {
-                replicate(
-                    ctx.ctx,
-                    APPLY_STATE_COMMAND.as_ptr(),
-                    APPLY_STATE_FORMAT.as_ptr(),
-                    key.inner,
-                    payload.as_ptr().cast::<c_char>(),
-                    payload.len(),
-                );
-            }
-        }
+    if let Some(replicate) = unsafe { raw::RedisModule_Replicate } {
+        emit_state!(replicate, ctx.ctx, key.inner, state);
     }
 }
 
