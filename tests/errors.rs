@@ -90,7 +90,11 @@ fn every_bad_argument_gets_a_clear_error_and_changes_nothing() {
         ),
         (
             vec!["LOCK.RELEASE", "held", "alice", "TOKEN", "1", "x"],
-            arity("lock.release"),
+            SYNTAX.into(),
+        ),
+        (
+            vec!["LOCK.RELEASE", "held", "alice", "TOKEN", "1", "TOKEN", "2"],
+            SYNTAX.into(),
         ),
         (
             vec!["LOCK.RELEASE", "held", "alice", "TOKEN", "0"],
@@ -105,7 +109,11 @@ fn every_bad_argument_gets_a_clear_error_and_changes_nothing() {
         ),
         (
             vec!["LOCK.EXTEND", "held", "alice", "10", "TOKEN", "1", "x"],
-            arity("lock.extend"),
+            SYNTAX.into(),
+        ),
+        (
+            vec!["LOCK.EXTEND", "held", "alice", "10", "TOKEN", "1", "TOKEN", "2"],
+            SYNTAX.into(),
         ),
         // LOCK.GUARD key token command [arg ...]
         (vec!["LOCK.GUARD", "held", "1"], arity("lock.guard")),

@@ -18,9 +18,10 @@ pub use crate::ffi::guard::Handler;
 
 pub struct Command {
     pub spec: Spec,
-    /// The most arguments (the name included) a variable-arity command takes, if it has a
-    /// bound: more is an arity error, as for a fixed arity. Without one, extra words are the
-    /// parser's syntax error.
+    /// The most arguments (the name included) a command whose optional arguments are all
+    /// positional takes (LOCK.FENCE, LOCK.APPLY): more is an arity error, as for a fixed arity.
+    /// A command with named options has none: a repeated or extra word there is the parser's
+    /// syntax error, as for every built-in command with options.
     pub most: Option<usize>,
     pub handler: Handler,
 }
@@ -74,7 +75,7 @@ pub static COMMANDS: [Command; COUNT] = [
                 option("TOKEN", "token", Kind::Integer),
             ],
         },
-        most: Some(5),
+        most: None,
         handler: commands::release,
     },
     Command {
@@ -93,7 +94,7 @@ pub static COMMANDS: [Command; COUNT] = [
                 option("TOKEN", "token", Kind::Integer),
             ],
         },
-        most: Some(6),
+        most: None,
         handler: commands::extend,
     },
     Command {
