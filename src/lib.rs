@@ -13,10 +13,10 @@ pub mod shell;
 
 #[cfg(not(test))]
 mod registration {
-    use redis_module::configuration::ConfigurationFlags;
     use redis_module::{redis_module, AclCategory, Context, RedisString, Status};
 
-    use crate::core::config;
+    use crate::core::args;
+    use crate::ffi::config;
     use crate::ffi::data_type::LOCK_TYPE;
     use crate::ffi::events;
     use crate::ffi::guard;
@@ -26,7 +26,19 @@ mod registration {
     use crate::shell::callbacks;
     use crate::shell::table;
 
-    fn init(ctx: &Context, _args: &[RedisString]) -> Status {
+    fn init(ctx: &Context, module_args: &[RedisString]) -> Status {
+        // Checked before anything is registered: bad arguments refuse the module, one log line.
+        let settings = match args::module_args(module_args) {
+            Ok(values) => values,
+            Err(err) => {
+                ctx.log_warning(&format!("redis-lock refused to load: {err}"));
+                return Status::Err;
+            }
+        };
+        if let Err(msg) = config::register(ctx, settings) {
+            ctx.log_warning(&format!("redis-lock refused to load: {msg}"));
+            return Status::Err;
+        }
         guard::install_hook();
         ctx.set_module_options(redis_module::raw::ModuleOptions::HANDLE_IO_ERRORS);
         handlers::install(&callbacks::HANDLERS);
@@ -56,17 +68,5 @@ mod registration {
         event_handlers: [
             [@EXPIRED: callbacks::on_key_expired],
         ],
-        configurations: [
-            i64: [
-                ["max-waiters", &config::MAX_WAITERS, config::MAX_WAITERS_DEFAULT, config::MAX_WAITERS_MIN, config::MAX_WAITERS_MAX, ConfigurationFlags::DEFAULT, None],
-                ["max-ttl", &config::MAX_TTL, config::MAX_TTL_DEFAULT, config::MAX_TTL_MIN, config::MAX_TTL_MAX, ConfigurationFlags::DEFAULT, None],
-                ["max-holders", &config::MAX_HOLDERS, config::MAX_HOLDERS_DEFAULT, config::MAX_HOLDERS_MIN, config::MAX_HOLDERS_MAX, ConfigurationFlags::DEFAULT, None],
-                ["max-owner-length", &config::MAX_OWNER_LENGTH, config::MAX_OWNER_LENGTH_DEFAULT, config::MAX_OWNER_LENGTH_MIN, config::MAX_OWNER_LENGTH_MAX, ConfigurationFlags::DEFAULT, None],
-            ],
-            string: [],
-            bool: [],
-            enum: [],
-            module_args_as_configuration: true,
-        ]
     }
 }

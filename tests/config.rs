@@ -91,3 +91,80 @@ fn module_arguments_set_the_configuration_at_load() {
     assert_eq!(get(&mut c, "lock.max-ttl"), "5000");
     assert_eq!(get(&mut c, "lock.max-owner-length"), "1024");
 }
+
+#[test]
+fn a_config_file_line_wins_over_a_module_argument() {
+    let s = Server::start_with_module_args(&["max-ttl", "5000"], &["--lock.max-ttl", "9000"]);
+    assert_eq!(get(&mut s.con(), "lock.max-ttl"), "9000");
+}
+
+/// The bounds and wording of CONFIG SET, checked before the module registers anything: a bad
+/// value, an unknown name, a name without a value or given twice stops the server from starting,
+/// with one log line that names the argument.
+#[test]
+fn bad_module_arguments_refuse_the_module_with_one_log_line() {
+    let cases: [(&[&str], &str); 8] = [
+        (
+            &["max-ttl", "0"],
+            "module argument 'max-ttl' ('0'): argument must be between 1 and 315360000000 inclusive",
+        ),
+        (
+            &["max-waiters", "0"],
+            "module argument 'max-waiters' ('0'): argument must be between 1 and 100000000 inclusive",
+        ),
+        (
+            &["max-waiters", "-1"],
+            "module argument 'max-waiters' ('-1'): argument must be between 1 and 100000000 inclusive",
+        ),
+        (
+            &["max-owner-length", "1048577"],
+            "module argument 'max-owner-length' ('1048577'): argument must be between 1 and 1048576 inclusive",
+        ),
+        (
+            &["max-ttl", "nope"],
+            "module argument 'max-ttl' ('nope'): argument couldn't be parsed into an integer",
+        ),
+        (&["max-tll", "100"], "unknown module argument 'max-tll'"),
+        (&["max-ttl"], "module argument 'max-ttl' has no value"),
+        (
+            &["max-ttl", "5", "lock.max-ttl", "6"],
+            "module argument 'max-ttl' is given twice",
+        ),
+    ];
+    for (args, line) in cases {
+        let (status, log) = Server::refused_start(args, &[]);
+        assert!(!status.success(), "{args:?}: {status}");
+        let refusals: Vec<&str> = log
+            .lines()
+            .filter(|l| l.contains("redis-lock refused to load"))
+            .collect();
+        assert_eq!(refusals.len(), 1, "{args:?}: one line\n{log}");
+        assert!(
+            refusals[0].contains(&format!("redis-lock refused to load: {line}")),
+            "{args:?}: {}",
+            refusals[0]
+        );
+    }
+}
+
+/// MODULE LOAD at run time: refused the same way, nothing left registered, and the same server
+/// then loads the module with good arguments.
+#[test]
+fn module_load_refuses_bad_arguments_then_loads_good_ones() {
+    let s = Server::start_without_module_with(&["--enable-module-command", "yes"]);
+    let mut c = s.con();
+    let path = module_path().display().to_string();
+    let refused = cmd(&mut c, &["MODULE", "LOAD", &path, "max-waiters", "0"]).unwrap_err();
+    assert!(refused.starts_with("ERR"), "{refused}");
+    assert!(s.log().contains(
+        "redis-lock refused to load: module argument 'max-waiters' ('0'): argument must be between 1 and 100000000 inclusive"
+    ));
+    let modules = format!("{:?}", ok(&mut c, &["MODULE", "LIST"]));
+    assert!(!modules.contains("\"lock\""), "not loaded: {modules}");
+    assert!(cmd(&mut c, &["CONFIG", "GET", "lock.max-waiters"])
+        .map(|v| format!("{v:?}"))
+        .is_ok_and(|v| !v.contains("max-waiters")));
+    ok(&mut c, &["MODULE", "LOAD", &path, "max-waiters", "3"]);
+    assert_eq!(get(&mut c, "lock.max-waiters"), "3");
+    assert!(acquire(&mut c, "k", "o", 1_000).is_some());
+}

@@ -103,7 +103,12 @@ impl Server {
 
     /// The same server without the module (the benchmark's yardstick for its cost).
     pub fn start_without_module() -> Self {
-        let mut server = Self::blank(&[], &[], &[]);
+        Self::start_without_module_with(&[])
+    }
+
+    /// A server without the module, with extra `--option value` arguments.
+    pub fn start_without_module_with(extra: &[&str]) -> Self {
+        let mut server = Self::blank(&[], extra, &[]);
         server.with_module = false;
         server.launch();
         server
@@ -140,25 +145,8 @@ impl Server {
             if self.port == 0 {
                 self.port = free_port();
             }
-            let mut cmd = Command::new(server_binary());
-            cmd.arg("--port")
-                .arg(self.port.to_string())
-                .args(["--bind", "127.0.0.1", "--daemonize", "no", "--save", ""])
-                .arg("--dir")
-                .arg(&self.dir)
-                .args(["--logfile", "server.log", "--enable-debug-command", "yes"])
-                .args(["--repl-diskless-sync-delay", "0", "--protected-mode", "no"]);
-            if self.with_module {
-                cmd.arg("--loadmodule")
-                    .arg(module_path())
-                    .args(&self.module_args);
-            }
-            cmd.args(&self.extra)
-                .envs(self.env.iter().map(|(k, v)| (k, v)))
-                .stdin(Stdio::null())
-                .stdout(Stdio::null())
-                .stderr(Stdio::null());
-            let child = cmd
+            let child = self
+                .command()
                 .spawn()
                 .expect("spawn the server (is LOCK_TEST_SERVER right?)");
             self.child = Some(child);
@@ -169,6 +157,53 @@ impl Server {
             self.port = 0; // the port may have been taken: try another
         }
         panic!("server did not start; log:\n{}", self.log());
+    }
+
+    /// The server's command line: this server's port, dir, module and extra arguments.
+    fn command(&self) -> Command {
+        let mut cmd = Command::new(server_binary());
+        cmd.arg("--port")
+            .arg(self.port.to_string())
+            .args(["--bind", "127.0.0.1", "--daemonize", "no", "--save", ""])
+            .arg("--dir")
+            .arg(&self.dir)
+            .args(["--logfile", "server.log", "--enable-debug-command", "yes"])
+            .args(["--repl-diskless-sync-delay", "0", "--protected-mode", "no"]);
+        if self.with_module {
+            cmd.arg("--loadmodule")
+                .arg(module_path())
+                .args(&self.module_args);
+        }
+        cmd.args(&self.extra)
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        cmd
+    }
+
+    /// Start a server that must refuse to start (e.g. the module refuses its arguments): its
+    /// exit status and log once it exited by itself. Panics if it serves instead.
+    pub fn refused_start(
+        module_args: &[&str],
+        extra: &[&str],
+    ) -> (std::process::ExitStatus, String) {
+        let mut server = Self::blank(module_args, extra, &[]);
+        server.port = free_port();
+        let mut child = server.command().spawn().expect("spawn the server");
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while Instant::now() < deadline {
+            if let Ok(Some(status)) = child.try_wait() {
+                return (status, server.log());
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = child.kill();
+        let _ = child.wait();
+        panic!(
+            "the server started although it should refuse; log:\n{}",
+            server.log()
+        );
     }
 
     fn wait_ready(&mut self) -> bool {

@@ -2,7 +2,7 @@
 //! without a server. Each command's arguments after the key parse into one value; arity is the
 //! command table's business (`shell::table`), so the parsers see the right count.
 
-use crate::core::config::Limits;
+use crate::core::config::{Limits, LoadArgError, SETTINGS};
 use crate::core::error::LockError;
 use crate::core::fencing;
 use crate::core::lock::{self, Millis, Token, Want};
@@ -266,6 +266,48 @@ pub fn info<A: Arg>(rest: &[A]) -> Result<usize, LockError> {
     }
 }
 
+/// The module arguments (`loadmodule path [name value ...]`, names with or without `lock.`, in
+/// any case): the starting value of every setting of `SETTINGS`, in its order, checked as
+/// `CONFIG SET` checks them. Any unknown name, missing value or bad value refuses them all.
+pub fn module_args<A: Arg>(words: &[A]) -> Result<[i64; SETTINGS.len()], LoadArgError> {
+    let mut values = SETTINGS.each_ref().map(|s| s.default);
+    let mut given = [false; SETTINGS.len()];
+    let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+    for pair in words.chunks(2) {
+        let name = pair[0].bytes();
+        let bare = match name.get(..5) {
+            Some(prefix) if prefix.eq_ignore_ascii_case(b"lock.") => &name[5..],
+            _ => name,
+        };
+        let Some(i) = SETTINGS
+            .iter()
+            .position(|s| s.name.as_bytes().eq_ignore_ascii_case(bare))
+        else {
+            return Err(LoadArgError::Unknown(text(name)));
+        };
+        let setting = &SETTINGS[i];
+        let Some(value) = pair.get(1).map(|v| v.bytes()) else {
+            return Err(LoadArgError::NoValue(setting.name.into()));
+        };
+        if std::mem::replace(&mut given[i], true) {
+            return Err(LoadArgError::Repeated(setting.name.into()));
+        }
+        let n = integer(value)
+            .map_err(|_| LoadArgError::NotAnInteger(setting.name.into(), text(value)))?;
+        if !(setting.min..=setting.max).contains(&n) {
+            let (min, max) = (setting.min, setting.max);
+            return Err(LoadArgError::OutOfBounds(
+                setting.name.into(),
+                text(value),
+                min,
+                max,
+            ));
+        }
+        values[i] = n;
+    }
+    Ok(values)
+}
+
 /// `LOCK.APPLY key owner token deadline-unix-ms [granted-unix-ms]`, after the key.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ApplyArgs<'a> {
@@ -522,5 +564,58 @@ mod tests {
             apply(&args(&["o", "5", "0"])),
             Err(LockError::DeadlineNotPositive)
         );
+    }
+
+    #[test]
+    fn module_arguments_follow_config_set_bounds() {
+        let defaults = SETTINGS.each_ref().map(|s| s.default);
+        assert_eq!(module_args::<&[u8]>(&[]), Ok(defaults));
+        let [waiters, ttl, holders, owner] = module_args(&args(&[
+            "max-ttl",
+            "5000",
+            "LOCK.MAX-WAITERS",
+            "7",
+            "lock.max-owner-length",
+            "1048576",
+        ]))
+        .unwrap();
+        assert_eq!((waiters, ttl, holders, owner), (7, 5000, 10_000, 1 << 20));
+        let refused = |words: &[&'static str]| module_args(&args(words)).unwrap_err().to_string();
+        assert_eq!(
+            refused(&["max-ttl", "0"]),
+            "module argument 'max-ttl' ('0'): argument must be between 1 and 315360000000 inclusive"
+        );
+        assert_eq!(
+            refused(&["max-waiters", "-1"]),
+            "module argument 'max-waiters' ('-1'): argument must be between 1 and 100000000 inclusive"
+        );
+        assert_eq!(
+            refused(&["max-holders", "010"]),
+            "module argument 'max-holders' ('010'): argument couldn't be parsed into an integer"
+        );
+        assert!(refused(&["max-tll", "100"]).starts_with("unknown module argument 'max-tll'"));
+        assert!(refused(&["lock.", "1"]).starts_with("unknown module argument 'lock.'"));
+        assert_eq!(
+            refused(&["max-ttl"]),
+            "module argument 'max-ttl' has no value"
+        );
+        assert_eq!(
+            refused(&["max-ttl", "1", "MAX-TTL", "2"]),
+            "module argument 'max-ttl' is given twice"
+        );
+    }
+
+    proptest! {
+        #[test]
+        fn module_arguments_accept_exactly_the_bounds(n in any::<i64>(), i in 0..SETTINGS.len()) {
+            let setting = &SETTINGS[i];
+            let value = n.to_string();
+            let words: [&[u8]; 2] = [setting.name.as_bytes(), value.as_bytes()];
+            let parsed = module_args(&words);
+            prop_assert_eq!(parsed.is_ok(), (setting.min..=setting.max).contains(&n));
+            if let Ok(values) = parsed {
+                prop_assert_eq!(values[i], n);
+            }
+        }
     }
 }

@@ -1,5 +1,7 @@
 //! `lock.*` configuration (CONFIG SET/GET, or `loadmodule ... <name> <value>`): named defaults
-//! and bounds. Redis enforces the bounds and answers a clear error outside them.
+//! and bounds. Redis enforces the bounds on CONFIG SET and in the config file; the module
+//! arguments, which only set the defaults Redis starts from, are checked against the same
+//! bounds by `args::module_args`.
 
 use std::sync::atomic::{AtomicI64, Ordering};
 
@@ -28,6 +30,84 @@ pub const MAX_OWNER_LENGTH_DEFAULT: i64 = 1024;
 pub const MAX_OWNER_LENGTH_MIN: i64 = 1;
 pub const MAX_OWNER_LENGTH_MAX: i64 = 1 << 20;
 pub static MAX_OWNER_LENGTH: AtomicI64 = AtomicI64::new(MAX_OWNER_LENGTH_DEFAULT);
+
+/// One `lock.*` setting: its name without the `lock.` prefix (the server adds it), where its
+/// value lives, its default and its bounds (inclusive).
+pub struct Setting {
+    pub name: &'static str,
+    pub value: &'static AtomicI64,
+    pub default: i64,
+    pub min: i64,
+    pub max: i64,
+}
+
+/// Every setting, in the order they are registered and documented.
+pub static SETTINGS: [Setting; 4] = [
+    Setting {
+        name: "max-waiters",
+        value: &MAX_WAITERS,
+        default: MAX_WAITERS_DEFAULT,
+        min: MAX_WAITERS_MIN,
+        max: MAX_WAITERS_MAX,
+    },
+    Setting {
+        name: "max-ttl",
+        value: &MAX_TTL,
+        default: MAX_TTL_DEFAULT,
+        min: MAX_TTL_MIN,
+        max: MAX_TTL_MAX,
+    },
+    Setting {
+        name: "max-holders",
+        value: &MAX_HOLDERS,
+        default: MAX_HOLDERS_DEFAULT,
+        min: MAX_HOLDERS_MIN,
+        max: MAX_HOLDERS_MAX,
+    },
+    Setting {
+        name: "max-owner-length",
+        value: &MAX_OWNER_LENGTH,
+        default: MAX_OWNER_LENGTH_DEFAULT,
+        min: MAX_OWNER_LENGTH_MIN,
+        max: MAX_OWNER_LENGTH_MAX,
+    },
+];
+
+/// Why the module arguments (`loadmodule path name value ...`) were refused: the log line the
+/// server shows before it refuses the module. The value errors use `CONFIG SET`'s wording.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum LoadArgError {
+    Unknown(String),
+    NoValue(String),
+    Repeated(String),
+    NotAnInteger(String, String),
+    OutOfBounds(String, String, i64, i64),
+}
+
+impl std::fmt::Display for LoadArgError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Unknown(name) => {
+                let known: Vec<&str> = SETTINGS.iter().map(|s| s.name).collect();
+                write!(
+                    f,
+                    "unknown module argument '{name}': the arguments are name value pairs of {}",
+                    known.join(", ")
+                )
+            }
+            Self::NoValue(name) => write!(f, "module argument '{name}' has no value"),
+            Self::Repeated(name) => write!(f, "module argument '{name}' is given twice"),
+            Self::NotAnInteger(name, value) => write!(
+                f,
+                "module argument '{name}' ('{value}'): argument couldn't be parsed into an integer"
+            ),
+            Self::OutOfBounds(name, value, min, max) => write!(
+                f,
+                "module argument '{name}' ('{value}'): argument must be between {min} and {max} inclusive"
+            ),
+        }
+    }
+}
 
 pub fn max_waiters() -> usize {
     usize::try_from(MAX_WAITERS.load(Ordering::Relaxed)).unwrap_or(usize::MAX)

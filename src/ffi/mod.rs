@@ -11,6 +11,7 @@ pub mod block;
 pub mod call;
 pub mod clock;
 pub mod command_info;
+pub mod config;
 pub mod data_type;
 pub mod events;
 pub mod guard;
