@@ -69,11 +69,17 @@ pub enum LockError {
     GuardBlocking,
     /// `LOCK.GUARD` of a `LOCK.*` command.
     GuardLockCommand,
+    /// `LOCK.GUARD` of a command about the connection (SELECT, MULTI, CLIENT, ...).
+    GuardConnectionCommand,
+    /// `LOCK.GUARD` of FLUSHALL, FLUSHDB, SWAPDB or `COPY ... DB`.
+    GuardDatabaseCommand,
+    /// `LOCK.GUARD` of a command that would write, move or delete a key holding a lock.
+    GuardWritesLock,
 }
 
 impl LockError {
     /// Every variant, so tests can check every wire string.
-    pub const ALL: [LockError; 32] = [
+    pub const ALL: [LockError; 35] = [
         Self::NotAnInteger,
         Self::TtlNotPositive,
         Self::TtlTooLarge,
@@ -106,6 +112,9 @@ impl LockError {
         Self::CrossSlot,
         Self::GuardBlocking,
         Self::GuardLockCommand,
+        Self::GuardConnectionCommand,
+        Self::GuardDatabaseCommand,
+        Self::GuardWritesLock,
     ];
 
     pub const fn as_wire(self) -> &'static str {
@@ -155,6 +164,15 @@ impl LockError {
             Self::CrossSlot => "CROSSSLOT Keys in request don't hash to the same slot",
             Self::GuardBlocking => "ERR LOCK.GUARD cannot run a blocking command",
             Self::GuardLockCommand => "ERR LOCK.GUARD cannot run LOCK.* commands",
+            Self::GuardConnectionCommand => {
+                "ERR LOCK.GUARD cannot run a command about the connection (SELECT, MULTI, CLIENT, ...)"
+            }
+            Self::GuardDatabaseCommand => {
+                "ERR LOCK.GUARD cannot run a command that flushes, swaps or copies into another database"
+            }
+            Self::GuardWritesLock => {
+                "ERR LOCK.GUARD cannot run a command that writes, moves or deletes a key holding a lock"
+            }
             Self::Demoted => {
                 "UNBLOCKED force unblock from blocking operation, instance state changed (master -> replica?)"
             }

@@ -7,6 +7,7 @@ pub mod codec;
 pub mod config;
 pub mod error;
 pub mod fencing;
+pub mod guard_rules;
 pub mod lock;
 pub mod metrics;
 pub mod owner;

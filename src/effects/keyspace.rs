@@ -209,6 +209,14 @@ impl<'a> LockKey<'a> {
     }
 }
 
+/// Whether `name` holds a lock (of any mode) in the selected db.
+pub fn holds_lock(ctx: &Context, name: &RedisString) -> bool {
+    matches!(
+        ctx.open_key(name).get_value::<LockState>(&LOCK_TYPE),
+        Ok(Some(_))
+    )
+}
+
 /// Read a lock key's state without writing (replicas, read-only commands).
 pub fn read_state(ctx: &Context, name: &RedisString) -> Result<Option<LockState>, LockError> {
     ctx.open_key(name)

@@ -55,27 +55,56 @@ pub fn call_and_reply(ctx: &Context, words: &[RedisString]) -> Result<(), CallFa
     Ok(())
 }
 
-/// The positions (in `words`, the command name at 0) of the keys of the command `words`, as the
-/// server finds them; `None` if it does not know the command.
-pub fn command_keys(ctx: &Context, words: &[RedisString]) -> Option<Vec<usize>> {
+/// One key of a command, as the server's key specs find it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CommandKey {
+    /// Its position in the command's words (the name at 0).
+    pub pos: usize,
+    /// Whether the command may change or delete it (its flags say RW, OW or RM). `None`: the
+    /// server gave no flags (Redis 7.0 to Valkey 9 give them only for commands that find
+    /// their keys by code, such as SET or SORT, not for those found by key specs alone).
+    pub writes: Option<bool>,
+}
+
+/// The key-spec flags that mean the command may change or delete the key.
+const WRITE_FLAGS: c_int = (raw::REDISMODULE_CMD_KEY_RW
+    | raw::REDISMODULE_CMD_KEY_OW
+    | raw::REDISMODULE_CMD_KEY_RM) as c_int;
+
+/// The keys of the command `words`, as the server finds them; empty if it has none, `None` if
+/// the server does not know the command or its arity is wrong (running it will say so).
+pub fn command_keys(ctx: &Context, words: &[RedisString]) -> Option<Vec<CommandKey>> {
     let mut argv: Vec<*mut raw::RedisModuleString> = words.iter().map(|a| a.inner).collect();
     let argc = c_int::try_from(argv.len()).ok()?;
     let mut count: c_int = 0;
-    // SAFETY: GetCommandKeys reads `argc` module strings and returns an array of `count`
-    // positions that the module frees with RedisModule_Free.
+    let mut flags: *mut c_int = std::ptr::null_mut();
+    // SAFETY: GetCommandKeysWithFlags (Redis 7.0+) reads `argc` module strings and returns two
+    // arrays of `count` entries (positions, flags) that the module frees with RedisModule_Free;
+    // NULL with errno 0 for a command without keys.
     unsafe {
-        let keys = raw::RedisModule_GetCommandKeys?(ctx.ctx, argv.as_mut_ptr(), argc, &mut count);
+        *libc::__errno_location() = 0;
+        let with_flags = raw::RedisModule_GetCommandKeysWithFlags?;
+        let keys = with_flags(ctx.ctx, argv.as_mut_ptr(), argc, &mut count, &mut flags);
         if keys.is_null() {
-            return None;
+            return (*libc::__errno_location() == 0).then(Vec::new);
         }
-        let positions = std::slice::from_raw_parts(keys, usize::try_from(count).unwrap_or(0))
-            .iter()
-            .filter_map(|&p| usize::try_from(p).ok())
+        let len = usize::try_from(count).unwrap_or(0);
+        let positions = std::slice::from_raw_parts(keys, len);
+        let found = (0..len)
+            .filter_map(|i| {
+                let key_flags = if flags.is_null() { 0 } else { *flags.add(i) };
+                let writes = (key_flags != 0).then_some(key_flags & WRITE_FLAGS != 0);
+                let pos = usize::try_from(positions[i]).ok()?;
+                Some(CommandKey { pos, writes })
+            })
             .collect();
         if let Some(free) = raw::RedisModule_Free {
             free(keys.cast());
+            if !flags.is_null() {
+                free(flags.cast());
+            }
         }
-        Some(positions)
+        Some(found)
     }
 }
 

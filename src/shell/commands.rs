@@ -2,7 +2,7 @@
 //! `effects::keyspace` (which replicates and emits events), counts what happened, and replies.
 //! Arity is checked before a handler runs (`shell::table`), so each sees its declared count.
 
-use redis_module::{raw, Context, ContextFlags, RedisError, RedisResult, RedisString, RedisValue};
+use redis_module::{raw, Context, ContextFlags, RedisResult, RedisString, RedisValue};
 
 use crate::core::args::{self, Arg, OwnerArg};
 use crate::core::codec;
@@ -15,13 +15,11 @@ use crate::core::owner::{self, Owner};
 use crate::core::queue::Waiter;
 use crate::core::registry::QueueKey;
 use crate::core::settle::{grant_reply, token_reply};
-use crate::core::slot;
 use crate::effects::keyspace::{self, LockEvent, LockKey};
 use crate::effects::queues::{self, Blocked};
 use crate::effects::sessions;
 use crate::effects::timers;
 use crate::ffi::block;
-use crate::ffi::call::{self, CallFailed};
 use crate::ffi::clock;
 use crate::ffi::server;
 use crate::shell::waiting;
@@ -34,7 +32,7 @@ impl Arg for RedisString {
 
 /// Locks are granted and released by the master only. Redis refuses writes on read-only
 /// replicas itself; a replica configured writable gets the same answer from the module.
-fn refuse_on_replica(ctx: &Context) -> Result<(), LockError> {
+pub fn refuse_on_replica(ctx: &Context) -> Result<(), LockError> {
     let flags = ctx.get_flags();
     if flags.contains(ContextFlags::SLAVE) && !flags.contains(ContextFlags::REPLICATED) {
         return Err(LockError::Replica);
@@ -266,91 +264,6 @@ pub fn extend(ctx: &Context, args: &[RedisString]) -> RedisResult {
             STATS.extend_not_owner.incr();
             Ok(RedisValue::Integer(0))
         }
-    }
-}
-
-/// The server's `blocking` flag of each command asked about so far (commands do not change
-/// while the server runs, but for modules loaded later, which are asked about when first seen).
-static BLOCKING: std::sync::Mutex<Option<std::collections::HashMap<Vec<u8>, bool>>> =
-    std::sync::Mutex::new(None);
-
-/// Whether the server flags the command `name` `blocking` (`COMMAND INFO`, asked once per name).
-fn is_blocking(ctx: &Context, name: &[u8]) -> bool {
-    let key = name.to_ascii_lowercase();
-    let cached = |map: &mut Option<std::collections::HashMap<Vec<u8>, bool>>| {
-        map.get_or_insert_with(Default::default).get(&key).copied()
-    };
-    if let Some(known) = cached(&mut BLOCKING.lock().unwrap_or_else(|p| p.into_inner())) {
-        return known;
-    }
-    let info = ctx.create_string("INFO");
-    let command = RedisString::create_from_slice(ctx.ctx, &key);
-    let Ok(RedisValue::Array(entries)) = ctx.call("COMMAND", &[&info, &command]) else {
-        return false;
-    };
-    let Some(RedisValue::Array(entry)) = entries.first() else {
-        return false; // unknown: the call itself will say so
-    };
-    let blocking = match entry.get(2) {
-        Some(RedisValue::Array(flags)) => flags.iter().any(|f| match f {
-            RedisValue::SimpleString(s) | RedisValue::BulkString(s) => s == "blocking",
-            RedisValue::StringBuffer(b) => b == b"blocking",
-            _ => false,
-        }),
-        _ => false,
-    };
-    BLOCKING
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .get_or_insert_with(Default::default)
-        .insert(key, blocking);
-    blocking
-}
-
-/// `LOCK.GUARD key token command [arg ...]`: run `command` only while `token` is the token of
-/// the live exclusive hold of `key`, as the calling user, replicated and logged as the command
-/// itself. Its reply is the command's.
-pub fn guard(ctx: &Context, args: &[RedisString]) -> RedisResult {
-    if call::is_keys_request(ctx) {
-        // The lock and the command's own keys (movable keys: cluster clients route by them).
-        call::key_at(ctx, 1);
-        for pos in call::command_keys(ctx, &args[3..]).unwrap_or_default() {
-            call::key_at(ctx, 3 + pos);
-        }
-        return Ok(RedisValue::NoReply);
-    }
-    refuse_on_replica(ctx)?;
-    let (token, command) = args::guard(&args[2..])?;
-    let name = command[0].as_slice();
-    if name.len() >= 5 && name[..5].eq_ignore_ascii_case(b"lock.") {
-        return Err(LockError::GuardLockCommand.into());
-    }
-    if is_blocking(ctx, name) {
-        return Err(LockError::GuardBlocking.into());
-    }
-    if ctx.get_flags().contains(ContextFlags::CLUSTER) {
-        let lock_slot = slot::of(args[1].as_slice());
-        let keys = call::command_keys(ctx, command).unwrap_or_default();
-        if keys
-            .iter()
-            .filter_map(|&k| command.get(k))
-            .any(|key| slot::of(key.as_slice()) != lock_slot)
-        {
-            return Err(LockError::CrossSlot.into());
-        }
-    }
-    let state = keyspace::read_state(ctx, &args[1])?;
-    if !lock::is_exclusive_token(state.as_ref(), token, clock::now_ms()) {
-        STATS.guard_stale.incr();
-        return Err(LockError::Stale.into());
-    }
-    STATS.guarded.incr();
-    match call::call_and_reply(ctx, command) {
-        Ok(()) => Ok(RedisValue::NoReply),
-        Err(CallFailed::BadName) => Err(RedisError::Str("ERR unknown command")),
-        Err(CallFailed::Refused(errno)) => Err(RedisError::String(format!(
-            "ERR LOCK.GUARD: the server refused to run the command (errno {errno})"
-        ))),
     }
 }
 

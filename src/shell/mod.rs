@@ -5,6 +5,7 @@
 pub mod callbacks;
 pub mod cluster;
 pub mod commands;
+pub mod guarded;
 pub mod info;
 pub mod resetstat;
 pub mod table;

@@ -11,7 +11,7 @@ use crate::ffi::command_info::{
     RW_UPDATE,
 };
 use crate::ffi::guard;
-use crate::shell::commands;
+use crate::shell::{commands, guarded};
 
 /// A command handler: its arguments (the name first) have the declared arity.
 pub use crate::ffi::guard::Handler;
@@ -190,7 +190,7 @@ pub static COMMANDS: [Command; COUNT] = [
             ],
         },
         most: None,
-        handler: commands::guard,
+        handler: guarded::guard,
     },
 ];
 
