@@ -3,15 +3,47 @@ threading and asyncio APIs so both speak the module's protocol the same way."""
 
 from __future__ import annotations
 
+import asyncio
+import time
 import uuid
 from dataclasses import dataclass
 from typing import Any, Callable, List, Optional, Sequence, Union
 
-from redis.exceptions import ResponseError
+from redis.exceptions import ConnectionError, ResponseError, TimeoutError
 
 from .errors import Deadlock, LockError, Stale
 
 Number = Union[int, float]
+
+#: The link to the server broke (or a reply took too long): the connection is closed and the
+#: call may be retried, by the same owner.
+BROKEN_LINK = (ConnectionError, TimeoutError, asyncio.TimeoutError)
+
+#: Why a hold was lost, in the words of both clients.
+LEASE_RAN_OUT = "the lease ran out before it was renewed"
+UNREACHABLE = "the server could not be reached before the lease ended"
+GONE_AT_RELEASE = "the hold was gone when released (its lease ran out)"
+
+
+def pool_of(client: Any, key: str) -> Any:
+    """The connection pool that serves ``key``: the client's own, or its cluster node's."""
+    if hasattr(client, "get_node_from_key"):
+        return client.get_node_from_key(key).redis_connection.connection_pool
+    return client.connection_pool
+
+
+def own_connection(pool: Any, timeout: Optional[float]) -> Any:
+    """A connection made like ``pool``'s (same class, server, credentials, database, protocol;
+    sync or asyncio) but outside it: it takes none of ``max_connections``, so the application's
+    use of the pool can never starve it, and it is given back by closing it. ``timeout``
+    bounds connecting and each reply (None: replies wait as long as the server takes)."""
+    kwargs = dict(pool.connection_kwargs)
+    kwargs["socket_timeout"] = timeout
+    kwargs.pop("orig_socket_timeout", None)  # redis-py 7+ restores these after maintenance
+    if timeout is not None:
+        kwargs["socket_connect_timeout"] = timeout
+        kwargs.pop("orig_socket_connect_timeout", None)
+    return pool.connection_class(**kwargs)
 
 
 def new_owner() -> str:
@@ -88,6 +120,38 @@ def translate(err: ResponseError) -> Exception:
     return err
 
 
+def refused(err: ResponseError) -> str:
+    return f"renewal refused: {err}"
+
+
+def watchdog_failed(err: BaseException) -> str:
+    return f"the watchdog failed: {type(err).__name__}: {err}"
+
+
+class Renewals:
+    """The watchdog's rule, the same in both clients: renew every ``ttl / 3``; the hold is lost
+    when a renewal answers 0 or is refused, or when the link stays broken until the lease would
+    have ended (a broken link before that is retried); any other failure loses it at once."""
+
+    def __init__(self, ttl: float):
+        self.ttl = ttl
+        self.interval = ttl / 3
+        #: For connecting and for each reply: a renewal never waits past the next one.
+        self.timeout = max(0.05, self.interval)
+        self.lease_end = time.monotonic() + ttl
+
+    def answered(self, sent: float, renewed: Any) -> Optional[str]:
+        """A renewal sent at ``sent`` answered ``renewed``: None while the hold lives."""
+        if int(renewed) != 1:
+            return LEASE_RAN_OUT
+        self.lease_end = sent + self.ttl
+        return None
+
+    def broken(self) -> Optional[str]:
+        """The link broke: retried (None) until the lease would have ended."""
+        return UNREACHABLE if time.monotonic() >= self.lease_end else None
+
+
 class LockSettings:
     """What a lock object is, shared by ``redislock.Lock`` and ``redislock.aio.Lock``."""
 
@@ -135,6 +199,30 @@ class LockSettings:
     def locked(self) -> bool:
         """Whether this object holds the lock (and has not lost it)."""
         return self.token is not None and self.lost is None
+
+    def _mark_lost(self, reason: str) -> bool:
+        """Record the loss (with the state lock held); True the first time, when the caller
+        announces it once the state lock is free (the callback may use the lock)."""
+        if self.lost is not None:
+            return False
+        self.lost = reason
+        return True
+
+    def _lose(self, token: int, reason: Optional[str]) -> Optional[str]:
+        """The watchdog of hold ``token`` found ``reason`` (with the state lock held): the reason
+        to announce, or None when there is nothing to (no loss, released meanwhile, or lost)."""
+        if reason is None or self.token != token or not self._mark_lost(reason):
+            return None
+        return reason
+
+    def _guard_args(self, command: Sequence[Any]) -> List[Any]:
+        """``LOCK.GUARD`` of this hold; ``Stale`` when not held, or once it was lost (the server
+        may still accept it until the lease runs out, but the application has been told)."""
+        if self.token is None:
+            raise Stale("this lock is not held")
+        if self.lost is not None:
+            raise Stale(f"this hold was lost: {self.lost}")
+        return guard_args(self.key, self.token, command)
 
     def _emit(self, event: str, **fields: Any) -> None:
         if self.on_event is not None:

@@ -9,18 +9,12 @@ import logging
 import time
 from typing import Any, Callable, Optional
 
-from redis.exceptions import ConnectionError, ResponseError, TimeoutError
+from redis.exceptions import ResponseError
 
 from . import _protocol as p
 from .errors import LockLost, NotAcquired, Stale
 
 log = logging.getLogger("redislock")
-
-
-def _pool_of(client: Any, key: str) -> Any:
-    if hasattr(client, "get_node_from_key"):
-        return client.get_node_from_key(key).redis_connection.connection_pool
-    return client.connection_pool
 
 
 async def _lend(pool: Any) -> Any:
@@ -95,9 +89,10 @@ class Lock(p.LockSettings):
             if timeout is not None and timeout <= 0:
                 wait = None
         deadline = None if not wait else time.monotonic() + wait
-        pool = _pool_of(self.client, self.key)
+        pool = p.pool_of(self.client, self.key)
         while True:
-            conn = pool.make_connection() if self.session else await _lend(pool)
+            # A session hold lives as long as its connection: one of its own, never the pool's.
+            conn = p.own_connection(pool, None) if self.session else await _lend(pool)
             try:
                 args = p.acquire_args(self.key, self.owner, self.ttl, self.mode, self.session, wait)
                 token = p.token_of(await _call(conn, args, wait_forever=wait is not None))
@@ -110,15 +105,20 @@ class Lock(p.LockSettings):
             except ResponseError as err:
                 await self._put_back(pool, conn)
                 raise p.translate(err) from err
-            except (ConnectionError, TimeoutError):
-                await conn.disconnect()
-                await self._put_back(pool, conn)
+            except p.BROKEN_LINK:
+                await self._put_back(pool, conn, broken=True)
                 if deadline is not None and time.monotonic() >= deadline:
                     raise
                 await asyncio.sleep(0.05)
                 if deadline is not None:
                     wait = max(0.001, deadline - time.monotonic())
                 continue
+            except BaseException:
+                # Cancelled (or interrupted) mid-call: the reply may still come, so the
+                # connection is closed, which takes the waiter out of the server's queue, before
+                # the pool has it back; shielded, so a second cancellation cannot skip that.
+                await asyncio.shield(self._put_back(pool, conn, broken=True))
+                raise
             if token is None:
                 await self._put_back(pool, conn)
                 return False
@@ -132,46 +132,52 @@ class Lock(p.LockSettings):
                 self._watchdog = asyncio.create_task(self._renew(token))
             return True
 
-    async def _put_back(self, pool: Any, conn: Any) -> None:
-        if self.session:
-            await conn.disconnect()
-        else:
-            await pool.release(conn)
+    async def _put_back(self, pool: Any, conn: Any, broken: bool = False) -> None:
+        """Give a lent connection back (closed first if ``broken``: a reply may still be on its
+        way; the pool reconnects it), or close a session's own."""
+        try:
+            if broken or self.session:
+                await conn.disconnect()
+        finally:
+            if not self.session:
+                await pool.release(conn)
 
     async def _renew(self, token: int) -> None:
-        interval = self.ttl / 3
-        lease_end = time.monotonic() + self.ttl
-        conn = _pool_of(self.client, self.key).make_connection()
-        conn.socket_timeout = max(0.05, interval)
+        """The watchdog task (see ``redislock.Lock._renew``); release cancels it."""
+        renewals = p.Renewals(self.ttl)
+        conn = None
         lost: Optional[str] = None
         try:
-            while lost is None:
-                await asyncio.sleep(interval)
-                sent = time.monotonic()
-                async with self._state:
-                    if self.token != token:
-                        return  # released: never renew a released hold
-                    reason = None
-                    try:
-                        renewed = await _call(conn, p.extend_args(self.key, self.owner, self.ttl, token))
-                        if int(renewed) == 1:
-                            lease_end = sent + self.ttl
-                        else:
-                            reason = "the lease ran out before it was renewed"
-                    except (ConnectionError, TimeoutError, asyncio.TimeoutError):
-                        await conn.disconnect()
-                        if time.monotonic() >= lease_end:
-                            reason = "the server could not be reached before the lease ended"
-                    except ResponseError as err:
-                        reason = f"renewal refused: {err}"
-                    if reason is not None and self.lost is None:
-                        self.lost = lost = reason
-        except asyncio.CancelledError:
-            pass
+            conn = p.own_connection(p.pool_of(self.client, self.key), renewals.timeout)
+            while lost is None and self.token == token:
+                await asyncio.sleep(renewals.interval)
+                lost = await self._renew_once(conn, token, renewals)
+        except Exception as err:  # nobody awaits this task: say it, once (cancelling is release)
+            log.error("redislock: the watchdog of %s failed", self.key, exc_info=err)
+            async with self._state:
+                lost = self._lose(token, p.watchdog_failed(err))
         finally:
-            await conn.disconnect()
+            if conn is not None:
+                await conn.disconnect()
         if lost is not None:
             await self._announce_lost(lost)
+
+    async def _renew_once(self, conn: Any, token: int, renewals: p.Renewals) -> Optional[str]:
+        """One renewal, in step with release; the reason to announce if it lost the hold."""
+        async with self._state:
+            if self.token != token:
+                return None  # released: never renew a released hold
+            reason = None
+            try:
+                sent = time.monotonic()
+                reason = renewals.answered(
+                    sent, await _call(conn, p.extend_args(self.key, self.owner, self.ttl, token)))
+            except p.BROKEN_LINK:
+                await conn.disconnect()
+                reason = renewals.broken()
+            except ResponseError as err:
+                reason = p.refused(err)
+            return self._lose(token, reason)
 
     async def _announce_lost(self, reason: str) -> None:
         log.warning("redislock: lost %s: %s", self.key, reason)
@@ -185,7 +191,7 @@ class Lock(p.LockSettings):
                 log.exception("redislock: on_lost callback failed")
 
     async def release(self) -> bool:
-        """Release the hold; False if it was already lost."""
+        """Release the hold; False if it was lost first (see ``redislock.Lock.release``)."""
         if self.reentrant and self._depth > 1:
             self._depth -= 1
             return True
@@ -199,11 +205,9 @@ class Lock(p.LockSettings):
                     try:
                         released = int(await self.client.execute_command(
                             *p.release_args(self.key, self.owner, token))) == 1
-                    except (ConnectionError, TimeoutError):
+                    except p.BROKEN_LINK:
                         released = False
-                newly_lost = not released and self.lost is None
-                if newly_lost:
-                    self.lost = "the hold was gone when released (its lease ran out)"
+                newly_lost = not released and self._mark_lost(p.GONE_AT_RELEASE)
                 held = time.monotonic() - self._granted_at
             if self._watchdog is not None:
                 self._watchdog.cancel()
@@ -214,18 +218,16 @@ class Lock(p.LockSettings):
                 await self._session_conn.disconnect()
                 self._session_conn = None
             self._emit("released", held_s=held, released=released)
-            return released
+            return self.lost is None
         finally:
             self._depth, self._holder = 0, None
             self._local.release()
 
     async def guard(self, *command: Any) -> Any:
         """``LOCK.GUARD`` with this hold's token (``redislock.Stale`` once it is not live)."""
-        token = self.token
-        if token is None:
-            raise Stale("this lock is not held")
+        args = self._guard_args(command)
         try:
-            return await self.client.execute_command(*p.guard_args(self.key, token, command))
+            return await self.client.execute_command(*args)
         except ResponseError as err:
             raise p.translate(err) from err
 

@@ -9,7 +9,7 @@ import threading
 import time
 from typing import Any, Callable, Optional
 
-from redis.exceptions import ConnectionError, ResponseError, TimeoutError
+from redis.exceptions import ResponseError
 
 from . import _protocol as p
 from .errors import LockLost, NotAcquired, Stale
@@ -20,26 +20,12 @@ log = logging.getLogger("redislock")
 EventHook = Callable[[str, dict], None]
 
 
-def _pool_of(client: Any, key: str) -> Any:
-    """The connection pool that serves ``key``: the client's own, or its cluster node's."""
-    if hasattr(client, "get_node_from_key"):
-        return client.get_node_from_key(key).redis_connection.connection_pool
-    return client.connection_pool
-
-
 def _lend(pool: Any) -> Any:
     """A connection lent by the pool (redis-py 5.3+ takes no arguments, earlier ones a name)."""
     try:
         return pool.get_connection()
     except TypeError:
         return pool.get_connection("LOCK.ACQUIRE")
-
-
-def _dedicated(pool: Any, socket_timeout: Optional[float]) -> Any:
-    """A connection of its own (not lent by the pool), with its own socket timeout."""
-    conn = pool.make_connection()
-    conn.socket_timeout = socket_timeout
-    return conn
 
 
 def _call(conn: Any, args: list, socket_timeout: Any = "keep") -> Any:
@@ -110,9 +96,10 @@ class Lock(p.LockSettings):
             if timeout is not None and timeout <= 0:
                 wait = None
         deadline = None if not wait else time.monotonic() + wait
-        pool = _pool_of(self.client, self.key)
+        pool = p.pool_of(self.client, self.key)
         while True:
-            conn = _dedicated(pool, None) if self.session else _lend(pool)
+            # A session hold lives as long as its connection: one of its own, never the pool's.
+            conn = p.own_connection(pool, None) if self.session else _lend(pool)
             try:
                 args = p.acquire_args(self.key, self.owner, self.ttl, self.mode, self.session, wait)
                 reply = _call(conn, args, socket_timeout=None if wait is not None else "keep")
@@ -125,17 +112,22 @@ class Lock(p.LockSettings):
             except ResponseError as err:
                 self._put_back(pool, conn)
                 raise p.translate(err) from err
-            except (ConnectionError, TimeoutError):
+            except p.BROKEN_LINK:
                 # The connection broke while waiting: the same owner asks again, which the
                 # server treats as a safe retry (a grant whose reply never went out is revoked).
-                conn.disconnect()
-                self._put_back(pool, conn)
+                self._put_back(pool, conn, broken=True)
                 if deadline is not None and time.monotonic() >= deadline:
                     raise
                 time.sleep(0.05)
                 if deadline is not None:
                     wait = max(0.001, deadline - time.monotonic())
                 continue
+            except BaseException:
+                # Interrupted mid-call (a signal handler's exception, KeyboardInterrupt): the
+                # reply may still come, so the connection is closed, which takes the waiter out
+                # of the server's queue, before the pool has it back.
+                self._put_back(pool, conn, broken=True)
+                raise
             if token is None:
                 self._put_back(pool, conn)
                 return False
@@ -146,11 +138,15 @@ class Lock(p.LockSettings):
             self._granted(token)
             return True
 
-    def _put_back(self, pool: Any, conn: Any) -> None:
-        if self.session:
-            conn.disconnect()
-        else:
-            pool.release(conn)
+    def _put_back(self, pool: Any, conn: Any, broken: bool = False) -> None:
+        """Give a lent connection back (closed first if ``broken``: a reply may still be on its
+        way; the pool reconnects it), or close a session's own."""
+        try:
+            if broken or self.session:
+                conn.disconnect()
+        finally:
+            if not self.session:
+                pool.release(conn)
 
     def _replicated(self, conn: Any) -> bool:
         acked = _call(conn, ["WAIT", self.replicas, p.millis(self.replicas_timeout)])
@@ -172,46 +168,42 @@ class Lock(p.LockSettings):
     # -- the watchdog ------------------------------------------------------------------------
 
     def _renew(self, token: int, stop: threading.Event) -> None:
-        """Renew the lease every ttl/3 on a connection of its own; mark the hold lost when a
-        renewal answers 0, or when the server cannot be reached before the lease would end."""
-        interval = self.ttl / 3
-        lease_end = time.monotonic() + self.ttl
-        conn = _dedicated(_pool_of(self.client, self.key), max(0.05, interval))
+        """Renew the lease by the rules of ``p.Renewals`` on a connection of its own, outside
+        the pool (see ``p.own_connection``), closed when the watchdog ends. Whatever fails, the
+        hold is marked lost and announced: renewals never end silently."""
+        renewals = p.Renewals(self.ttl)
+        conn = None
         lost: Optional[str] = None
         try:
-            while lost is None and not stop.wait(interval):
-                sent = time.monotonic()
-                with self._state:
-                    if stop.is_set() or self.token != token:
-                        return  # released in the same step: never renew a released hold
-                    reason = None
-                    try:
-                        renewed = _call(conn, p.extend_args(self.key, self.owner, self.ttl, token))
-                        if int(renewed) == 1:
-                            lease_end = sent + self.ttl
-                        else:
-                            reason = "the lease ran out before it was renewed"
-                    except (ConnectionError, TimeoutError):
-                        conn.disconnect()
-                        if time.monotonic() >= lease_end:
-                            reason = "the server could not be reached before the lease ended"
-                    except ResponseError as err:
-                        reason = f"renewal refused: {err}"
-                    if reason is not None and self._mark_lost(reason):
-                        lost = reason
+            conn = p.own_connection(p.pool_of(self.client, self.key), renewals.timeout)
+            while lost is None and not stop.wait(renewals.interval):
+                lost = self._renew_once(conn, token, renewals)
+        except BaseException as err:  # a thread has nobody to raise to: say it, once
+            log.error("redislock: the watchdog of %s failed", self.key, exc_info=err)
+            with self._state:
+                lost = self._lose(token, p.watchdog_failed(err))
         finally:
-            conn.disconnect()
+            if conn is not None:
+                conn.disconnect()
         if lost is not None:
             self._announce_lost(lost)
 
-    def _mark_lost(self, reason: str) -> bool:
-        """Record the loss (with ``self._state`` held); True the first time. The caller then
-        calls ``_announce_lost`` once the state lock is free (the callback may use the lock)."""
-        if self.lost is not None:
-            return False
-        self.lost = reason
-        self._stop.set()
-        return True
+    def _renew_once(self, conn: Any, token: int, renewals: p.Renewals) -> Optional[str]:
+        """One renewal, in step with release; the reason to announce if it lost the hold."""
+        with self._state:
+            if self.token != token:
+                return None  # released in the same step: never renew a released hold
+            reason = None
+            try:
+                sent = time.monotonic()
+                reason = renewals.answered(
+                    sent, _call(conn, p.extend_args(self.key, self.owner, self.ttl, token)))
+            except p.BROKEN_LINK:
+                conn.disconnect()
+                reason = renewals.broken()
+            except ResponseError as err:
+                reason = p.refused(err)
+            return self._lose(token, reason)
 
     def _announce_lost(self, reason: str) -> None:
         log.warning("redislock: lost %s: %s", self.key, reason)
@@ -225,8 +217,8 @@ class Lock(p.LockSettings):
     # -- releasing ---------------------------------------------------------------------------
 
     def release(self) -> bool:
-        """Release the hold. False if it was already lost (its lease ran out first): the work
-        done under it may have overlapped another holder's."""
+        """Release the hold. False if it was lost first (its lease ran out, or the watchdog
+        gave it up): the work done under it may have overlapped another holder's."""
         if self.reentrant and self._depth > 1:
             self._depth -= 1
             return True
@@ -242,11 +234,9 @@ class Lock(p.LockSettings):
                     try:
                         released = int(self.client.execute_command(
                             *p.release_args(self.key, self.owner, token))) == 1
-                    except (ConnectionError, TimeoutError):
+                    except p.BROKEN_LINK:
                         released = False
-                newly_lost = not released and self._mark_lost(
-                    "the hold was gone when released (its lease ran out)"
-                )
+                newly_lost = not released and self._mark_lost(p.GONE_AT_RELEASE)
                 held = time.monotonic() - self._granted_at
             if newly_lost:
                 self._announce_lost(self.lost or "")
@@ -254,7 +244,7 @@ class Lock(p.LockSettings):
                 self._session_conn.disconnect()  # closing it ends the session hold in any case
                 self._session_conn = None
             self._emit("released", held_s=held, released=released)
-            return released
+            return self.lost is None
         finally:
             self._depth = 0
             self._local.release()
@@ -264,11 +254,9 @@ class Lock(p.LockSettings):
     def guard(self, *command: Any) -> Any:
         """Run ``command`` through ``LOCK.GUARD`` with this hold's token: it runs only while the
         hold is the live exclusive one, else ``redislock.Stale``."""
-        token = self.token
-        if token is None:
-            raise Stale("this lock is not held")
+        args = self._guard_args(command)
         try:
-            return self.client.execute_command(*p.guard_args(self.key, token, command))
+            return self.client.execute_command(*args)
         except ResponseError as err:
             raise p.translate(err) from err
 

@@ -102,6 +102,20 @@ def as_map(reply) -> dict:
     return dict(zip(reply[::2], reply[1::2]))
 
 
+def waiters(r: redis.Redis, key: str) -> int:
+    """How many clients wait in ``key``'s queue, as LOCK.INFO says (0 when the lock is free)."""
+    info = r.execute_command("LOCK.INFO", key)
+    return 0 if info is None else int(as_map(info)[b"waiters"])
+
+
+def idle_pool(client) -> bool:
+    """Whether ``client``'s pool has every connection back: none lent, and (sync pools) none
+    counted against ``max_connections`` that the pool does not have."""
+    pool = client.connection_pool
+    made = getattr(pool, "_created_connections", len(pool._available_connections))
+    return not pool._in_use_connections and made == len(pool._available_connections)
+
+
 class Cluster:
     """3 masters and 3 replicas on loopback, made with `redis-cli --cluster create`."""
 

@@ -9,7 +9,7 @@ import pytest
 import redis
 
 import redislock
-from conftest import Server, as_map, calls, eventually, stat
+from conftest import Server, as_map, calls, eventually, idle_pool, stat, waiters
 
 
 def test_with_gives_a_token_and_releases(r):
@@ -247,3 +247,110 @@ def test_a_connection_error_while_waiting_is_retried_with_the_same_owner(server,
     assert got == [True]
     assert r.execute_command("LOCK.FENCE", "retry") == waiter.token
     waiter.release()
+
+
+# -- small pools, failing watchdogs and interrupted waits -------------------------------------
+
+
+def test_the_watchdog_keeps_a_hold_on_a_pool_of_two(server, r):
+    small = server.client(max_connections=2)
+    with redislock.Lock(small, "k", 3.0):
+        pass
+    lost = []
+    with redislock.Lock(small, "k", 0.3, on_lost=lost.append) as lock:
+        for _ in range(5):  # 1.0 s, more than three leases: only the watchdog keeps the hold
+            time.sleep(0.2)
+            assert r.execute_command("LOCK.FENCE", "k") == lock.token
+    assert lost == []
+    assert idle_pool(small)
+
+
+def _watchdog_client(r: redis.Redis) -> int:
+    """The id of the connection that renews leases (the only one whose last command is that)."""
+    return next(c["id"] for c in r.client_list() if c["cmd"] == "lock.extend")
+
+
+def test_a_watchdog_that_cannot_reconnect_loses_the_hold_and_says_so(server, r):
+    small = server.client(max_connections=2)
+    for _ in range(3):
+        with redislock.Lock(small, "k", 3.0):
+            pass
+    lost = []
+    lock = redislock.Lock(small, "k", 0.6, on_lost=lost.append)
+    with pytest.raises(redislock.LockLost, match="could not be reached"):
+        with lock:
+            assert eventually(lambda: calls(r, "lock.extend") >= 1, 2), "a renewal"
+            r.config_set("maxclients", 1)  # the server refuses every new connection
+            r.client_kill_filter(_id=_watchdog_client(r))
+            assert eventually(lambda: lost, 2), "lost when the lease ends"
+            assert not lock.locked()
+    r.config_set("maxclients", 10000)
+    assert len(lost) == 1 and "could not be reached" in lost[0]
+
+
+def test_an_unexpected_watchdog_failure_loses_the_hold_at_once(r, monkeypatch):
+    def broken(*args):
+        raise RuntimeError("injected")
+
+    lost = []
+    lock = redislock.Lock(r, "k", 3.0, on_lost=lost.append)
+    with pytest.raises(redislock.LockLost, match="injected"):
+        with lock:
+            monkeypatch.setattr(redislock._protocol, "extend_args", broken)
+            started = time.monotonic()
+            assert eventually(lambda: lost, 2.5), "the first renewal (after 1 s) fails: lost then"
+            assert time.monotonic() - started < 2.0 and not lock.locked()
+            with pytest.raises(redislock.Stale, match="lost"):
+                lock.guard("SET", "x", 1)  # the lease still runs, but the hold was given up
+    assert len(lost) == 1 and "injected" in lost[0]
+
+
+class Interrupted(Exception):
+    """What the SIGALRM handler raises in the waiting thread (as KeyboardInterrupt would)."""
+
+
+def _interrupt(signum, frame):
+    raise Interrupted()
+
+
+def _interrupted_wait(client: redis.Redis, key: str) -> None:
+    """A blocking acquire of the held ``key``, interrupted after 0.2 s by a signal handler."""
+    previous = signal.signal(signal.SIGALRM, _interrupt)
+    try:
+        signal.setitimer(signal.ITIMER_REAL, 0.2)
+        with pytest.raises(Interrupted):
+            redislock.Lock(client, key, ttl=5).acquire(timeout=5)
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def test_an_interrupted_wait_leaves_the_queue_and_gives_its_connection_back(server, r):
+    small = server.client(max_connections=2)
+    holder = redislock.Lock(r, "h", ttl=10)
+    holder.acquire()
+    for _ in range(3):
+        _interrupted_wait(small, "h")
+        assert eventually(lambda: waiters(r, "h") == 0, 2), "the waiter left the queue"
+    assert small.ping() and idle_pool(small)
+    assert holder.release()
+    assert r.exists("h") == 0, "the release granted nobody"
+    assert redislock.Lock(small, "h", ttl=5).acquire(blocking=False)
+
+
+def test_lock_cycles_on_a_pool_of_two(server, r):
+    small = server.client(max_connections=2)
+    for _ in range(3):
+        with redislock.Lock(small, "c", ttl=0.3) as lock:
+            time.sleep(0.4)  # renewed by the watchdog
+            assert small.execute_command("LOCK.FENCE", "c") == lock.token
+        with redislock.Lock(small, "s", ttl=5, session=True) as session:
+            assert small.execute_command("LOCK.FENCE", "s") == session.token
+        with redislock.Lock(r, "h", ttl=5):
+            assert redislock.Lock(small, "h", ttl=5).acquire(timeout=0.1) is False
+            _interrupted_wait(small, "h")
+    assert small.ping()
+    for _ in range(10):
+        with redislock.Lock(small, "c", ttl=5, session=True), redislock.Lock(small, "d", ttl=5):
+            pass
+    assert idle_pool(small)

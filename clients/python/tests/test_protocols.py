@@ -1,11 +1,12 @@
 """The client over RESP3 and over Redis Cluster."""
 
 import threading
+import time
 
 import pytest
 
 import redislock
-from conftest import as_map, eventually
+from conftest import as_map, eventually, idle_pool
 
 
 def test_resp3(server):
@@ -42,3 +43,9 @@ def test_cluster_routes_by_key_waits_and_guards(cluster):
     second.release()
     with redislock.Lock(rc, "{sku:9}:lock", ttl=5, session=True) as s:
         assert s.token > 0
+    small = cluster.client(max_connections=2)  # each node's pool: 2 connections
+    for _ in range(5):
+        with redislock.Lock(small, "{sku:9}:lock", ttl=0.3, session=True) as s:
+            time.sleep(0.4)  # more than the lease: renewed by the watchdog
+            assert small.execute_command("LOCK.FENCE", "{sku:9}:lock") == s.token
+    assert idle_pool(small.get_node_from_key("{sku:9}:lock").redis_connection)
