@@ -16,6 +16,7 @@ mod registration {
     use redis_module::{redis_module, AclCategory, Context, RedisString, Status};
 
     use crate::core::args;
+    use crate::effects::timers;
     use crate::ffi::config;
     use crate::ffi::data_type::LOCK_TYPE;
     use crate::ffi::events;
@@ -43,6 +44,7 @@ mod registration {
         ctx.set_module_options(redis_module::raw::ModuleOptions::HANDLE_IO_ERRORS);
         handlers::install(&callbacks::HANDLERS);
         timer::init(ctx);
+        timers::start_epoch_soon(); // runs once start-up has loaded the data
         server::register_info(ctx);
         events::watch_commands(ctx);
         let ready = events::subscribe(ctx)

@@ -2,7 +2,7 @@
 
 use redis_lock_harness::*;
 
-const COMMANDS: [&str; 9] = [
+const COMMANDS: [&str; 10] = [
     "lock.acquire",
     "lock.release",
     "lock.extend",
@@ -12,6 +12,7 @@ const COMMANDS: [&str; 9] = [
     "lock.apply",
     "lock.applystate",
     "lock.guard",
+    "lock.epoch",
 ];
 
 fn text(v: &Value) -> String {
@@ -40,9 +41,21 @@ fn command_docs_cover_every_command() {
         let Value::Array(args) = args else {
             panic!("{args:?}")
         };
-        assert_eq!(text(&map_field(&args[0], "name").unwrap()), "key", "{name}");
-        assert_eq!(text(&map_field(&args[0], "type").unwrap()), "key", "{name}");
+        // Every command but the internal LOCK.EPOCH starts with its key.
+        let first = if name == "lock.epoch" { "epoch" } else { "key" };
+        assert_eq!(text(&map_field(&args[0], "name").unwrap()), first, "{name}");
+        let kind = if name == "lock.epoch" {
+            "integer"
+        } else {
+            "key"
+        };
+        assert_eq!(text(&map_field(&args[0], "type").unwrap()), kind, "{name}");
     }
+    assert_eq!(
+        cmd(&mut c, &["COMMAND", "GETKEYS", "LOCK.EPOCH", "7"]),
+        Err("ERR The command has no key arguments".into()),
+        "LOCK.EPOCH has no key"
+    );
     let acquire = map_field(&docs, "lock.acquire").unwrap();
     let Value::Array(args) = map_field(&acquire, "arguments").unwrap() else {
         panic!()
@@ -84,7 +97,7 @@ fn command_info_has_arity_flags_and_key_specs() {
             other => panic!("{other:?}"),
         })
         .collect();
-    assert_eq!(arity, [-4, -3, -4, -2, -2, 2, -5, 3, -4]);
+    assert_eq!(arity, [-4, -3, -4, -2, -2, 2, -5, 3, -4, 2]);
     let all = format!("{infos:?}");
     assert!(
         all.contains("key_specs") || all.contains("begin_search"),

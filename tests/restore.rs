@@ -48,7 +48,7 @@ fn tokens_beyond_two_to_the_53_are_refused_and_change_nothing() {
     let t2 = acquire(&mut c, "b", "o", 1_000).unwrap();
     assert!(
         t2 > t1 && t2 <= MAX_TOKEN,
-        "tokens still come from the clock: {t1} {t2}"
+        "tokens are still issued in order: {t1} {t2}"
     );
     assert!(
         s.log().contains("token is outside"),

@@ -80,10 +80,15 @@ impl Server {
 
     /// A replica of `master` (with `extra` arguments), returned once its link is up.
     pub fn replica_of(master: &Server, extra: &[&str]) -> Self {
+        Self::replica_of_with_env(master, &[], extra)
+    }
+
+    /// A replica of `master` started with environment variables (a skewed clock, say).
+    pub fn replica_of_with_env(master: &Server, env: &[(&str, &str)], extra: &[&str]) -> Self {
         let port = master.port.to_string();
         let mut args = vec!["--replicaof", "127.0.0.1", &port];
         args.extend_from_slice(extra);
-        let replica = Self::start_with(&args);
+        let replica = Self::start_full(&[], &args, env);
         let mut r = replica.con();
         assert!(
             eventually(Duration::from_secs(20), || info_field(
@@ -522,6 +527,45 @@ pub fn restore_lock_with_token(con: &mut Connection, key: &str, token: i64) {
         &[b"RESTORE", key.as_bytes(), b"0", &edited, b"REPLACE"],
     );
     assert_eq!(r, Ok(Value::Okay), "restore the forged lock");
+}
+
+/// libfaketime, which moves a server's wall clock (never its monotonic clock).
+pub const FAKETIME_LIB: &str = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1";
+
+/// The environment that runs a server with its wall clock offset by what `offset_file` says
+/// (`+0`, `-30`, `+1h`, ...; read on every clock read, so a test can move it), or `None` where
+/// that cannot work: a jemalloc build (libfaketime recurses into itself when jemalloc reads
+/// the clock at start-up: Debian's Redis; Valkey's libc build works) or no libfaketime.
+pub fn faketime_env(offset_file: &Path) -> Option<Vec<(String, String)>> {
+    let version = Command::new(server_binary())
+        .arg("--version")
+        .output()
+        .ok()?;
+    if String::from_utf8_lossy(&version.stdout).contains("malloc=jemalloc")
+        || !Path::new(FAKETIME_LIB).exists()
+    {
+        return None;
+    }
+    let pairs = [
+        ("LD_PRELOAD", FAKETIME_LIB.to_string()),
+        ("FAKETIME_TIMESTAMP_FILE", offset_file.display().to_string()),
+        ("FAKETIME_NO_CACHE", "1".to_string()),
+        ("FAKETIME_DONT_FAKE_MONOTONIC", "1".to_string()),
+    ];
+    Some(pairs.into_iter().map(|(k, v)| (k.to_string(), v)).collect())
+}
+
+/// The epoch of a token (its high bits: see `src/core/fencing.rs`).
+pub fn epoch_of(token: i64) -> i64 {
+    token >> 32
+}
+
+/// The fencing epoch stored in a server's epoch file (0 if there is none).
+pub fn stored_epoch(server: &Server) -> i64 {
+    std::fs::read_to_string(server.dir.join("dump.rdb.lock-epoch"))
+        .ok()
+        .and_then(|text| text.trim().parse().ok())
+        .unwrap_or(0)
 }
 
 /// Microseconds since the epoch (the scale tokens live on).

@@ -266,6 +266,17 @@ pub fn info<A: Arg>(rest: &[A]) -> Result<usize, LockError> {
     }
 }
 
+/// `LOCK.EPOCH epoch`, after the name: an epoch a master started.
+pub fn epoch<A: Arg>(rest: &[A]) -> Result<u64, LockError> {
+    let [epoch] = rest else {
+        return Err(LockError::Syntax);
+    };
+    u64::try_from(integer(epoch.bytes())?)
+        .ok()
+        .filter(|e| (1..=fencing::MAX_EPOCH).contains(e))
+        .ok_or(LockError::EpochOutOfRange)
+}
+
 /// The module arguments (`loadmodule path [name value ...]`, names with or without `lock.`, in
 /// any case): the starting value of every setting of `SETTINGS`, in its order, checked as
 /// `CONFIG SET` checks them. Any unknown name, missing value or bad value refuses them all.
@@ -489,6 +500,16 @@ mod tests {
 
     #[test]
     fn other_commands_arguments() {
+        assert_eq!(epoch(&args(&["419001"])), Ok(419_001));
+        assert_eq!(epoch(&args(&["2097151"])), Ok(fencing::MAX_EPOCH));
+        for bad in ["0", "-1", "2097152"] {
+            assert_eq!(
+                epoch(&args(&[bad])),
+                Err(LockError::EpochOutOfRange),
+                "{bad}"
+            );
+        }
+        assert_eq!(epoch(&args(&["x"])), Err(LockError::NotAnInteger));
         assert_eq!(
             extend(&args(&["o", "5"]), 0, &LIMITS),
             Ok((&b"o"[..], 5, None))

@@ -75,11 +75,17 @@ pub enum LockError {
     GuardDatabaseCommand,
     /// `LOCK.GUARD` of a command that would write, move or delete a key holding a lock.
     GuardWritesLock,
+    /// LOCK.EPOCH sent by an ordinary client.
+    EpochNotAllowed,
+    /// The epoch argument of LOCK.EPOCH outside 1 ..= 2^21 - 1.
+    EpochOutOfRange,
+    /// The fencing epoch could not be stored durably, so no token may be issued.
+    EpochNotStored,
 }
 
 impl LockError {
     /// Every variant, so tests can check every wire string.
-    pub const ALL: [LockError; 35] = [
+    pub const ALL: [LockError; 38] = [
         Self::NotAnInteger,
         Self::TtlNotPositive,
         Self::TtlTooLarge,
@@ -115,6 +121,9 @@ impl LockError {
         Self::GuardConnectionCommand,
         Self::GuardDatabaseCommand,
         Self::GuardWritesLock,
+        Self::EpochNotAllowed,
+        Self::EpochOutOfRange,
+        Self::EpochNotStored,
     ];
 
     pub const fn as_wire(self) -> &'static str {
@@ -172,6 +181,13 @@ impl LockError {
             }
             Self::GuardWritesLock => {
                 "ERR LOCK.GUARD cannot run a command that writes, moves or deletes a key holding a lock"
+            }
+            Self::EpochNotAllowed => {
+                "ERR LOCK.EPOCH is internal: it is accepted only from the master link or the AOF"
+            }
+            Self::EpochOutOfRange => "ERR invalid epoch: must be 1 to 2097151",
+            Self::EpochNotStored => {
+                "ERR redis-lock cannot store its fencing epoch, so it grants nothing (the server log says why)"
             }
             Self::Demoted => {
                 "UNBLOCKED force unblock from blocking operation, instance state changed (master -> replica?)"

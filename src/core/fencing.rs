@@ -1,22 +1,35 @@
-//! Where fencing tokens come from, and why they never go backwards.
+//! Where fencing tokens come from, and why they never repeat or go backwards, whatever the
+//! hosts' clocks say.
 //!
-//! A token is `max(last + 1, clock_us)`: one more than the last token this server issued or
-//! saw, but never below the server's wall clock in microseconds (milliseconds x 1000 on Redis
-//! 7.0, whose module API has no microsecond clock).
+//! A token is an **epoch** (its high 21 bits) and a count within it (its low 32 bits). A server
+//! issues tokens only in an epoch it started itself, and `last + 1` within it:
 //!
-//! - On one server, `last + 1` makes tokens strictly increase even if the clock jumps back.
-//! - `last` survives restarts: it is saved as auxiliary RDB data, every lock value carries its
-//!   token (RDB, DUMP/RESTORE) and every replicated or AOF-logged grant carries its token
-//!   explicitly, and loading any of them raises `last` to at least that token.
-//! - A replica raises `last` from every grant its master replicates. A promoted replica that
-//!   missed the master's last grants (asynchronous replication) is still safe: each token the
-//!   old master issued at wall time `t` is below `(t + 1 ms)` in microseconds unless it issued
-//!   more than one grant per microsecond, and the promotion happens later than `t`, so the new
-//!   master's clock floor lies above every token it never saw, as long as the two hosts' clocks
-//!   differ by less than the time the failover takes.
-//! - Tokens stay below 2^53 until the year 2255, so JavaScript clients read them exactly.
-//!   `MAX_TOKEN` is a hard bound: loading, restoring or replaying a larger token is refused, and
-//!   once the last token is `MAX_TOKEN` grants fail with an error instead of repeating it.
+//! - An epoch starts as soon as a server is master: once start-up has loaded its data, and at
+//!   promotion (again when its epoch runs low on tokens). The new epoch is above every epoch the server has seen: that of
+//!   the largest token it knows (its own, the RDB, the AOF, its master's replicated grants,
+//!   restored keys) and that of its **epoch file**, where it stores each epoch it starts
+//!   (written and fsynced before the epoch's first token). The wall clock, read as a token,
+//!   is one more floor: it only ever raises the epoch, and lets a replacement with neither
+//!   data nor file start above the tokens of the past (those of earlier, clock-based versions
+//!   included). It never lowers one, so a clock behind or stepped back costs nothing.
+//! - The master replicates the new epoch as `LOCK.EPOCH` before any grant in it, and an
+//!   epoch's first token is its marker: the last token the RDB (and so a full sync) carries.
+//! - Failover: a promoted replica that synced with its master after the master started its
+//!   epoch knows that epoch (`LOCK.EPOCH` in the stream, or the marker in the RDB of a full
+//!   sync), so its own epoch is higher: each of its tokens is above every token the old master
+//!   issued or will issue in that epoch, however many grants the replica missed and however
+//!   long the old master goes on granting on the far side of a partition. No clock is read.
+//! - Restart: the epoch file holds the epoch in use, so a server restarted from an older RDB
+//!   snapshot (or after a host crash that lost the AOF's last second) starts above it.
+//! - What it does not cover: two servers that each start an epoch without hearing of the
+//!   other's, from the same history: an isolated old master that restarts (or runs out of
+//!   its epoch) during a partition while a replica is promoted. They may pick the same epoch.
+//!   `min-replicas-to-write` rules that out (an isolated master cannot grant at all).
+//! - Tokens stay below 2^53, so JavaScript clients read them exactly: 2^21 epochs of 2^32
+//!   tokens. A server starts an epoch per start or promotion; the clock floor moves one epoch
+//!   per 2^32 µs (71.6 minutes), which lasts until the year 2255. `MAX_TOKEN` is a hard bound:
+//!   loading, restoring or replaying a larger token is refused, and once no epoch is left
+//!   grants fail with an error instead of repeating a token.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -24,20 +37,51 @@ use std::sync::atomic::{AtomicU64, Ordering};
 /// IEEE double) client reads exactly.
 pub const MAX_TOKEN: u64 = (1 << 53) - 1;
 
+/// The low bits of a token count within its epoch.
+pub const COUNT_BITS: u32 = 32;
+
+/// The last epoch (2^21 - 1).
+pub const MAX_EPOCH: u64 = MAX_TOKEN >> COUNT_BITS;
+
+/// An epoch is left for the next one while this many tokens are still unused in it, so one
+/// step (a handoff to up to `lock.max-holders` = 2^20 waiters) never runs out mid-way.
+pub const HEADROOM: u64 = 1 << 21;
+
 /// Whether `token` can be a fencing token (1 ..= MAX_TOKEN).
 pub const fn in_range(token: u64) -> bool {
     token > 0 && token <= MAX_TOKEN
 }
 
-/// The pure rule, kept apart from the global so it can be tested.
+/// The epoch of `token`.
+pub const fn epoch_of(token: u64) -> u64 {
+    token >> COUNT_BITS
+}
+
+/// The first token of `epoch`.
+pub const fn first_of(epoch: u64) -> u64 {
+    epoch << COUNT_BITS
+}
+
+/// The pure rule, kept apart from the globals so it can be tested.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct TokenSource {
+    /// The largest token issued or observed.
     last: u64,
+    /// The epoch this server started and issues in (0: none yet, or it became a replica).
+    epoch: u64,
 }
 
 impl TokenSource {
-    pub const fn new(last: u64) -> Self {
-        Self { last }
+    pub const fn new(last: u64, epoch: u64) -> Self {
+        Self { last, epoch }
+    }
+
+    /// A source in epoch 1 from its start: for the tests of rules that only need tokens.
+    #[cfg(test)]
+    pub fn started() -> Self {
+        let mut source = Self::default();
+        source.enter(1);
+        source
     }
 
     /// The last token issued or observed.
@@ -45,11 +89,44 @@ impl TokenSource {
         self.last
     }
 
-    /// Issue a fresh token: strictly above every token issued or observed, and at least `clock_us`.
-    /// `None` once no token up to `MAX_TOKEN` is left (never repeat one).
-    pub fn issue(&mut self, clock_us: u64) -> Option<u64> {
-        let token = self.last.saturating_add(1).max(clock_us);
-        if token > MAX_TOKEN {
+    /// The epoch in use (0: none).
+    pub const fn epoch(&self) -> u64 {
+        self.epoch
+    }
+
+    /// Whether tokens can be issued now: an epoch is in use with `HEADROOM` tokens left.
+    pub fn ready(&self) -> bool {
+        self.epoch != 0 && self.last.saturating_add(HEADROOM) < first_of(self.epoch + 1)
+    }
+
+    /// The epoch to start: above the epoch of every token observed and above `stored` (the
+    /// epoch file's), and above the wall clock read as a token (so above any token the clock
+    /// scheme of earlier versions issued before now). `None` when no epoch is left.
+    pub fn next_epoch(&self, stored: u64, clock_us: u64) -> Option<u64> {
+        let above_seen = epoch_of(self.last).max(stored).max(self.epoch) + 1;
+        let above_clock = epoch_of(clock_us).min(MAX_EPOCH - 1) + 1;
+        let epoch = above_seen.max(above_clock);
+        (epoch <= MAX_EPOCH).then_some(epoch)
+    }
+
+    /// Start issuing in `epoch` (already stored durably). Its first token is its marker: the
+    /// one replicas observe when the epoch starts (`LOCK.EPOCH`) and the RDB carries as the
+    /// last token, so a replica knows the epoch before any grant in it reaches it.
+    pub fn enter(&mut self, epoch: u64) {
+        self.epoch = epoch;
+        self.last = self.last.max(first_of(epoch));
+    }
+
+    /// Stop issuing (this server became a replica): the next grant starts a new epoch.
+    pub fn leave(&mut self) {
+        self.epoch = 0;
+    }
+
+    /// Issue a fresh token: strictly above every token issued or observed, in the epoch in
+    /// use. `None` without an epoch or past its end (`ready` says when to start the next).
+    pub fn issue(&mut self) -> Option<u64> {
+        let token = self.last.saturating_add(1);
+        if self.epoch == 0 || epoch_of(token) != self.epoch || token > MAX_TOKEN {
             return None;
         }
         self.last = token;
@@ -62,18 +139,52 @@ impl TokenSource {
     }
 }
 
-/// The server-wide last token. Only the main thread touches it; atomics avoid any `unsafe`.
+/// The server-wide last token and epoch. Only the main thread touches them; atomics avoid any
+/// `unsafe`.
 static LAST_TOKEN: AtomicU64 = AtomicU64::new(0);
+static EPOCH: AtomicU64 = AtomicU64::new(0);
 
-/// Issue the next token of this server (`None`: exhausted).
-pub fn issue(clock_us: u64) -> Option<u64> {
-    let mut issued = None;
-    let _ = LAST_TOKEN.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |last| {
-        let mut source = TokenSource::new(last);
-        issued = source.issue(clock_us);
-        Some(source.last())
-    });
-    issued
+fn source() -> TokenSource {
+    TokenSource::new(
+        LAST_TOKEN.load(Ordering::Relaxed),
+        EPOCH.load(Ordering::Relaxed),
+    )
+}
+
+/// Whether this server can issue tokens without starting an epoch first.
+pub fn ready() -> bool {
+    source().ready()
+}
+
+/// The epoch this server would start now (see `TokenSource::next_epoch`).
+pub fn next_epoch(stored: u64, clock_us: u64) -> Option<u64> {
+    source().next_epoch(stored, clock_us)
+}
+
+/// Issue in `epoch` from now on (stored durably by the caller first).
+pub fn enter(epoch: u64) {
+    let mut source = source();
+    source.enter(epoch);
+    LAST_TOKEN.store(source.last(), Ordering::Relaxed);
+    EPOCH.store(epoch, Ordering::Relaxed);
+}
+
+/// This server became a replica: it issues nothing until it starts an epoch again.
+pub fn leave() {
+    EPOCH.store(0, Ordering::Relaxed);
+}
+
+/// The epoch in use (0: none).
+pub fn epoch() -> u64 {
+    EPOCH.load(Ordering::Relaxed)
+}
+
+/// Issue the next token of this server (`None`: no epoch ready, see `ready`).
+pub fn issue() -> Option<u64> {
+    let mut source = source();
+    let token = source.issue()?;
+    LAST_TOKEN.store(source.last(), Ordering::Relaxed);
+    Some(token)
 }
 
 /// Raise the server's last token to at least `token`.
@@ -91,56 +202,171 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
+    const E: u64 = 419_000; // about the epoch of the clock in 2026
+
     #[test]
-    fn follows_the_clock_when_it_moves_forward() {
+    fn issues_only_in_a_started_epoch_after_its_marker() {
         let mut s = TokenSource::default();
-        assert_eq!(s.issue(1_000), Some(1_000));
-        assert_eq!(s.issue(5_000), Some(5_000));
+        assert!(!s.ready());
+        assert_eq!(s.issue(), None);
+        s.enter(s.next_epoch(0, 1).unwrap());
+        assert_eq!((s.epoch(), s.last()), (1, first_of(1)), "the marker");
+        assert_eq!(s.issue(), Some(first_of(1) + 1));
+        assert_eq!(s.issue(), Some(first_of(1) + 2));
     }
 
     #[test]
-    fn counts_when_the_clock_stalls_or_jumps_back() {
-        let mut s = TokenSource::new(10_000);
-        assert_eq!(s.issue(10_000), Some(10_001));
-        assert_eq!(s.issue(3), Some(10_002));
+    fn a_new_epoch_is_above_every_epoch_seen_whatever_the_clock() {
+        let mut s = TokenSource::new(first_of(E) + 77, 0);
+        assert_eq!(s.next_epoch(0, 0), Some(E + 1), "seen tokens");
+        assert_eq!(s.next_epoch(E + 5, 0), Some(E + 6), "the epoch file");
+        assert_eq!(
+            s.next_epoch(0, first_of(E - 1000)),
+            Some(E + 1),
+            "a clock far behind"
+        );
+        assert_eq!(
+            s.next_epoch(0, first_of(E + 3) + 5),
+            Some(E + 4),
+            "above the clock"
+        );
+        s.enter(E + 1);
+        s.leave();
+        assert_eq!(s.next_epoch(0, 0), Some(E + 2), "its marker was seen");
+        let mut replica = TokenSource::default();
+        replica.observe(first_of(E + 2)); // LOCK.EPOCH E + 2 from its master
+        assert_eq!(replica.next_epoch(0, 0), Some(E + 3));
     }
 
     #[test]
-    fn observed_tokens_raise_the_floor() {
-        let mut s = TokenSource::default();
-        s.observe(900);
-        s.observe(100);
-        assert_eq!(s.issue(1), Some(901));
+    fn an_epoch_is_left_with_headroom_for_one_step() {
+        let end = first_of(E + 1);
+        let mut s = TokenSource::new(end - HEADROOM - 1, E);
+        assert!(s.ready());
+        s.issue().unwrap();
+        assert!(!s.ready(), "the next step could run past the epoch");
+        assert_eq!(s.next_epoch(0, 0), Some(E + 1));
+        let mut full = TokenSource::new(end - 1, E);
+        assert_eq!(full.issue(), None, "never into the next epoch's tokens");
     }
 
     #[test]
     fn refuses_rather_than_repeat_or_pass_the_bound() {
-        let mut s = TokenSource::new(MAX_TOKEN - 1);
-        assert_eq!(s.issue(0), Some(MAX_TOKEN));
-        assert_eq!(s.issue(0), None);
-        assert_eq!(s.last(), MAX_TOKEN, "a refused issue changes nothing");
-        assert_eq!(TokenSource::new(u64::MAX).issue(0), None);
-        assert_eq!(TokenSource::new(0).issue(MAX_TOKEN + 1), None);
+        let s = TokenSource::new(first_of(MAX_EPOCH), MAX_EPOCH);
+        assert_eq!(s.next_epoch(0, 0), None);
+        assert_eq!(TokenSource::default().next_epoch(MAX_EPOCH, 0), None);
+        assert_eq!(
+            TokenSource::default().next_epoch(0, u64::MAX),
+            Some(MAX_EPOCH),
+            "a clock past 2255 is held at the last epoch"
+        );
+        let mut last = TokenSource::new(MAX_TOKEN - 1, MAX_EPOCH);
+        assert_eq!(last.issue(), Some(MAX_TOKEN));
+        assert_eq!(last.issue(), None);
+        assert_eq!(last.last(), MAX_TOKEN, "a refused issue changes nothing");
         assert!(in_range(MAX_TOKEN) && !in_range(MAX_TOKEN + 1) && !in_range(0));
     }
 
+    /// One step of a master and its replica (clocks: any reading, independently per step).
+    #[derive(Clone, Debug)]
+    enum Step {
+        /// The master grants.
+        Grant(u64),
+        /// The replica receives up to this many of the master's next replication records.
+        Replicate(usize),
+        /// The master is lost with what it did not replicate; the replica is promoted (it
+        /// starts an epoch at once); the old master comes back as its replica (full sync).
+        Failover(u64),
+        /// The master restarts from a snapshot taken `n` grants ago (its epoch file kept) and
+        /// starts an epoch at once; its replica full-syncs from it.
+        Restart(usize, u64),
+    }
+
+    fn step() -> impl Strategy<Value = Step> {
+        let clock = 0u64..first_of(E + 2);
+        prop_oneof![
+            4 => clock.clone().prop_map(Step::Grant),
+            2 => (0usize..4).prop_map(Step::Replicate),
+            1 => clock.clone().prop_map(Step::Failover),
+            1 => (0usize..4, clock).prop_map(|(n, c)| Step::Restart(n, c)),
+        ]
+    }
+
+    /// A node: its token source and its epoch file; as master, what it has not replicated.
+    #[derive(Clone, Debug, Default)]
+    struct Node {
+        source: TokenSource,
+        file: u64,
+        stream: std::collections::VecDeque<u64>,
+    }
+
+    impl Node {
+        /// Start an epoch: stored first, then entered, its marker replicated.
+        fn start_epoch(&mut self, clock: u64) {
+            let epoch = self.source.next_epoch(self.file, clock).unwrap();
+            self.file = epoch;
+            self.source.enter(epoch);
+            self.stream.push_back(first_of(epoch));
+        }
+
+        fn grant(&mut self, clock: u64) -> u64 {
+            if !self.source.ready() {
+                self.start_epoch(clock);
+            }
+            let token = self.source.issue().unwrap();
+            self.stream.push_back(token);
+            token
+        }
+
+        /// Follow `master` from a full sync (its RDB carries its last token).
+        fn sync_from(&mut self, master: &Node) {
+            self.source = TokenSource::new(master.source.last(), 0);
+            self.stream.clear();
+        }
+    }
+
     proptest! {
+        /// Whatever the clocks read, through failovers that lose grants and restarts from
+        /// stale snapshots, every token a master issues is above every token issued before,
+        /// as long as the replica synced after its master started its epoch (a master starts
+        /// one as it starts and as it is promoted, before any grant).
         #[test]
-        fn tokens_strictly_increase_whatever_the_clock_does(
-            steps in proptest::collection::vec((any::<bool>(), 0u64..1u64 << 52), 1..200)
+        fn tokens_never_repeat_or_go_backwards(
+            first_clock in 0u64..first_of(E + 2),
+            steps in proptest::collection::vec(step(), 1..120),
         ) {
-            let mut s = TokenSource::default();
-            let mut prev = 0u64;
-            let mut seen_max = 0u64;
-            for (is_observe, value) in steps {
-                if is_observe {
-                    s.observe(value);
-                    seen_max = seen_max.max(value);
-                } else {
-                    let t = s.issue(value).expect("far below the bound");
-                    prop_assert!(t > prev && t > seen_max && t >= value);
-                    prev = t;
-                    seen_max = t;
+            let (mut master, mut replica) = (Node::default(), Node::default());
+            master.start_epoch(first_clock);
+            replica.sync_from(&master);
+            let mut issued: Vec<u64> = Vec::new();
+            for step in steps {
+                match step {
+                    Step::Grant(clock) => {
+                        let token = master.grant(clock);
+                        let before = issued.iter().max().copied().unwrap_or(0);
+                        prop_assert!(token > before, "{} after {}", token, before);
+                        issued.push(token);
+                    }
+                    Step::Replicate(n) => {
+                        for _ in 0..n {
+                            let Some(t) = master.stream.pop_front() else { break };
+                            replica.source.observe(t);
+                        }
+                    }
+                    Step::Failover(clock) => {
+                        std::mem::swap(&mut master, &mut replica);
+                        master.stream.clear();
+                        master.start_epoch(clock);
+                        replica.sync_from(&master);
+                    }
+                    Step::Restart(ago, clock) => {
+                        let kept = issued.len().saturating_sub(ago);
+                        let snapshot = kept.checked_sub(1).map_or(0, |i| issued[i]);
+                        master.source = TokenSource::new(snapshot.min(master.source.last()), 0);
+                        master.stream.clear();
+                        master.start_epoch(clock);
+                        replica.sync_from(&master);
+                    }
                 }
             }
         }

@@ -746,15 +746,15 @@ mod tests {
 
     #[test]
     fn readers_share_and_writers_need_the_lock_free() {
-        let mut tokens = TokenSource::default();
+        let mut tokens = TokenSource::started();
         let Acquire::Granted { state, .. } =
-            acquire(None, false, &req("r1", S, 100), 0, 10, || tokens.issue(0)).unwrap()
+            acquire(None, false, &req("r1", S, 100), 0, 10, || tokens.issue()).unwrap()
         else {
             panic!()
         };
         let Acquire::Granted { state, .. } =
             acquire(Some(&state), false, &req("r2", S, 100), 0, 10, || {
-                tokens.issue(0)
+                tokens.issue()
             })
             .unwrap()
         else {
@@ -763,13 +763,13 @@ mod tests {
         assert_eq!(state.live_count(0), 2);
         assert_eq!(
             acquire(Some(&state), false, &req("w", X, 100), 0, 10, || tokens
-                .issue(0))
+                .issue())
             .unwrap(),
             Acquire::Busy
         );
         assert_eq!(
             acquire(Some(&state), false, &req("r3", S, 100), 0, 2, || tokens
-                .issue(0)),
+                .issue()),
             Err(LockError::TooManyHolders)
         );
         let left = release(Some(&state), b"r1", None, 1).unwrap().unwrap();
@@ -927,7 +927,7 @@ mod tests {
         #[test]
         fn random_histories_keep_every_mode_safe(ops in proptest::collection::vec(op(), 1..150)) {
             let mut now: Millis = 1_000;
-            let mut tokens = TokenSource::default();
+            let mut tokens = TokenSource::started();
             let mut state: Option<LockState> = None;
             let mut last_token = 0;
             for op in ops {
@@ -937,7 +937,7 @@ mod tests {
                     Op::Acquire { owner, want, ttl } => {
                         let name = [owner];
                         let r = Request { owner: &name, want, ttl };
-                        match acquire(state.as_ref(), false, &r, now, 3, || tokens.issue(0)) {
+                        match acquire(state.as_ref(), false, &r, now, 3, || tokens.issue()) {
                             Err(_) => prop_assert_eq!(&state, &before),
                             Ok(Acquire::Granted { state: s, token }) => {
                                 prop_assert!(token > last_token, "tokens increase");

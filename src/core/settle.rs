@@ -108,6 +108,8 @@ pub enum Job {
     CheckResetStat,
     /// A connection with session holds closed (or was RESET): release them.
     EndSession { client_id: u64 },
+    /// This server started or became master: start its fencing epoch (`effects::epochs`).
+    StartEpoch,
 }
 
 impl Job {
@@ -115,7 +117,7 @@ impl Job {
     pub fn writes(&self) -> bool {
         matches!(
             self,
-            Job::Settle { .. } | Job::Revoke { .. } | Job::EndSession { .. }
+            Job::Settle { .. } | Job::Revoke { .. } | Job::EndSession { .. } | Job::StartEpoch
         )
     }
 
@@ -337,7 +339,7 @@ mod tests {
                     let tokens = &mut self.tokens;
                     let handed = self
                         .registry
-                        .hand_off(&key, state.as_ref(), now, 10, || tokens.issue(0))
+                        .hand_off(&key, state.as_ref(), now, 10, || tokens.issue())
                         .ok_or_else(|| {
                             TestCaseError::fail("HandOff on a queue that cannot hand off")
                         })?;
@@ -372,7 +374,7 @@ mod tests {
                 now: 1_000,
                 states: [None, None],
                 registry: Registry::default(),
-                tokens: TokenSource::default(),
+                tokens: TokenSource::started(),
                 kept: false,
                 granted: Vec::new(),
                 last_token: 0,
@@ -390,7 +392,7 @@ mod tests {
                         let tokens = &mut w.tokens;
                         let r = Request { owner: &[owner], want, ttl };
                         if let Ok(Acquire::Granted { state, token } | Acquire::Renewed { state, token }) =
-                            lock::acquire(w.states[lock].as_ref(), queued, &r, w.now, 10, || tokens.issue(0))
+                            lock::acquire(w.states[lock].as_ref(), queued, &r, w.now, 10, || tokens.issue())
                         {
                             prop_assert!(token >= w.last_token || state.holds().any(|(h, _)| h.token == token));
                             w.last_token = w.last_token.max(token);

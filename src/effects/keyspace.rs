@@ -96,6 +96,11 @@ impl<'a> LockKey<'a> {
         }
     }
 
+    /// The context of the command or callback that opened the key.
+    pub fn ctx(&self) -> &'a Context {
+        self.ctx
+    }
+
     /// The queue this lock's waiters stand in.
     pub fn queue_key(&self) -> QueueKey {
         QueueKey {

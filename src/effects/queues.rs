@@ -8,12 +8,12 @@
 use std::sync::{LazyLock, Mutex, MutexGuard};
 
 use crate::core::config;
+use crate::core::fencing;
 use crate::core::lock::{LockState, Millis};
 use crate::core::metrics::STATS;
 use crate::core::queue::{Handed, Waiter};
 use crate::core::registry::{Client, QueueKey, Registry};
 use crate::ffi::block::BlockedClient;
-use crate::ffi::clock;
 
 /// A blocked `LOCK.ACQUIRE ... WAIT`.
 #[derive(Debug)]
@@ -89,9 +89,7 @@ pub fn head_fits(key: &QueueKey, state: Option<&LockState>, now: Millis) -> bool
 
 /// Serve the head of the queue (and whoever fits behind it), with fresh tokens of this server.
 pub fn hand_off(key: &QueueKey, state: Option<&LockState>, now: Millis) -> Option<Handed<Blocked>> {
-    let handed = registry().hand_off(key, state, now, config::max_holders(), || {
-        crate::core::fencing::issue(clock::now_us())
-    });
+    let handed = registry().hand_off(key, state, now, config::max_holders(), fencing::issue);
     if let Some(h) = &handed {
         count_out(h.served.len());
     }

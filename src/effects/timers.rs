@@ -48,6 +48,12 @@ pub fn end_session_soon(client_id: u64) {
     let _ = timer::start(0, Job::EndSession { client_id });
 }
 
+/// Start this master's fencing epoch on the next turn of the event loop (after start-up has
+/// loaded the data, or once a promotion is done).
+pub fn start_epoch_soon() {
+    let _ = timer::start(0, Job::StartEpoch);
+}
+
 /// Run `job` again after `delay_ms` (paused writes, a panic).
 pub fn retry(delay_ms: Millis, job: Job) {
     let _ = timer::start(delay_ms, job);

@@ -95,7 +95,7 @@ pub struct Spec {
     pub flags: &'static str,
     /// Redis's convention: N exactly, -N at least N (the command name counts).
     pub arity: c_int,
-    /// Flags of the key spec of the key at position 1.
+    /// Flags of the key spec of the key at position 1 (`NO_KEYS`: the command takes none).
     pub key_flags: u32,
     /// ACL categories: the standard ones the command's flags imply, plus `lock`.
     pub acl: &'static str,
@@ -122,8 +122,22 @@ pub const RW_UPDATE: u32 = raw::REDISMODULE_CMD_KEY_RW | raw::REDISMODULE_CMD_KE
 pub const RW_DELETE: u32 = raw::REDISMODULE_CMD_KEY_RW | raw::REDISMODULE_CMD_KEY_DELETE;
 pub const RO: u32 = raw::REDISMODULE_CMD_KEY_RO | raw::REDISMODULE_CMD_KEY_ACCESS;
 pub const OW_UPDATE: u32 = raw::REDISMODULE_CMD_KEY_OW | raw::REDISMODULE_CMD_KEY_UPDATE;
+/// A command without keys (internal records such as `LOCK.EPOCH`).
+pub const NO_KEYS: u32 = 0;
 /// A key read, with more keys the spec cannot point at (the server then asks the command).
 pub const RO_INCOMPLETE: u32 = RO | raw::REDISMODULE_CMD_KEY_INCOMPLETE;
+
+/// The one key spec of a command with a key: the key at position 1.
+fn set_first_key_spec(spec: &mut raw::RedisModuleCommandKeySpec, flags: u32) {
+    spec.flags = u64::from(flags);
+    spec.begin_search_type = raw::RedisModuleKeySpecBeginSearchType_REDISMODULE_KSPEC_BS_INDEX;
+    // The union members the search and find types just chosen select.
+    spec.bs.index.pos = 1;
+    spec.find_keys_type = raw::RedisModuleKeySpecFindKeysType_REDISMODULE_KSPEC_FK_RANGE;
+    spec.fk.range.lastkey = 0;
+    spec.fk.range.keystep = 1;
+    spec.fk.range.limit = 0;
+}
 
 fn cstring(s: &str, keep: &mut Vec<CString>) -> *const std::os::raw::c_char {
     let c = CString::new(s).unwrap_or_default();
@@ -147,6 +161,7 @@ fn arg_type(kind: Kind) -> raw::RedisModuleCommandArgType {
 pub fn register(ctx: &Context, spec: &Spec, entry: raw::RedisModuleCmdFunc) -> Result<(), String> {
     let mut keep = Vec::new();
     let name = cstring(&spec.name.to_ascii_lowercase(), &mut keep);
+    let key_step = c_int::from(spec.key_flags != NO_KEYS);
     // SAFETY: registering at load time with C strings kept alive in `keep`; Redis copies them.
     let created = unsafe {
         raw::RedisModule_CreateCommand.map_or(raw::REDISMODULE_ERR as c_int, |create| {
@@ -155,9 +170,9 @@ pub fn register(ctx: &Context, spec: &Spec, entry: raw::RedisModuleCmdFunc) -> R
                 name,
                 entry,
                 cstring(spec.flags, &mut keep),
-                1,
-                1,
-                1,
+                key_step,
+                key_step,
+                key_step,
             )
         })
     };
@@ -177,17 +192,13 @@ pub fn register(ctx: &Context, spec: &Spec, entry: raw::RedisModuleCmdFunc) -> R
         if command.is_null() {
             return Err(format!("{} is not registered", doc.name));
         }
+        // The list ends with a zeroed entry; a command without keys has only that.
         let mut key_specs: Vec<raw::RedisModuleCommandKeySpec> = vec![std::mem::zeroed(); 2];
-        key_specs[0].flags = u64::from(doc.key_flags);
-        key_specs[0].begin_search_type =
-            raw::RedisModuleKeySpecBeginSearchType_REDISMODULE_KSPEC_BS_INDEX;
-        key_specs[0].bs.index.pos = 1;
-        key_specs[0].find_keys_type =
-            raw::RedisModuleKeySpecFindKeysType_REDISMODULE_KSPEC_FK_RANGE;
-        key_specs[0].fk.range.lastkey = 0;
-        key_specs[0].fk.range.keystep = 1;
-        key_specs[0].fk.range.limit = 0;
-
+        if doc.key_flags == NO_KEYS {
+            key_specs.truncate(1);
+        } else {
+            set_first_key_spec(&mut key_specs[0], doc.key_flags);
+        }
         let mut args: Vec<raw::RedisModuleCommandArg> =
             vec![std::mem::zeroed(); doc.args.len() + 1];
         for (slot, a) in args.iter_mut().zip(doc.args) {

@@ -25,6 +25,7 @@ struct SwapDbInfo {
     dbnum_second: c_int,
 }
 
+const SUBEVENT_NOW_MASTER: u64 = 0;
 const SUBEVENT_NOW_REPLICA: u64 = 1;
 
 pub fn subscribe(ctx: &Context) -> Result<(), &'static str> {
@@ -97,24 +98,23 @@ extern "C" fn on_swapdb(
     );
 }
 
-/// A replica never grants: waiters of a demoted master get an error at once.
+/// A master became a replica, or a replica a master: the shell answers its waiters or starts
+/// its epoch.
 extern "C" fn on_role_changed(
     _ctx: *mut raw::RedisModuleCtx,
     _eid: raw::RedisModuleEvent,
     sub: u64,
     _data: *mut c_void,
 ) {
-    if sub == SUBEVENT_NOW_REPLICA {
-        guard::contain(
-            "the role-change event",
-            || (),
-            || {
-                if let Some(h) = handlers::get() {
-                    (h.demoted)();
-                }
-            },
-        );
-    }
+    guard::contain(
+        "the role-change event",
+        || (),
+        || match (handlers::get(), sub) {
+            (Some(h), SUBEVENT_NOW_REPLICA) => (h.demoted)(),
+            (Some(h), SUBEVENT_NOW_MASTER) => (h.promoted)(),
+            _ => {}
+        },
+    );
 }
 
 /// A client connected or disconnected: the shell ends the session holds of a closed one.

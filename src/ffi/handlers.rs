@@ -65,6 +65,8 @@ pub struct Handlers {
     pub swapped: fn(first: i32, second: i32),
     /// This master became a replica.
     pub demoted: fn(),
+    /// This replica became a master.
+    pub promoted: fn(),
     /// A client connection closed.
     pub client_closed: fn(client_id: u64),
     /// The command filter saw a command of at most `command_seen_words` words (the name

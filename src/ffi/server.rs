@@ -179,6 +179,28 @@ pub fn replicate_state(ctx: &Context, key: &RedisString, state: &LockState) {
     }
 }
 
+/// Replicate (and log to the AOF) `LOCK.EPOCH epoch`: the epoch this master starts.
+pub fn replicate_epoch(ctx: &Context, epoch: u64) {
+    let text = epoch.to_string();
+    // SAFETY: "b" takes a buffer and its length, alive for the call; Redis copies it.
+    let _: c_int = unsafe {
+        raw::RedisModule_Replicate.map_or(0, |replicate| {
+            replicate(
+                ctx.ctx,
+                c"LOCK.EPOCH".as_ptr(),
+                c"b".as_ptr(),
+                text.as_ptr().cast::<std::os::raw::c_char>(),
+                text.len(),
+            )
+        })
+    };
+}
+
+/// Whether this server is a master (not a replica).
+pub fn is_master(ctx: &Context) -> bool {
+    ctx.get_flags().contains(ContextFlags::MASTER)
+}
+
 /// Replicate (and log to the AOF) `DEL key`.
 pub fn replicate_del(ctx: &Context, key: &RedisString) {
     // SAFETY: "s" takes one module string.

@@ -11,10 +11,12 @@
 use redis_module::{Context, InfoContext, NotifyEvent};
 
 use crate::core::error::LockError;
+use crate::core::fencing;
 use crate::core::lock::LockState;
 use crate::core::metrics::STATS;
 use crate::core::registry::QueueKey;
 use crate::core::settle::{Answer, Job};
+use crate::effects::epochs;
 use crate::effects::keyspace;
 use crate::effects::queues;
 use crate::effects::sessions;
@@ -41,6 +43,7 @@ pub static HANDLERS: Handlers = Handlers {
     flushed,
     swapped,
     demoted,
+    promoted,
     client_closed,
     command_seen,
     // RESET, EXEC, DISCARD and CONFIG RESETSTAT.
@@ -87,6 +90,7 @@ fn run(ctx: &Context, job: &Job) {
             }
         }
         Job::CheckResetStat => resetstat::check(),
+        Job::StartEpoch => epochs::start_if_master(ctx),
         &Job::EndSession { client_id } => {
             for (key, token) in sessions::take(client_id) {
                 waiting::end_session_hold(ctx, &key, token);
@@ -155,10 +159,17 @@ fn swapped(first: i32, second: i32) {
     }
 }
 
-/// A replica never grants: waiters of a demoted master get an error at once.
+/// A replica never grants: waiters of a demoted master get an error at once, and it issues no
+/// token until it is a master again, in an epoch above its old master's.
 fn demoted() {
+    fencing::leave();
     sessions::forget_all(); // a replica knows no connections: session holds live to their lease
     waiting::fail_everyone(LockError::Demoted);
+}
+
+/// This replica became a master: it starts its epoch at once, before any grant.
+fn promoted() {
+    timers::start_epoch_soon();
 }
 
 /// A connection closed: if it kept session holds, release them on the next turn of the event

@@ -15,6 +15,7 @@ use crate::core::owner::{self, Owner};
 use crate::core::queue::Waiter;
 use crate::core::registry::QueueKey;
 use crate::core::settle::{grant_reply, token_reply};
+use crate::effects::epochs;
 use crate::effects::keyspace::{self, LockEvent, LockKey};
 use crate::effects::queues::{self, Blocked};
 use crate::effects::sessions;
@@ -43,9 +44,10 @@ pub fn refuse_on_replica(ctx: &Context) -> Result<(), LockError> {
 /// `LOCK.ACQUIRE key owner ttl-ms [SHARED | LIMIT max [PERMITS n]] [WAIT timeout-ms]`
 pub fn acquire(ctx: &Context, args: &[RedisString]) -> RedisResult {
     refuse_on_replica(ctx)?;
-    let (now, now_us) = clock::now();
+    let now = clock::now_ms();
     let limits = Limits::current();
     let parsed = args::acquire(&args[2..], now, &limits)?;
+    epochs::ensure(ctx)?;
     let generated;
     let (owner, with_owner) = match parsed.owner {
         OwnerArg::Given(owner) => (owner, false),
@@ -77,7 +79,7 @@ pub fn acquire(ctx: &Context, args: &[RedisString]) -> RedisResult {
         &request,
         now,
         limits.max_holders,
-        || fencing::issue(now_us),
+        fencing::issue,
     )
     .inspect_err(|err| {
         if *err == LockError::Deadlock {
@@ -397,6 +399,16 @@ pub fn apply(ctx: &Context, args: &[RedisString]) -> RedisResult {
     };
     fencing::observe(holder.token);
     LockKey::open(ctx, &args[1]).write(LockState::Exclusive(holder), clock::now_ms())?;
+    ctx.replicate_verbatim();
+    Ok(RedisValue::SimpleStringStatic("OK"))
+}
+
+/// `LOCK.EPOCH epoch`: a master started this fencing epoch (see `core::fencing`); a replica
+/// (and a server replaying its AOF) will start above it.
+pub fn epoch(ctx: &Context, args: &[RedisString]) -> RedisResult {
+    internal_only(ctx, LockError::EpochNotAllowed)?;
+    let epoch = args::epoch(&args[1..])?;
+    fencing::observe(fencing::first_of(epoch));
     ctx.replicate_verbatim();
     Ok(RedisValue::SimpleStringStatic("OK"))
 }

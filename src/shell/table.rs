@@ -7,8 +7,8 @@ use std::os::raw::c_int;
 use redis_module::{raw, Context, RedisError};
 
 use crate::ffi::command_info::{
-    self, arg, flag, option, optional, rest, Kind, Spec, OW_UPDATE, RO, RO_INCOMPLETE, RW_DELETE,
-    RW_UPDATE,
+    self, arg, flag, option, optional, rest, Kind, Spec, NO_KEYS, OW_UPDATE, RO, RO_INCOMPLETE,
+    RW_DELETE, RW_UPDATE,
 };
 use crate::ffi::guard;
 use crate::shell::{commands, guarded};
@@ -34,7 +34,7 @@ impl Command {
 }
 
 /// How many commands the table has.
-const COUNT: usize = 9;
+const COUNT: usize = 10;
 
 pub static COMMANDS: [Command; COUNT] = [
     Command {
@@ -192,6 +192,20 @@ pub static COMMANDS: [Command; COUNT] = [
         most: None,
         handler: guarded::guard,
     },
+    Command {
+        spec: Spec {
+            name: "LOCK.EPOCH",
+            flags: "write fast",
+            arity: 2,
+            key_flags: NO_KEYS,
+            acl: "write fast lock",
+            summary: "Internal: the fencing epoch a master started; replicas and the AOF replay it so a promoted replica starts above it. Clients are refused.",
+            complexity: "O(1)",
+            args: &[arg("epoch", Kind::Integer)],
+        },
+        most: None,
+        handler: commands::epoch,
+    },
 ];
 
 /// What Redis calls for command `I` of the table: check the arity, run the handler with
@@ -222,6 +236,7 @@ const ENTRIES: [raw::RedisModuleCmdFunc; COUNT] = [
     Some(entry::<6>),
     Some(entry::<7>),
     Some(entry::<8>),
+    Some(entry::<9>),
 ];
 
 /// Register every command of the table with its docs and ACL categories.

@@ -15,6 +15,7 @@ use crate::core::metrics::STATS;
 use crate::core::queue::Handed;
 use crate::core::registry::QueueKey;
 use crate::core::settle::{self, Answer, Grant, Look, Next};
+use crate::effects::epochs;
 use crate::effects::keyspace::{LockEvent, LockKey};
 use crate::effects::queues::{self, BlockedWaiter};
 use crate::effects::sessions;
@@ -115,6 +116,9 @@ pub fn pass_on(lock: &LockKey, state: Option<&LockState>, now: Millis) {
 
 /// Serve the head of `key`'s queue and whoever fits behind it. False if nobody could be served.
 fn hand_off(lock: &LockKey, key: &QueueKey, state: Option<&LockState>, now: Millis) -> bool {
+    if epochs::ensure(lock.ctx()).is_err() {
+        return false; // logged; the next grant tries again
+    }
     let Some(handed) = queues::hand_off(key, state, now) else {
         return false;
     };

@@ -65,8 +65,8 @@ fn server_clock_jumps_forward_and_back() {
     let (accepted, _) = check(&outcome);
     assert_eq!(outcome.injected, 3);
     assert!(accepted > 50);
-    // The jump really reached the module: tokens after it follow the clock an hour ahead, and
-    // (checked above) those after the jump back still only grow.
+    // Tokens do not follow the clock (src/core/fencing.rs): across the jumps they go on one
+    // past the last, neither an hour ahead nor behind.
     let max_of = |epoch: usize| {
         outcome
             .records
@@ -85,8 +85,8 @@ fn server_clock_jumps_forward_and_back() {
     };
     if let (Some(before), Some(after)) = (max_of(0), min_of(2)) {
         assert!(
-            after - before > 3_000_000_000,
-            "tokens jumped with the clock: {before} -> {after}"
+            after > before && after - before < 1_000_000,
+            "tokens went on one by one across the clock's jumps: {before} -> {after}"
         );
     }
 }
