@@ -189,14 +189,7 @@ fn binary_keys_replicate_persist_and_restore() {
     let replica = Server::start_with_module_args(&BIG_OWNERS, &["--replicaof", "127.0.0.1", &port]);
     let mut c = s.con();
     let mut rc = replica.con();
-    assert!(
-        eventually(Duration::from_secs(20), || info_field(
-            &mut rc,
-            "replication",
-            "master_link_status"
-        ) == "up"),
-        "replica synced"
-    );
+    wait_link_up(&mut rc);
     let mut tokens = Vec::new();
     for (i, name) in awkward_names().into_iter().enumerate() {
         let owner = [b"o\x00".as_slice(), &name].concat();

@@ -145,11 +145,7 @@ fn a_restarted_masters_epoch_reaches_its_replica_before_any_grant() {
     let restarted = stored_epoch(&master);
     assert!(restarted > first, "{restarted} > {first}");
     let mut r = replica.con();
-    assert!(eventually(Duration::from_secs(20), || info_field(
-        &mut r,
-        "replication",
-        "master_link_status"
-    ) == "up"));
+    wait_link_up(&mut r);
     assert!(
         replica
             .log()

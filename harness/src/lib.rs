@@ -89,15 +89,7 @@ impl Server {
         let mut args = vec!["--replicaof", "127.0.0.1", &port];
         args.extend_from_slice(extra);
         let replica = Self::start_full(&[], &args, env);
-        let mut r = replica.con();
-        assert!(
-            eventually(Duration::from_secs(20), || info_field(
-                &mut r,
-                "replication",
-                "master_link_status"
-            ) == "up"),
-            "the replica never synced with its master"
-        );
+        wait_link_up(&mut replica.con());
         replica
     }
 
@@ -553,6 +545,18 @@ pub fn faketime_env(offset_file: &Path) -> Option<Vec<(String, String)>> {
         ("FAKETIME_DONT_FAKE_MONOTONIC", "1".to_string()),
     ];
     Some(pairs.into_iter().map(|(k, v)| (k.to_string(), v)).collect())
+}
+
+/// Wait (up to 20 s) until the replica on `con` has its link to its master up.
+pub fn wait_link_up(con: &mut Connection) {
+    assert!(
+        eventually(Duration::from_secs(20), || info_field(
+            con,
+            "replication",
+            "master_link_status"
+        ) == "up"),
+        "the replica never synced with its master"
+    );
 }
 
 /// The epoch of a token (its high bits: see `src/core/fencing.rs`).

@@ -1,7 +1,8 @@
 //! The wall clock, read in one place: the server's own (`RedisModule_Milliseconds`), so lease
 //! deadlines and Redis's key expiry agree on what time it is. Deadlines are unix milliseconds so
-//! they replicate as absolute times; tokens use microseconds where the server offers them (see
-//! `fencing`). Outside a server (unit tests) the system clock stands in.
+//! they replicate as absolute times. Tokens read no clock; a new fencing epoch takes the
+//! microseconds as a floor (see `core::fencing`). Outside a server (unit tests) the system
+//! clock stands in.
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -22,18 +23,6 @@ pub fn now_ms() -> Millis {
         Some(milliseconds) => unsafe { milliseconds() },
         None => Millis::try_from(system_since_epoch().as_millis()).unwrap_or(Millis::MAX),
     }
-}
-
-/// The time in milliseconds and in microseconds, from one reading of the clock (a grant needs
-/// both: the lease's deadline and the token).
-pub fn now() -> (Millis, u64) {
-    // SAFETY: Microseconds (Redis 7.2+) takes no arguments and only reads the clock.
-    if let Some(microseconds) = unsafe { raw::RedisModule_Microseconds } {
-        let us = unsafe { microseconds() };
-        return (us / 1000, u64::try_from(us).unwrap_or(0));
-    }
-    let ms = now_ms();
-    (ms, u64::try_from(ms).unwrap_or(0).saturating_mul(1000))
 }
 
 pub fn now_us() -> u64 {
