@@ -17,6 +17,7 @@ mod registration {
 
     use crate::core::args;
     use crate::effects::timers;
+    use crate::ffi::clock;
     use crate::ffi::config;
     use crate::ffi::data_type::LOCK_TYPE;
     use crate::ffi::events;
@@ -43,6 +44,7 @@ mod registration {
         guard::install_hook();
         ctx.set_module_options(redis_module::raw::ModuleOptions::HANDLE_IO_ERRORS);
         handlers::install(&callbacks::HANDLERS);
+        clock::start();
         timer::init(ctx);
         timers::start_epoch_soon(); // runs once start-up has loaded the data
         server::register_info(ctx);
@@ -68,7 +70,7 @@ mod registration {
         acl_categories: ["lock",],
         init: init,
         event_handlers: [
-            [@EXPIRED: callbacks::on_key_expired],
+            [@GENERIC: callbacks::on_key_arrived],
         ],
     }
 }

@@ -123,9 +123,10 @@ fn module_heap(c: &mut Connection) -> i64 {
         .unwrap()
 }
 
-/// What the module's own code holds per waiter (its queue and index entries; a WAIT timeout's
-/// timer carries the client id itself) stays within 256 bytes, and all of it goes when the
-/// waiters do, however they leave.
+/// What the module's own code holds per waiter (its queue and index entries) stays within 256
+/// bytes, plus at most 48 for a WAIT timeout (its entry in the module's schedule, 16 bytes in a
+/// B-tree; Redis's own timer held about as much before the module kept its own schedule), and
+/// all of it goes when the waiters do, however they leave.
 #[test]
 fn the_module_holds_at_most_256_bytes_per_waiter_and_frees_them() {
     let s = Server::start();
@@ -133,13 +134,18 @@ fn the_module_holds_at_most_256_bytes_per_waiter_and_frees_them() {
     acquire(&mut c, "busy", "holder", 600_000).unwrap();
     let baseline = module_heap(&mut c);
     // 1,025 waiters: just past a doubling of the queue's and the index's tables, the worst case.
-    for (n, wait) in [(1_025, "600000"), (2_000, "0")] {
+    for (n, wait, most) in [
+        (1_025, "0", 256.0),
+        (1_025, "600000", 256.0 + 48.0),
+        (2_000, "600000", 256.0 + 48.0),
+    ] {
         let socks = raw_waiters(s.port, "busy", n, wait);
         wait_blocked(&mut c, n as i64);
         let per_waiter = (module_heap(&mut c) - baseline) as f64 / n as f64;
+        eprintln!("{n} waiters, WAIT {wait}: {per_waiter:.1} B each");
         assert!(
-            per_waiter > 24.0 && per_waiter <= 256.0,
-            "{n} waiters: {per_waiter:.1} B each"
+            per_waiter > 24.0 && per_waiter <= most,
+            "{n} waiters, WAIT {wait}: {per_waiter:.1} B each"
         );
         drop(socks);
         assert!(

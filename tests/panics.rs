@@ -117,14 +117,24 @@ fn keyspace_type_and_server_callbacks_contain_panics() {
     assert_eq!(int(&ok(&mut c, &["DEL", "k"])), 1);
     assert!(matches!(w.join().unwrap(), Ok(Value::Int(_))));
     expect(&mut c, "the unlink callback");
-    // Redis's expiry of a lock nobody waits for.
-    arm(&mut c, "the expired-key event");
-    acquire(&mut c, "e", "h", 20).unwrap();
-    assert!(eventually(Duration::from_secs(5), || int(&ok(
-        &mut c,
-        &["EXISTS", "e"]
-    )) == 0));
-    expect(&mut c, "the expired-key event");
+    // The keyspace event of a lock arriving under a new name, and the server's cron.
+    acquire(&mut c, "e", "h", 60_000).unwrap();
+    arm(&mut c, "a key-arrived event");
+    ok(&mut c, &["RENAME", "e", "e2"]);
+    expect(&mut c, "a key-arrived event");
+    arm(&mut c, "the cron event");
+    expect(&mut c, "the cron event");
+    // The module's timer: the job that ends a lease nobody waits for.
+    arm(&mut c, "a timer");
+    acquire(&mut c, "x", "h", 20).unwrap();
+    expect(&mut c, "a timer");
+    assert!(
+        eventually(Duration::from_secs(5), || int(&ok(
+            &mut c,
+            &["EXISTS", "x"]
+        )) == 0),
+        "the job ran again after the panic and ended the lease"
+    );
     // Type callbacks.
     acquire(&mut c, "t", "h", 60_000).unwrap();
     arm(&mut c, "mem_usage");

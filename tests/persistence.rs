@@ -4,7 +4,7 @@
 use redis_lock_harness::*;
 
 fn pttl(c: &mut Connection, key: &str) -> i64 {
-    int(&ok(c, &["PTTL", key]))
+    lease_left(c, key).unwrap_or(-2)
 }
 
 #[test]
@@ -232,13 +232,13 @@ fn truncated_or_newer_payloads_are_refused_cleanly() {
     // [type 7][0x81 + module id][0x02 kind][0x02 limit][0x02 count][0x05 owner][0x02 token]
     // [0x02 deadline][0x02 granted][0x02 permits][EOF] | rdb version | crc
 
-    // Encoding version 4 in the module id (its low 10 bits): a future redis-lock.
+    // Encoding version 5 in the module id (its low 10 bits): a future redis-lock.
     let mut newer = payload.clone();
     let id_at = 2; // type byte, then 0x81 + 8-byte big-endian module id
     assert_eq!(newer[1], 0x81, "64-bit module id encoding");
     let mut id = u64::from_be_bytes(newer[id_at..id_at + 8].try_into().unwrap());
-    assert_eq!(id & 0x3ff, 3, "this build writes encoding version 3");
-    id = (id & !0x3ff) | 4;
+    assert_eq!(id & 0x3ff, 4, "this build writes encoding version 4");
+    id = (id & !0x3ff) | 5;
     newer[id_at..id_at + 8].copy_from_slice(&id.to_be_bytes());
     let newer = reseal(newer);
 
@@ -280,38 +280,69 @@ fn expired_locks_do_not_come_back_after_restart() {
     assert_eq!(fence(&mut c, "long"), Some(long));
 }
 
-/// A DUMP of this build turned into what an older encoding wrote: version 2 (one exclusive
-/// hold: owner, token, deadline, grant time) or version 1 (no grant time).
-fn older_payload(payload: &[u8], version: u64) -> Vec<u8> {
-    // [type][0x81 + id: 8][kind: 2][limit: 2][count: 2] owner token deadline [granted: 10]
-    // [permits: 2][EOF] | trailer (2 + 8)
-    let eof = payload.len() - 11;
-    assert_eq!(payload[eof], 0, "EOF opcode");
-    let drop_tail = if version == 1 { 12 } else { 2 };
-    let mut old = payload[..10].to_vec();
-    old.extend_from_slice(&payload[16..eof - drop_tail]);
-    old.extend_from_slice(&payload[eof..]);
-    let mut id = u64::from_be_bytes(old[2..10].try_into().unwrap());
-    id = (id & !0x3ff) | version;
-    old[2..10].copy_from_slice(&id.to_be_bytes());
-    reseal(old)
+/// What an older encoding wrote for alice's exclusive hold with token `t`, a minute left: unix
+/// times; version 1 without the grant time, version 3 with kind, limit, count and permits.
+fn older_payload(template: &[u8], version: u64, t: i64) -> Vec<u8> {
+    use RdbField::{Str, Uint};
+    let unix = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64;
+    let (owner, token, deadline, granted) = (
+        Str(b"alice"),
+        Uint(t as u64),
+        Uint(unix + 60_000),
+        Uint(unix - 1_000),
+    );
+    match version {
+        1 => lock_payload(template, 1, &[owner, token, deadline]),
+        2 => lock_payload(template, 2, &[owner, token, deadline, granted]),
+        _ => lock_payload(
+            template,
+            3,
+            &[
+                Uint(0),
+                Uint(0),
+                Uint(1),
+                owner,
+                token,
+                deadline,
+                granted,
+                Uint(1),
+            ],
+        ),
+    }
 }
 
-/// Values written by encoding versions 1 (no grant time) and 2 (one exclusive hold) still load.
+/// Values written by encoding versions 1 (no grant time), 2 (one exclusive hold) and 3 (unix
+/// times) still load, their unix deadlines read against this server's wall clock.
 #[test]
 fn older_payloads_still_load() {
     let s = Server::start();
     let mut c = s.con();
     let t = acquire(&mut c, "k", "alice", 60_000).unwrap();
     let payload = dump(&mut c, "k");
-    let v2 = older_payload(&payload, 2);
-    assert_eq!(
-        run(&mut c, &[b"RESTORE", b"v2", b"0", &v2]),
-        Ok(Value::Okay)
-    );
-    assert_eq!(fence(&mut c, "v2"), Some(t));
-    assert_eq!(release(&mut c, "v2", "alice"), 1);
-    let v1 = older_payload(&payload, 1);
+    for version in [3, 2] {
+        let old = older_payload(&payload, version, t);
+        assert_eq!(
+            run(&mut c, &[b"RESTORE", b"old", b"0", &old]),
+            Ok(Value::Okay),
+            "version {version}"
+        );
+        assert_eq!(fence(&mut c, "old"), Some(t));
+        let left = lease_left(&mut c, "old").unwrap();
+        assert!(
+            (55_000..=60_000).contains(&left),
+            "version {version}: the unix deadline read as a minute from now: {left}"
+        );
+        let held = int(&map_field(&ok(&mut c, &["LOCK.INFO", "old"]), "held").unwrap());
+        assert!(
+            (1_000..5_000).contains(&held),
+            "version {version}: held {held}"
+        );
+        assert_eq!(release(&mut c, "old", "alice"), 1);
+    }
+    let v1 = older_payload(&payload, 1, t);
     assert_eq!(
         run(&mut c, &[b"RESTORE", b"old", b"0", &v1]),
         Ok(Value::Okay)
@@ -319,7 +350,7 @@ fn older_payloads_still_load() {
     assert_eq!(fence(&mut c, "old"), Some(t));
     let info = ok(&mut c, &["LOCK.INFO", "old"]);
     assert!(
-        int(&map_field(&info, "held").unwrap()) < 5_000,
+        int(&map_field(&info, "held").unwrap()) < 1_000,
         "held counts from the load"
     );
     assert_eq!(release(&mut c, "old", "alice"), 1);

@@ -86,17 +86,46 @@ fn restored_leases_and_owners_respect_the_limits() {
     let s = Server::start();
     let mut c = s.con();
     let (payload, at) = payload_and_token_at(&mut c, "forged");
-    // The deadline follows the token: an opcode, a length prefix, then 8 bytes.
-    let deadline_at = at + 10;
-    let deadline = i64::from_be_bytes(payload[deadline_at..deadline_at + 8].try_into().unwrap());
-    assert!(
-        deadline > 1_600_000_000_000,
-        "found the deadline: {deadline}"
+    let token = u64::from_be_bytes(payload[at..at + 8].try_into().unwrap());
+    // The lease's time left follows the token (encoding version 4).
+    use RdbField::{Str, Uint};
+    let forever = lock_payload(
+        &payload,
+        4,
+        &[
+            Uint(0),
+            Uint(0),
+            Uint(1),
+            Str(b"forged"),
+            Uint(token),
+            Uint(i64::MAX as u64),
+            Uint(0),
+            Uint(1),
+        ],
     );
-    let forever = edited(&payload, deadline_at, i64::MAX as u64);
     assert!(
         restore(&mut c, "forever", &forever).is_err(),
         "a lease beyond lock.max-ttl"
+    );
+    let five_seconds = lock_payload(
+        &payload,
+        4,
+        &[
+            Uint(0),
+            Uint(0),
+            Uint(1),
+            Str(b"forged"),
+            Uint(token),
+            Uint(5_000),
+            Uint(0),
+            Uint(1),
+        ],
+    );
+    assert_eq!(restore(&mut c, "five", &five_seconds), Ok(Value::Okay));
+    let left = lease_left(&mut c, "five").unwrap();
+    assert!(
+        (4_000..=5_000).contains(&left),
+        "the time left counts from the RESTORE: {left}"
     );
     assert_eq!(int(&ok(&mut c, &["EXISTS", "forever"])), 0);
     assert_eq!(

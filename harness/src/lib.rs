@@ -499,6 +499,64 @@ pub fn dump(con: &mut Connection, key: &str) -> Vec<u8> {
     }
 }
 
+/// A field of a module value in a DUMP payload.
+pub enum RdbField<'a> {
+    Uint(u64),
+    Str(&'a [u8]),
+}
+
+/// Redis's length encoding (`rdbSaveLen`).
+fn rdb_len(out: &mut Vec<u8>, n: u64) {
+    match n {
+        0..64 => out.push(n as u8),
+        64..16384 => out.extend_from_slice(&(0x4000 | n as u16).to_be_bytes()),
+        16384..=0xffff_ffff => {
+            out.push(0x80);
+            out.extend_from_slice(&(n as u32).to_be_bytes());
+        }
+        _ => {
+            out.push(0x81);
+            out.extend_from_slice(&n.to_be_bytes());
+        }
+    }
+}
+
+/// A DUMP payload of a lock value written field by field at encoding `version` (what that
+/// version of the module would have written), with the type and RDB version of `template` (a
+/// DUMP of a lock on this server).
+pub fn lock_payload(template: &[u8], version: u64, fields: &[RdbField]) -> Vec<u8> {
+    const OPCODE_UINT: u8 = 2;
+    const OPCODE_STRING: u8 = 5;
+    assert_eq!(template[1], 0x81, "64-bit module id encoding");
+    let mut id = u64::from_be_bytes(template[2..10].try_into().unwrap());
+    id = (id & !0x3ff) | version;
+    let mut out = vec![template[0], 0x81];
+    out.extend_from_slice(&id.to_be_bytes());
+    for field in fields {
+        match field {
+            RdbField::Uint(v) => {
+                out.push(OPCODE_UINT);
+                rdb_len(&mut out, *v);
+            }
+            RdbField::Str(b) => {
+                out.push(OPCODE_STRING);
+                rdb_len(&mut out, b.len() as u64);
+                out.extend_from_slice(b);
+            }
+        }
+    }
+    out.push(0); // EOF
+    out.extend_from_slice(&template[template.len() - 10..]); // RDB version, CRC
+    reseal(out)
+}
+
+/// The time left of `key`'s lease, from `LOCK.INFO` (lock keys carry no TTL of Redis's own:
+/// `PTTL` answers -1). `None` when nobody holds it.
+pub fn lease_left(con: &mut Connection, key: &str) -> Option<i64> {
+    let info = ok(con, &["LOCK.INFO", key]);
+    map_field(&info, "ttl").map(|v| int(&v))
+}
+
 /// Put a lock on `key` whose token is `token` (possibly far ahead of the clock), by editing a
 /// DUMP payload: the server's only way in for such a token is loading it.
 pub fn restore_lock_with_token(con: &mut Connection, key: &str, token: i64) {

@@ -319,20 +319,45 @@ pub fn module_args<A: Arg>(words: &[A]) -> Result<[i64; SETTINGS.len()], LoadArg
     Ok(values)
 }
 
-/// `LOCK.APPLY key owner token deadline-unix-ms [granted-unix-ms]`, after the key.
+/// `LOCK.APPLY key owner token PX left-ms held-ms` (or the unix-time form), after the key.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ApplyArgs<'a> {
     pub owner: &'a [u8],
     pub token: Token,
-    pub deadline: Millis,
-    /// Absent in the first version's records: then `held` counts from the replay.
-    pub granted: Option<Millis>,
+    pub times: ApplyTimes,
 }
 
+/// The times of a `LOCK.APPLY`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ApplyTimes {
+    /// `PX left held`: the lease's time left and the time held so far (ms).
+    Left { left: Millis, held: Millis },
+    /// Earlier versions: unix times; without the grant time (the first version) `held`
+    /// counts from the replay.
+    Unix {
+        deadline: Millis,
+        granted: Option<Millis>,
+    },
+}
+
+/// `owner token PX left held`, or `owner token deadline [granted]`.
 pub fn apply<A: Arg>(rest: &[A]) -> Result<ApplyArgs<'_>, LockError> {
-    let (owner_arg, token_arg, deadline_arg, granted_arg) = match rest {
-        [o, t, d] => (o, t, d, None),
-        [o, t, d, g] => (o, t, d, Some(g)),
+    let (owner_arg, token_arg, times) = match rest {
+        [o, t, px, left, held] if px.bytes().eq_ignore_ascii_case(b"PX") => {
+            let left = integer(left.bytes())?;
+            let held = integer(held.bytes())?;
+            if left < 0 || held < 0 {
+                return Err(LockError::TimeNegative);
+            }
+            (o, t, ApplyTimes::Left { left, held })
+        }
+        [o, t, d] | [o, t, d, _] => {
+            let deadline = Some(integer(d.bytes())?)
+                .filter(|d| *d > 0)
+                .ok_or(LockError::DeadlineNotPositive)?;
+            let granted = rest.get(3).map(|g| integer(g.bytes())).transpose()?;
+            (o, t, ApplyTimes::Unix { deadline, granted })
+        }
         _ => return Err(LockError::Syntax),
     };
     let token = token(token_arg.bytes())?;
@@ -340,15 +365,10 @@ pub fn apply<A: Arg>(rest: &[A]) -> Result<ApplyArgs<'_>, LockError> {
         return Err(LockError::TokenAboveMax);
     }
     let owner = owner(owner_arg.bytes())?;
-    let deadline = Some(integer(deadline_arg.bytes())?)
-        .filter(|d| *d > 0)
-        .ok_or(LockError::DeadlineNotPositive)?;
-    let granted = granted_arg.map(|g| integer(g.bytes())).transpose()?;
     Ok(ApplyArgs {
         owner,
         token,
-        deadline,
-        granted,
+        times,
     })
 }
 
@@ -565,17 +585,38 @@ mod tests {
         assert_eq!(info(&args(&["COUNT", "-1"])), Err(LockError::CountNegative));
         assert_eq!(info(&args(&["LIMIT", "1"])), Err(LockError::Syntax));
         assert_eq!(
-            apply(&args(&["o", "5", "100", "90"])),
+            apply(&args(&["o", "5", "PX", "100", "90"])),
             Ok(ApplyArgs {
                 owner: b"o",
                 token: 5,
+                times: ApplyTimes::Left {
+                    left: 100,
+                    held: 90
+                }
+            })
+        );
+        assert_eq!(
+            apply(&args(&["o", "5", "px", "0", "-1"])),
+            Err(LockError::TimeNegative)
+        );
+        assert_eq!(
+            apply(&args(&["o", "5", "100", "90"])).map(|a| a.times),
+            Ok(ApplyTimes::Unix {
                 deadline: 100,
                 granted: Some(90)
             })
         );
         assert_eq!(
-            apply(&args(&["o", "5", "100"])).map(|a| a.granted),
-            Ok(None)
+            apply(&args(&["o", "5", "100"])).map(|a| a.times),
+            Ok(ApplyTimes::Unix {
+                deadline: 100,
+                granted: None
+            })
+        );
+        assert_eq!(
+            apply(&args(&["o", "5", "PX", "100"])),
+            Err(LockError::NotAnInteger),
+            "PX then one number is not the unix form"
         );
         assert_eq!(
             apply(&args(&["o", "9007199254740992", "100"])),

@@ -2,14 +2,23 @@
 //! replication all lay the holds out through here, in one order, with the encoding version in
 //! one place:
 //!
-//! - version 3: kind (0 exclusive, 1 shared, 2 semaphore), limit (0 for locks), the number of
-//!   holds, then per hold: owner, token, deadline, grant time, permits (1 for locks);
-//! - version 2 (still loaded): one exclusive hold: owner, token, deadline, grant time;
+//! - version 4: kind (0 exclusive, 1 shared, 2 semaphore), limit (0 for locks), the number of
+//!   holds, then per hold: owner, token, the lease's time left and the time held so far (ms,
+//!   at the moment of writing), permits (1 for locks);
+//! - version 3 (still loaded): the same with the deadline and grant time as unix ms;
+//! - version 2 (still loaded): one exclusive hold: owner, token, deadline, grant time (unix);
 //! - version 1 (still loaded): owner, token, deadline (the grant counts from the load).
 //!
-//! Replicas and the AOF get an exclusive hold as `LOCK.APPLY key owner token deadline granted`
-//! (readable, and what earlier versions wrote) and any other state as
-//! `LOCK.APPLYSTATE key payload`, the payload being this encoding in bytes (`to_bytes`).
+//! Leases run on the lease clock of the server that holds them (`ffi::clock`), which means
+//! nothing to another process: times leave as durations and are counted again from the moment
+//! they are read (a replica, a restart). The reader's lease then ends later than the writer's
+//! by the time in between (replication lag, downtime): never earlier. Unix times of older
+//! versions are read against the reader's wall clock, the only meaning they have.
+//!
+//! Replicas and the AOF get an exclusive hold as `LOCK.APPLY key owner token PX left held`
+//! (readable; the older `... deadline-unix-ms [granted-unix-ms]` is still read) and any other
+//! state as `LOCK.APPLYSTATE key payload`, the payload being this encoding in bytes
+//! (`to_bytes`).
 
 use std::ffi::CStr;
 
@@ -19,18 +28,25 @@ use crate::core::owner::{Owner, OwnerBytes};
 
 /// Encoding of a lock value in RDB and DUMP payloads.
 /// Version 1: owner, token, deadline. Version 2 adds the grant time (for LOCK.INFO `held`).
+/// Version 3: shared holds and semaphores. Version 4: times as durations.
 /// A newer version is refused (the load fails cleanly instead of misreading bytes).
-pub const ENCODING_VERSION: i32 = 3;
+pub const ENCODING_VERSION: i32 = 4;
+
+/// The first version whose times are durations, not unix times.
+const DURATIONS_SINCE: i32 = 4;
 
 /// The most holds a stored value may have (`lock.max-holders` is at most this).
 pub const MAX_HOLDS: u64 = 1 << 20;
 
 /// The internal command that replicas and the AOF replay to set a holder, and its argument
 /// format for `RedisModule_Replicate` / `EmitAOF`: key, then buffers (with their lengths) for the
-/// owner and the decimal token, deadline and grant time. Numbers go as text formatted here: the
-/// server's `l` format costs it an extra allocation and a conversion per number.
+/// owner and the decimal token, then `PX` and the decimal time left and time held. Numbers go as
+/// text formatted here: the server's `l` format costs it an extra allocation and a conversion
+/// per number.
 pub const APPLY_COMMAND: &CStr = c"LOCK.APPLY";
-pub const APPLY_FORMAT: &CStr = c"sbbbb";
+pub const APPLY_FORMAT: &CStr = c"sbbcbb";
+/// The word that says the times after it are durations.
+pub const APPLY_DURATIONS: &CStr = c"PX";
 /// The internal command for every other state, and its format: key, payload buffer.
 pub const APPLY_STATE_COMMAND: &CStr = c"LOCK.APPLYSTATE";
 pub const APPLY_STATE_FORMAT: &CStr = c"sb";
@@ -67,6 +83,31 @@ impl Refused {
     }
 }
 
+/// The clocks a value is read against: the lease clock, and the wall clock (only to read the
+/// unix times of versions 1 to 3).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Clocks {
+    pub now: Millis,
+    pub wall: Millis,
+}
+
+impl Clocks {
+    /// A unix time as a reading of the lease clock.
+    pub fn from_unix(&self, unix_ms: Millis) -> Millis {
+        self.now.saturating_add(unix_ms.saturating_sub(self.wall))
+    }
+}
+
+/// A hold's time left at `now` (never negative: a lease that ran out is read as ending now).
+pub fn time_left(holder: &Holder, now: Millis) -> Millis {
+    holder.deadline.saturating_sub(now).max(0)
+}
+
+/// How long a hold has been held at `now` (never negative).
+pub fn time_held(holder: &Holder, now: Millis) -> Millis {
+    now.saturating_sub(holder.granted).max(0)
+}
+
 /// A token as the signed integer Redis's APIs carry (tokens stay below 2^53: exact).
 pub fn token_i64(token: Token) -> i64 {
     i64::try_from(token).unwrap_or(i64::MAX)
@@ -76,8 +117,16 @@ const KIND_EXCLUSIVE: u64 = 0;
 const KIND_SHARED: u64 = 1;
 const KIND_SEMAPHORE: u64 = 2;
 
-/// Write `state` at the current version.
-pub fn encode(state: &LockState, out: &mut impl Writer) {
+/// Write `state` at the current version, its times counted at `now`.
+pub fn encode(state: &LockState, out: &mut impl Writer, now: Millis) {
+    encode_with(state, out, |h, out| {
+        out.write_signed(time_left(h, now));
+        out.write_signed(time_held(h, now));
+    });
+}
+
+/// The fields of `state`, with each hold's times written by `times` (none for a digest).
+fn encode_with<W: Writer>(state: &LockState, out: &mut W, times: impl Fn(&Holder, &mut W)) {
     let (kind, limit) = match state {
         LockState::Exclusive(_) => (KIND_EXCLUSIVE, 0),
         LockState::Shared(_) => (KIND_SHARED, 0),
@@ -89,21 +138,32 @@ pub fn encode(state: &LockState, out: &mut impl Writer) {
     for (holder, permits) in state.holds() {
         out.write_bytes(&holder.owner.bytes());
         out.write_unsigned(holder.token);
-        out.write_signed(holder.deadline);
-        out.write_signed(holder.granted);
+        times(holder, out);
         out.write_unsigned(u64::from(permits));
     }
 }
 
 /// Read one hold's owner, token, deadline and (from version 2) grant time.
-fn decode_holder(input: &mut impl Reader, version: i32, now: Millis) -> Result<Holder, Refused> {
+fn decode_holder(input: &mut impl Reader, version: i32, at: Clocks) -> Result<Holder, Refused> {
     let owner = input.read_bytes().ok_or(Refused::Corrupt)?;
     let token = input.read_unsigned().ok_or(Refused::Corrupt)?;
-    let deadline = input.read_signed().ok_or(Refused::Corrupt)?;
-    let granted = if version >= 2 {
-        input.read_signed().ok_or(Refused::Corrupt)?
+    let first = input.read_signed().ok_or(Refused::Corrupt)?;
+    let second = if version >= 2 {
+        Some(input.read_signed().ok_or(Refused::Corrupt)?)
     } else {
-        now
+        None
+    };
+    let (deadline, granted) = if version >= DURATIONS_SINCE {
+        let held = second.unwrap_or(0);
+        (
+            at.now.saturating_add(first.max(0)),
+            at.now.saturating_sub(held.max(0)),
+        )
+    } else {
+        (
+            at.from_unix(first),
+            second.map_or(at.now, |g| at.from_unix(g)),
+        )
     };
     if owner.is_empty() {
         return Err(Refused::Corrupt);
@@ -119,13 +179,14 @@ fn decode_holder(input: &mut impl Reader, version: i32, now: Millis) -> Result<H
     })
 }
 
-/// Read a state written at `version`; values of version 1 count their grant from `now`.
-pub fn decode(input: &mut impl Reader, version: i32, now: Millis) -> Result<LockState, Refused> {
+/// Read a state written at `version`, at the clocks `at`; values of version 1 count their
+/// grant from the reading.
+pub fn decode(input: &mut impl Reader, version: i32, at: Clocks) -> Result<LockState, Refused> {
     if version > ENCODING_VERSION {
         return Err(Refused::NewerVersion);
     }
     if version < 3 {
-        return decode_holder(input, version, now).map(LockState::Exclusive);
+        return decode_holder(input, version, at).map(LockState::Exclusive);
     }
     let kind = input.read_unsigned().ok_or(Refused::Corrupt)?;
     let limit = input.read_unsigned().ok_or(Refused::Corrupt)?;
@@ -144,7 +205,7 @@ pub fn decode(input: &mut impl Reader, version: i32, now: Millis) -> Result<Lock
     let mut holds = Vec::new();
     let mut in_use: u64 = 0;
     for _ in 0..count {
-        let holder = decode_holder(input, version, now)?;
+        let holder = decode_holder(input, version, at)?;
         let permits = input.read_unsigned().ok_or(Refused::Corrupt)?;
         let valid = match kind {
             KIND_SEMAPHORE => (1..=u64::from(limit)).contains(&permits),
@@ -166,10 +227,12 @@ pub fn decode(input: &mut impl Reader, version: i32, now: Millis) -> Result<Lock
     })
 }
 
-/// Feed `state` to a digest (integers as the digest takes them: signed).
+/// Feed `state` to a digest (integers as the digest takes them: signed). Times stay out: each
+/// server counts a lease on its own clock, so a master and its replica differ there while
+/// holding the same locks.
 pub fn digest(state: &LockState, out: &mut impl Writer) {
     let mut signed = Signed(out);
-    encode(state, &mut signed);
+    encode_with(state, &mut signed, |_, _| {});
 }
 
 /// A writer that passes unsigned integers on as signed ones (tokens and counts stay below 2^63).
@@ -187,18 +250,19 @@ impl<W: Writer> Writer for Signed<'_, W> {
     }
 }
 
-/// `state` as bytes: a version byte, then the fields (lengths and integers little-endian).
-pub fn to_bytes(state: &LockState) -> Vec<u8> {
+/// `state` as bytes at `now`: a version byte, then the fields (lengths and integers
+/// little-endian).
+pub fn to_bytes(state: &LockState, now: Millis) -> Vec<u8> {
     let mut out = Bytes(vec![ENCODING_VERSION as u8]);
-    encode(state, &mut out);
+    encode(state, &mut out, now);
     out.0
 }
 
 /// Read `to_bytes` output back (any trailing byte is corruption).
-pub fn from_bytes(bytes: &[u8], now: Millis) -> Result<LockState, Refused> {
+pub fn from_bytes(bytes: &[u8], at: Clocks) -> Result<LockState, Refused> {
     let (&version, rest) = bytes.split_first().ok_or(Refused::Corrupt)?;
     let mut input = BytesReader(rest);
-    let state = decode(&mut input, i32::from(version), now)?;
+    let state = decode(&mut input, i32::from(version), at)?;
     if !input.0.is_empty() {
         return Err(Refused::Corrupt);
     }
@@ -250,20 +314,22 @@ impl Reader for BytesReader<'_> {
     }
 }
 
-/// The arguments of `LOCK.APPLY key ...` after the key, in `APPLY_FORMAT` order.
+/// The arguments of `LOCK.APPLY key ...` after the key, in `APPLY_FORMAT` order (`PX` between
+/// the token and the times).
 pub struct ApplyRecord<'a> {
     pub owner: OwnerBytes<'a>,
     pub token: Decimal,
-    pub deadline: Decimal,
-    pub granted: Decimal,
+    pub left: Decimal,
+    pub held: Decimal,
 }
 
-pub fn apply_record(holder: &Holder) -> ApplyRecord<'_> {
+/// `holder` as `LOCK.APPLY` arguments, its times counted at `now`.
+pub fn apply_record(holder: &Holder, now: Millis) -> ApplyRecord<'_> {
     ApplyRecord {
         owner: holder.owner.bytes(),
         token: Decimal::of(token_i64(holder.token)),
-        deadline: Decimal::of(holder.deadline),
-        granted: Decimal::of(holder.granted),
+        left: Decimal::of(time_left(holder, now)),
+        held: Decimal::of(time_held(holder, now)),
     }
 }
 
@@ -359,6 +425,17 @@ mod tests {
         }
     }
 
+    /// The lease clock when the test states are written.
+    const NOW: Millis = 1 << 40;
+
+    fn at(now: Millis) -> Clocks {
+        Clocks {
+            now,
+            wall: now + 1_700_000_000_000,
+        }
+    }
+
+    /// A hold as the module keeps one: granted at or before now, ending at or after it.
     fn holder() -> impl Strategy<Value = Holder> {
         (
             prop_oneof![
@@ -366,14 +443,14 @@ mod tests {
                 Just(b"8d3e4f5a-1111-2222-3333-444455556666".to_vec()),
             ],
             1..=fencing::MAX_TOKEN,
-            any::<i64>(),
-            any::<i64>(),
+            0..(10i64 << 40),
+            0..(1i64 << 40),
         )
-            .prop_map(|(owner, token, deadline, granted)| Holder {
+            .prop_map(|(owner, token, left, held)| Holder {
                 owner: Owner::new(&owner),
                 token,
-                deadline,
-                granted,
+                deadline: NOW + left,
+                granted: NOW - held,
             })
     }
 
@@ -398,20 +475,31 @@ mod tests {
         #[test]
         fn every_state_round_trips(s in state()) {
             let mut stream = Fields::default();
-            encode(&s, &mut stream);
-            prop_assert_eq!(decode(&mut stream, ENCODING_VERSION, 0), Ok(s.clone()));
+            encode(&s, &mut stream, NOW);
+            prop_assert_eq!(decode(&mut stream, ENCODING_VERSION, at(NOW)), Ok(s.clone()));
             prop_assert!(stream.0.is_empty());
-            prop_assert_eq!(from_bytes(&to_bytes(&s), 0), Ok(s));
+            prop_assert_eq!(from_bytes(&to_bytes(&s, NOW), at(NOW)), Ok(s));
+        }
+
+        /// Read later (a replica, a restart), every lease has as long left as when it was
+        /// written, and every hold was held as long: the times count from the reading.
+        #[test]
+        fn times_count_again_from_the_reading(s in state(), later in 0..(1i64 << 40)) {
+            let read = from_bytes(&to_bytes(&s, NOW), at(NOW + later)).unwrap();
+            for ((a, _), (b, _)) in s.holds().zip(read.holds()) {
+                prop_assert_eq!(b.deadline - (NOW + later), a.deadline - NOW);
+                prop_assert_eq!((NOW + later) - b.granted, NOW - a.granted);
+            }
         }
 
         #[test]
         fn the_replicated_record_carries_every_field(h in holder()) {
-            let r = apply_record(&h);
+            let r = apply_record(&h, NOW);
             prop_assert_eq!(&*r.owner, &*h.owner.bytes());
             let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
             prop_assert_eq!(text(r.token.as_bytes()), token_i64(h.token).to_string());
-            prop_assert_eq!(text(r.deadline.as_bytes()), h.deadline.to_string());
-            prop_assert_eq!(text(r.granted.as_bytes()), h.granted.to_string());
+            prop_assert_eq!(text(r.left.as_bytes()), (h.deadline - NOW).to_string());
+            prop_assert_eq!(text(r.held.as_bytes()), (NOW - h.granted).to_string());
         }
 
         #[test]
@@ -423,30 +511,36 @@ mod tests {
 
         #[test]
         fn damaged_bytes_never_panic(s in state(), cut in any::<usize>(), flip in any::<(usize, u8)>()) {
-            let bytes = to_bytes(&s);
-            let _ = from_bytes(&bytes[..cut % (bytes.len() + 1)], 0);
+            let bytes = to_bytes(&s, NOW);
+            let _ = from_bytes(&bytes[..cut % (bytes.len() + 1)], at(NOW));
             let mut damaged = bytes.clone();
-            let at = flip.0 % damaged.len();
-            damaged[at] ^= flip.1;
-            let _ = from_bytes(&damaged, 0);
+            let pos = flip.0 % damaged.len();
+            damaged[pos] ^= flip.1;
+            let _ = from_bytes(&damaged, at(NOW));
         }
     }
+
+    /// Unix times (versions 1 to 3) are read against the reader's wall clock.
+    const WALL: Clocks = Clocks {
+        now: 50,
+        wall: 1_700_000_001_000,
+    };
 
     #[test]
     fn version_2_loads_as_one_exclusive_hold() {
         let mut stream = Fields::default();
         stream.write_bytes(b"o");
         stream.write_unsigned(5);
-        stream.write_signed(100);
-        stream.write_signed(90);
-        let s = decode(&mut stream, 2, 0).unwrap();
+        stream.write_signed(1_700_000_001_100);
+        stream.write_signed(1_700_000_000_990);
+        let s = decode(&mut stream, 2, WALL).unwrap();
         assert_eq!(
             s,
             LockState::Exclusive(Holder {
                 owner: Owner::new(b"o"),
                 token: 5,
-                deadline: 100,
-                granted: 90
+                deadline: 150,
+                granted: 40
             })
         );
     }
@@ -456,11 +550,68 @@ mod tests {
         let mut stream = Fields::default();
         stream.write_bytes(b"o");
         stream.write_unsigned(5);
-        stream.write_signed(100);
-        let Ok(LockState::Exclusive(h)) = decode(&mut stream, 1, 42) else {
+        stream.write_signed(1_700_000_001_100);
+        let Ok(LockState::Exclusive(h)) = decode(&mut stream, 1, WALL) else {
             panic!("version 1 is one exclusive hold")
         };
-        assert_eq!((h.token, h.deadline, h.granted), (5, 100, 42));
+        assert_eq!((h.token, h.deadline, h.granted), (5, 150, 50));
+    }
+
+    #[test]
+    fn version_3_reads_unix_times_and_version_4_durations() {
+        let write = |version_4: bool| {
+            let mut s = Fields::default();
+            s.write_unsigned(1);
+            s.write_unsigned(0);
+            s.write_unsigned(1);
+            s.write_bytes(b"o");
+            s.write_unsigned(5);
+            if version_4 {
+                s.write_signed(100);
+                s.write_signed(10);
+            } else {
+                s.write_signed(1_700_000_001_100);
+                s.write_signed(1_700_000_000_990);
+            }
+            s.write_unsigned(1);
+            s
+        };
+        for (version, mut stream) in [(3, write(false)), (4, write(true))] {
+            let Ok(LockState::Shared(holds)) = decode(&mut stream, version, WALL) else {
+                panic!("one shared hold")
+            };
+            assert_eq!((holds[0].deadline, holds[0].granted), (150, 40));
+        }
+    }
+
+    #[test]
+    fn leases_that_ran_out_are_written_as_ending_now() {
+        let h = Holder {
+            owner: Owner::new(b"o"),
+            token: 1,
+            deadline: NOW - 5,
+            granted: NOW + 5,
+        };
+        let r = apply_record(&h, NOW);
+        assert_eq!(
+            (r.left.as_bytes(), r.held.as_bytes()),
+            (&b"0"[..], &b"0"[..])
+        );
+    }
+
+    #[test]
+    fn digests_leave_the_times_out() {
+        let mut a = Fields::default();
+        let mut b = Fields::default();
+        let h = |deadline| Holder {
+            owner: Owner::new(b"o"),
+            token: 1,
+            deadline,
+            granted: 0,
+        };
+        digest(&LockState::Exclusive(h(10)), &mut a);
+        digest(&LockState::Exclusive(h(99)), &mut b);
+        assert_eq!(a.0, b.0);
     }
 
     #[test]
@@ -480,49 +631,53 @@ mod tests {
             s
         };
         assert_eq!(
-            decode(&mut write(0, 0, &[(b"o", 1, 1)]), 4, 0),
+            decode(&mut write(0, 0, &[(b"o", 1, 1)]), 5, WALL),
             Err(Refused::NewerVersion)
         );
         assert_eq!(
-            decode(&mut write(0, 0, &[(b"", 1, 1)]), 3, 0),
+            decode(&mut write(0, 0, &[(b"", 1, 1)]), 3, WALL),
             Err(Refused::Corrupt)
         );
         assert_eq!(
-            decode(&mut write(0, 0, &[(b"o", 0, 1)]), 3, 0),
+            decode(&mut write(0, 0, &[(b"o", 0, 1)]), 3, WALL),
             Err(Refused::TokenOutOfRange)
         );
         assert_eq!(
-            decode(&mut write(0, 0, &[(b"o", fencing::MAX_TOKEN + 1, 1)]), 3, 0),
+            decode(
+                &mut write(0, 0, &[(b"o", fencing::MAX_TOKEN + 1, 1)]),
+                3,
+                WALL
+            ),
             Err(Refused::TokenOutOfRange)
         );
         assert_eq!(
-            decode(&mut write(0, 0, &[(b"a", 1, 1), (b"b", 2, 1)]), 3, 0),
+            decode(&mut write(0, 0, &[(b"a", 1, 1), (b"b", 2, 1)]), 3, WALL),
             Err(Refused::Corrupt),
             "two exclusive holds"
         );
         assert_eq!(
-            decode(&mut write(1, 0, &[]), 3, 0),
+            decode(&mut write(1, 0, &[]), 3, WALL),
             Err(Refused::Corrupt),
             "no holds"
         );
         assert_eq!(
-            decode(&mut write(2, 2, &[(b"a", 1, 2), (b"b", 2, 1)]), 3, 0),
+            decode(&mut write(2, 2, &[(b"a", 1, 2), (b"b", 2, 1)]), 3, WALL),
             Err(Refused::Corrupt),
             "over the limit"
         );
         assert_eq!(
-            decode(&mut write(2, 0, &[(b"a", 1, 1)]), 3, 0),
+            decode(&mut write(2, 0, &[(b"a", 1, 1)]), 3, WALL),
             Err(Refused::Corrupt),
             "no permits"
         );
         assert_eq!(
-            decode(&mut write(3, 0, &[(b"a", 1, 1)]), 3, 0),
+            decode(&mut write(3, 0, &[(b"a", 1, 1)]), 3, WALL),
             Err(Refused::Corrupt),
             "unknown kind"
         );
         let mut truncated = write(1, 0, &[(b"a", 1, 1)]);
         truncated.0.pop_back();
-        assert_eq!(decode(&mut truncated, 3, 0), Err(Refused::Corrupt));
-        assert_eq!(from_bytes(&[], 0), Err(Refused::Corrupt));
+        assert_eq!(decode(&mut truncated, 3, WALL), Err(Refused::Corrupt));
+        assert_eq!(from_bytes(&[], WALL), Err(Refused::Corrupt));
     }
 }

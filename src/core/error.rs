@@ -27,6 +27,8 @@ pub enum LockError {
     ApplyNotAllowed,
     /// A deadline argument of LOCK.APPLY is not a positive unix-ms time.
     DeadlineNotPositive,
+    /// `LOCK.APPLY ... PX left held` with a negative time.
+    TimeNegative,
     /// A waiter was blocked on a master that became a replica.
     Demoted,
     /// `ttl-ms` above `lock.max-ttl`.
@@ -85,7 +87,7 @@ pub enum LockError {
 
 impl LockError {
     /// Every variant, so tests can check every wire string.
-    pub const ALL: [LockError; 38] = [
+    pub const ALL: [LockError; 39] = [
         Self::NotAnInteger,
         Self::TtlNotPositive,
         Self::TtlTooLarge,
@@ -97,6 +99,7 @@ impl LockError {
         Self::WrongType,
         Self::ApplyNotAllowed,
         Self::DeadlineNotPositive,
+        Self::TimeNegative,
         Self::Demoted,
         Self::TtlAboveMax,
         Self::OwnerTooLong,
@@ -141,6 +144,7 @@ impl LockError {
                 "ERR LOCK.APPLY is internal: it is accepted only from the master link or the AOF"
             }
             Self::DeadlineNotPositive => "ERR invalid deadline: must be a positive unix time in milliseconds",
+            Self::TimeNegative => "ERR invalid time: the time left and the time held must not be negative",
             Self::TtlAboveMax => "ERR invalid ttl: above lock.max-ttl",
             Self::OwnerTooLong => "ERR invalid owner: longer than lock.max-owner-length",
             Self::QueueFull => "ERR lock queue is full: lock.max-waiters clients already wait",

@@ -181,7 +181,12 @@ impl LockState {
             .min()
     }
 
-    /// The latest deadline of any hold: the key's own TTL may never end before it.
+    /// The earliest deadline of any hold, live or not: when the lock next needs a look.
+    pub fn first_deadline(&self) -> Millis {
+        self.holds().map(|(h, _)| h.deadline).min().unwrap_or(0)
+    }
+
+    /// The latest deadline of any hold: when the last lease ends.
     pub fn last_deadline(&self) -> Millis {
         self.holds().map(|(h, _)| h.deadline).max().unwrap_or(0)
     }

@@ -13,5 +13,6 @@ pub mod metrics;
 pub mod owner;
 pub mod queue;
 pub mod registry;
+pub mod schedule;
 pub mod settle;
 pub mod slot;

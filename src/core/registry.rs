@@ -51,9 +51,6 @@ pub struct Registry<C> {
     queues: HashMap<Arc<QueueKey>, Entry<C>>,
     /// Where each queued client stands: its queue and its place in it.
     client_queue: HashMap<u64, (Arc<QueueKey>, Place)>,
-    /// When the earliest pending settle timer of a key fires (keys with waiters, or with
-    /// several holds whose leases end one by one).
-    timers: HashMap<QueueKey, Millis>,
 }
 
 impl<C> Default for Registry<C> {
@@ -61,7 +58,6 @@ impl<C> Default for Registry<C> {
         Self {
             queues: HashMap::new(),
             client_queue: HashMap::new(),
-            timers: HashMap::new(),
         }
     }
 }
@@ -192,32 +188,6 @@ impl<C: Client> Registry<C> {
             .collect()
     }
 
-    /// Record that a settle timer for `key` is due at `due`. False when one at least as early
-    /// is already pending, so no new timer is needed.
-    pub fn want_timer(&mut self, key: &QueueKey, due: Millis) -> bool {
-        match self.timers.get_mut(key) {
-            Some(pending) if *pending <= due => false,
-            Some(pending) => {
-                *pending = due;
-                true
-            }
-            None => {
-                self.timers.insert(key.clone(), due);
-                true
-            }
-        }
-    }
-
-    /// A settle timer for `key` fired: forget the pending due time.
-    pub fn timer_fired(&mut self, key: &QueueKey, due: Millis) {
-        if self.timers.get(key) == Some(&due) {
-            self.timers.remove(key);
-            if self.timers.is_empty() && self.timers.capacity() > 0 {
-                self.timers = HashMap::new();
-            }
-        }
-    }
-
     /// Once nobody waits anywhere, give the tables' memory back (a burst of 10k waiters
     /// should not leave its high-water mark behind).
     fn shrink_if_idle(&mut self) {
@@ -278,19 +248,6 @@ mod tests {
     fn a_queue_entry_stays_small() {
         // The index entry of a waiter: its client id, its queue's shared key, its place.
         assert_eq!(std::mem::size_of::<(u64, (Arc<QueueKey>, Place))>(), 24);
-    }
-
-    #[test]
-    fn timers_are_asked_for_only_when_earlier_than_the_pending_one() {
-        let mut r: Registry<u64> = Registry::default();
-        assert!(r.want_timer(&key(0), 10));
-        assert!(!r.want_timer(&key(0), 10));
-        assert!(!r.want_timer(&key(0), 20));
-        assert!(r.want_timer(&key(0), 5));
-        r.timer_fired(&key(0), 10);
-        assert!(!r.want_timer(&key(0), 7), "the one at 5 is still pending");
-        r.timer_fired(&key(0), 5);
-        assert!(r.want_timer(&key(0), 7));
     }
 
     #[derive(Debug, Clone)]

@@ -10,9 +10,8 @@ use crate::core::lock::{LockState, Millis, Token};
 use crate::core::owner::Owner;
 use crate::core::registry::QueueKey;
 
-/// How soon to look again at a lock whose expired value Redis may not delete yet (it keeps
-/// such values while writes are paused).
-pub const KEPT_VALUE_RETRY_MS: Millis = 10;
+/// How soon to look again at a queue whose head fits nowhere though nobody holds the lock.
+pub const NO_FIT_RETRY_MS: Millis = 10;
 
 /// What a lock needs after a change (a lease ran out, a holder released, the key was deleted,
 /// a waiter left the head of the queue).
@@ -22,13 +21,8 @@ pub enum Next {
     HandOff,
     /// Look again at this time: the earliest live deadline, when the state changes on its own.
     WatchUntil(Millis),
-    /// One live hold and nobody waits: the key's TTL does the rest.
-    Keep,
     /// No live hold and nobody waits: delete the key.
     Remove,
-    /// Redis still keeps the expired value and may not delete it now; writing a new value over
-    /// it would trip the server's own assertion. Look again at this time.
-    RetryAt(Millis),
 }
 
 /// What `decide` looks at.
@@ -36,52 +30,28 @@ pub enum Next {
 pub struct Look {
     /// The earliest deadline of a live hold (`None`: no live hold).
     pub next_deadline: Option<Millis>,
-    /// More than one live hold: their leases end one by one, so they are watched even when
-    /// nobody waits (each expiry is accounted and announced on time).
-    pub several: bool,
     /// Someone waits for the key.
     pub waiting: bool,
     /// The head of the queue fits beside the live holds.
     pub head_fits: bool,
-    /// A value is stored under the key.
-    pub exists: bool,
 }
 
-/// Decide what a lock needs. `value_kept`: whether Redis keeps an expired value it would not
-/// let us replace (asked only when it matters: it costs a server call).
-pub fn decide(look: Look, value_kept: impl FnOnce() -> bool, now: Millis) -> Next {
-    let retry = || Next::RetryAt(now.saturating_add(KEPT_VALUE_RETRY_MS));
+/// Decide what a lock needs. Every live lock is watched until its next deadline, waiters or
+/// not: its key has no TTL, the module ends each lease (and each expiry is accounted and
+/// announced on time).
+pub fn decide(look: Look, now: Millis) -> Next {
     match look {
-        Look {
-            waiting: true,
-            head_fits: true,
-            next_deadline: None,
-            exists: false,
-            ..
-        } if value_kept() => retry(),
         Look {
             waiting: true,
             head_fits: true,
             ..
         } => Next::HandOff,
         Look {
-            waiting: true,
-            next_deadline,
-            ..
-        } => next_deadline.map_or_else(retry, Next::WatchUntil),
-        Look {
             next_deadline: Some(at),
-            several: true,
             ..
         } => Next::WatchUntil(at),
-        Look {
-            next_deadline: Some(_),
-            ..
-        } => Next::Keep,
-        Look {
-            next_deadline: None,
-            ..
-        } => Next::Remove,
+        Look { waiting: true, .. } => Next::WatchUntil(now.saturating_add(NO_FIT_RETRY_MS)),
+        Look { .. } => Next::Remove,
     }
 }
 
@@ -98,8 +68,8 @@ pub fn pruned(state: &LockState, now: Millis) -> Option<LockState> {
 /// Work a timer carries out later.
 #[derive(Debug)]
 pub enum Job {
-    /// Re-check a queue (deadline reached, key deleted, db flushed or swapped).
-    Settle { key: QueueKey, due: Millis },
+    /// Re-check a lock and its queue (deadline reached, key deleted, db flushed or swapped).
+    Settle { key: QueueKey },
     /// A waiter disconnected before its grant's reply went out: release that grant.
     Revoke { key: QueueKey, token: Token },
     /// A waiter's WAIT timeout ran out.
@@ -186,62 +156,30 @@ mod tests {
     use crate::core::registry::{Client, Registry};
     use proptest::prelude::*;
 
-    fn look(
-        next_deadline: Option<Millis>,
-        several: bool,
-        waiting: bool,
-        head_fits: bool,
-        exists: bool,
-    ) -> Look {
+    fn look(next_deadline: Option<Millis>, waiting: bool, head_fits: bool) -> Look {
         Look {
             next_deadline,
-            several,
             waiting,
             head_fits,
-            exists,
         }
     }
 
     #[test]
     fn decisions() {
-        let never = || -> bool { panic!("asked without need") };
+        assert_eq!(decide(look(Some(9), true, false), 0), Next::WatchUntil(9));
         assert_eq!(
-            decide(look(Some(9), false, true, false, true), never, 0),
-            Next::WatchUntil(9)
+            decide(look(Some(9), false, false), 0),
+            Next::WatchUntil(9),
+            "a lock nobody waits for is still watched: the module ends its lease"
         );
         assert_eq!(
-            decide(look(Some(9), false, false, false, true), never, 0),
-            Next::Keep
-        );
-        assert_eq!(
-            decide(look(Some(9), true, false, false, true), never, 0),
-            Next::WatchUntil(9)
-        );
-        assert_eq!(
-            decide(look(Some(9), true, true, true, true), never, 0),
+            decide(look(Some(9), true, true), 0),
             Next::HandOff,
             "readers join readers"
         );
-        assert_eq!(
-            decide(look(None, false, false, false, true), never, 0),
-            Next::Remove
-        );
-        assert_eq!(
-            decide(look(None, false, false, false, false), never, 0),
-            Next::Remove
-        );
-        assert_eq!(
-            decide(look(None, false, true, true, true), never, 0),
-            Next::HandOff
-        );
-        assert_eq!(
-            decide(look(None, false, true, true, false), || false, 0),
-            Next::HandOff
-        );
-        assert_eq!(
-            decide(look(None, false, true, true, false), || true, 5),
-            Next::RetryAt(15)
-        );
+        assert_eq!(decide(look(None, false, false), 0), Next::Remove);
+        assert_eq!(decide(look(None, true, true), 0), Next::HandOff);
+        assert_eq!(decide(look(None, true, false), 5), Next::WatchUntil(15));
     }
 
     #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -278,7 +216,6 @@ mod tests {
         Release(u8, u8),
         Leave(u8),
         Delete(u8),
-        ValueKept(bool),
     }
 
     fn event() -> impl Strategy<Value = Event> {
@@ -289,7 +226,6 @@ mod tests {
             2 => (0u8..2, 0u8..4).prop_map(|(l, o)| Event::Release(l, o)),
             2 => any::<u8>().prop_map(Event::Leave),
             1 => (0u8..2).prop_map(Event::Delete),
-            1 => any::<bool>().prop_map(Event::ValueKept),
         ]
     }
 
@@ -299,7 +235,6 @@ mod tests {
         states: [Option<LockState>; 2],
         registry: Registry<Conn>,
         tokens: TokenSource,
-        kept: bool,
         granted: Vec<u64>,
         last_token: Token,
     }
@@ -322,16 +257,12 @@ mod tests {
             }
             let state = self.states[lock].clone();
             let live = lock::live(state.as_ref(), now);
-            let kept = self.kept;
             let next = decide(
                 Look {
                     next_deadline: live.and_then(|s| s.next_deadline(now)),
-                    several: live.is_some_and(|s| s.live_count(now) > 1),
                     waiting: self.registry.has_waiters(&key),
                     head_fits: self.registry.head_fits(&key, state.as_ref(), now),
-                    exists: state.is_some(),
                 },
-                || kept,
                 now,
             );
             Ok(match next {
@@ -353,8 +284,7 @@ mod tests {
                     self.states[lock] = Some(handed.state);
                     due
                 }
-                Next::WatchUntil(at) | Next::RetryAt(at) => Some(at),
-                Next::Keep => None,
+                Next::WatchUntil(at) => Some(at),
                 Next::Remove => {
                     self.states[lock] = None;
                     None
@@ -364,8 +294,7 @@ mod tests {
     }
 
     proptest! {
-        /// Random holds of every mode, waits, releases, leaves, deletions and kept values on two
-        /// locks, with the shell's settle loop run where it runs it: afterwards no queue whose
+        /// Random holds of every mode, waits, releases, leaves and deletions on two locks, with the shell's settle loop run where it runs it: afterwards no queue whose
         /// head fits is left without a handoff or a timer, waiters are served in order, nobody
         /// twice, tokens only increase, and no state breaks its mode's rules.
         #[test]
@@ -375,7 +304,6 @@ mod tests {
                 states: [None, None],
                 registry: Registry::default(),
                 tokens: TokenSource::started(),
-                kept: false,
                 granted: Vec::new(),
                 last_token: 0,
             };
@@ -385,7 +313,6 @@ mod tests {
             for event in events {
                 let touched: Option<usize> = match event {
                     Event::Advance(ms) => { w.now += ms; None }
-                    Event::ValueKept(kept) => { w.kept = kept; None }
                     Event::Acquire { lock, owner, want, ttl } => {
                         let lock = lock as usize;
                         let queued = w.registry.has_waiters(&World::key(lock));
@@ -449,6 +376,7 @@ mod tests {
                     let waiting = w.registry.has_waiters(&key);
                     let live = lock::live(w.states[lock].as_ref(), w.now);
                     prop_assert!(!waiting || live.is_some() || timer, "lock {} free with waiters and no timer", lock);
+                    prop_assert!(live.is_none() || timer, "lock {}: nothing will end its lease", lock);
                     if let Some(s) = live {
                         if let LockState::Semaphore { limit, .. } = s {
                             prop_assert!(s.permits_in_use(w.now) <= *limit, "never more than the limit");

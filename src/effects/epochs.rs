@@ -36,7 +36,7 @@ pub fn start_if_master(ctx: &Context) {
 fn start(ctx: &Context) -> Result<(), LockError> {
     let path = file_path(ctx);
     let stored = read(&path).map_err(|err| not_stored(ctx, &path, "read", &err))?;
-    let epoch = fencing::next_epoch(stored, clock::now_us()).ok_or(LockError::TokensExhausted)?;
+    let epoch = fencing::next_epoch(stored, clock::wall_us()).ok_or(LockError::TokensExhausted)?;
     write(&path, epoch).map_err(|err| not_stored(ctx, &path, "write", &err))?;
     fencing::enter(epoch);
     server::replicate_epoch(ctx, epoch);

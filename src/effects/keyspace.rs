@@ -1,12 +1,15 @@
 //! Reading and writing a lock's state (its holds) in the keyspace. Every write goes through `store` or
-//! `remove`, which also replicate it as a deterministic effect (explicit token, absolute deadline),
-//! emit the keyspace event, and account the end of the previous hold, so no state change can
-//! miss the replicas, the AOF, the events or the metrics.
+//! `remove`, which also replicate it as a deterministic effect (explicit token, the time left of
+//! each lease), emit the keyspace event, and account the end of the previous hold, so no state
+//! change can miss the replicas, the AOF, the events or the metrics.
+//!
+//! A lock key carries no TTL: Redis counts TTLs on the wall clock, leases run on the lease
+//! clock (`ffi::clock`). Every write has the key settled at its first deadline
+//! (`effects::timers`), which deletes it once its last lease ran out (`PTTL` answers -1;
+//! `LOCK.INFO` tells the time left).
 
 use std::cell::Cell;
 use std::ffi::CStr;
-use std::sync::Mutex;
-use std::time::Duration;
 
 use redis_module::key::RedisKeyWritable;
 use redis_module::{Context, RedisString};
@@ -16,12 +19,9 @@ use crate::core::lock::{self, LockState, Millis};
 use crate::core::metrics::STATS;
 use crate::core::registry::QueueKey;
 use crate::effects::sessions;
-use crate::ffi::clock;
+use crate::effects::timers;
 use crate::ffi::data_type::LOCK_TYPE;
 use crate::ffi::server;
-
-/// The longest key TTL the module ever sets: a century.
-const MAX_KEY_TTL_MS: Millis = 100 * 365 * 24 * 3_600_000;
 
 /// Keyspace events of the module class (`notify-keyspace-events` with `d` or `A`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -55,14 +55,15 @@ pub fn notify(ctx: &Context, event: LockEvent, key: &RedisString) {
     server::notify(ctx, event.name(), key);
 }
 
-/// A hold ended at `now`: record how long it lasted, and whether the lease ran out first.
+/// A hold ended at `now`: record how long it lasted, and whether the lease ran out first (which
+/// it returns).
 pub fn hold_ended(
     ctx: &Context,
     key: &RedisString,
     granted: Millis,
     deadline: Millis,
     now: Millis,
-) {
+) -> bool {
     let expired = now >= deadline;
     let end = if expired { deadline } else { now };
     STATS.hold_time.record(
@@ -74,6 +75,7 @@ pub fn hold_ended(
         STATS.expired_while_held.incr();
         notify(ctx, LockEvent::Expire, key);
     }
+    expired
 }
 
 /// A lock key opened for writing.
@@ -121,31 +123,25 @@ impl<'a> LockKey<'a> {
         !self.key.is_empty()
     }
 
-    /// Whether Redis still stores a value under this name that lookups treat as expired (it
-    /// does so while writes are paused). `MEMORY USAGE` finds keys without expiring them.
-    pub fn expired_value_kept(&self) -> bool {
-        let subcommand = self.ctx.create_string("USAGE");
-        matches!(
-            self.ctx.call("MEMORY", &[&subcommand, self.name]),
-            Ok(redis_module::RedisValue::Integer(_))
-        )
-    }
-
     pub fn notify(&self, event: LockEvent) {
         notify(self.ctx, event, self.name);
     }
 
-    /// Every stored hold that `next` does not keep (by token) ends now: account for it.
-    fn end_previous_holds(&self, next: Option<&LockState>, now: Millis) {
+    /// Every stored hold that `next` does not keep (by token) ends now: account for it. True
+    /// when some ended and every one of them ran out of lease.
+    fn end_previous_holds(&self, next: Option<&LockState>, now: Millis) -> bool {
+        let mut all_expired = None;
         if let Ok(Some(previous)) = self.key.get_value::<LockState>(&LOCK_TYPE) {
             for ended in lock::ended(previous, next) {
                 sessions::unbind(ended.token);
-                hold_ended(self.ctx, self.name, ended.granted, ended.deadline, now);
+                let expired = hold_ended(self.ctx, self.name, ended.granted, ended.deadline, now);
+                all_expired = Some(all_expired.unwrap_or(true) && expired);
             }
         }
+        all_expired == Some(true)
     }
 
-    /// Make `state` the lock's state, set the key's TTL to its last deadline, replicate it and
+    /// Make `state` the lock's state, have it settled at its first deadline, replicate it and
     /// emit `event`.
     pub fn store(&self, state: LockState, event: LockEvent, now: Millis) -> Result<(), LockError> {
         self.put(state, now)?;
@@ -161,17 +157,8 @@ impl<'a> LockKey<'a> {
     }
 
     /// Write without replicating: for LOCK.APPLY itself, whose caller replicates verbatim.
-    pub fn write(&self, state: LockState, now: Millis) -> Result<(), LockError> {
-        // Redis deletes a key when now > expire; a lease ends when now >= deadline. Setting
-        // the expire to the last deadline - 1 makes both agree, so Redis never drops a live
-        // hold and a free lock with nobody waiting stops being a key (EXISTS 0, memory
-        // returned). Clamped so Redis adding its clock can never overflow, whatever an AOF or a
-        // master sends (real deadlines are at most lock.max-ttl, 10 years, away).
-        let ttl = state
-            .last_deadline()
-            .saturating_sub(1)
-            .saturating_sub(now)
-            .clamp(1, MAX_KEY_TTL_MS);
+    pub fn write(&self, state: LockState, _now: Millis) -> Result<(), LockError> {
+        let first_deadline = state.first_deadline();
         match self.key.get_value::<LockState>(&LOCK_TYPE) {
             // Updating in place keeps the key (no unlink callback, no keyspace churn).
             Ok(Some(current)) => {
@@ -188,19 +175,23 @@ impl<'a> LockKey<'a> {
             }
             Err(_) => return Err(LockError::WrongType),
         }
-        let _ = self
-            .key
-            .set_expire(Duration::from_millis(ttl.unsigned_abs()));
+        timers::settle_at(&self.queue_key(), first_deadline);
         Ok(())
     }
 
-    /// Delete the key and replicate the deletion (the caller emits the release event).
+    /// Delete the key and replicate the deletion (the caller emits the release event). A lock
+    /// whose last lease ran out also gets the server's `expired` event, as a key with a TTL
+    /// would.
     pub fn remove(&self, now: Millis) {
         if self.exists() {
-            self.end_previous_holds(None, now);
+            let expired = self.end_previous_holds(None, now);
             let _ = self.key.delete();
+            timers::forget(&self.queue_key());
             if !self.deletion_replicated.get() {
                 server::replicate_del(self.ctx, self.name);
+            }
+            if expired {
+                server::notify_expired(self.ctx, self.name);
             }
         }
     }
@@ -228,53 +219,4 @@ pub fn read_state(ctx: &Context, name: &RedisString) -> Result<Option<LockState>
         .get_value::<LockState>(&LOCK_TYPE)
         .map(|s| s.cloned())
         .map_err(|_| LockError::WrongType)
-}
-
-/// The last lock that left the keyspace with holds past their deadline, so the `expired`
-/// notification that follows it can tell a lock's expiry from any other key's.
-struct Unlinked {
-    db: i32,
-    name: Box<[u8]>,
-    /// (grant time, deadline) of each hold whose lease had run out.
-    ended: Vec<(Millis, Millis)>,
-}
-
-static LAST_UNLINKED: Mutex<Option<Unlinked>> = Mutex::new(None);
-
-/// A lock value left the keyspace (unlink hook). Only holds past their deadline can have
-/// expired.
-pub fn note_unlinked(db: i32, name: &[u8], state: &LockState) {
-    let now = clock::now_ms();
-    let ended: Vec<(Millis, Millis)> = state
-        .holds()
-        .filter(|(h, _)| now >= h.deadline)
-        .map(|(h, _)| (h.granted, h.deadline))
-        .collect();
-    if !ended.is_empty() {
-        let mut slot = LAST_UNLINKED.lock().unwrap_or_else(|p| p.into_inner());
-        *slot = Some(Unlinked {
-            db,
-            name: name.into(),
-            ended,
-        });
-    }
-}
-
-/// Redis expired the key `name` of `db`: if it was the lock noted by `note_unlinked`, its lease
-/// ran out while held. Account for it and emit `lock.expire`.
-pub fn expired(ctx: &Context, db: i32, name: &[u8]) {
-    let expired = {
-        let mut slot = LAST_UNLINKED.lock().unwrap_or_else(|p| p.into_inner());
-        match slot.as_ref() {
-            Some(u) if u.db == db && *u.name == *name => slot.take(),
-            _ => None,
-        }
-    };
-    if let Some(lock) = expired {
-        let key = RedisString::create_from_slice(ctx.ctx, name);
-        for (granted, deadline) in lock.ended {
-            let now = clock::now_ms().max(deadline);
-            hold_ended(ctx, &key, granted, deadline, now);
-        }
-    }
 }

@@ -5,6 +5,7 @@
 //! (a key lookup can expire a key and re-enter us through the unlink callback): every function
 //! here takes it, works on the registry alone, and lets it go before returning.
 
+use std::num::NonZeroI64;
 use std::sync::{LazyLock, Mutex, MutexGuard};
 
 use crate::core::config;
@@ -13,6 +14,7 @@ use crate::core::lock::{LockState, Millis};
 use crate::core::metrics::STATS;
 use crate::core::queue::{Handed, Waiter};
 use crate::core::registry::{Client, QueueKey, Registry};
+use crate::effects::timers;
 use crate::ffi::block::BlockedClient;
 
 /// A blocked `LOCK.ACQUIRE ... WAIT`.
@@ -22,10 +24,13 @@ pub struct Blocked {
     pub handle: BlockedClient,
     /// Asked with owner `*`: the reply carries the generated owner.
     pub with_owner: bool,
-    /// When it started waiting (unix µs), for the wait-time histogram.
+    /// When it started waiting (`clock::mono_us`), for the wait-time histogram.
     pub since_us: u64,
     /// Asked with `SESSION`: the hold it is granted is bound to its connection.
     pub session: bool,
+    /// When its WAIT timeout is due in the schedule (dropped when it leaves the queue any
+    /// other way). Lease-clock readings are never 0, so this takes 8 bytes.
+    pub timeout: Option<NonZeroI64>,
 }
 
 impl Client for Blocked {
@@ -45,8 +50,17 @@ fn registry() -> MutexGuard<'static, Registry<Blocked>> {
         .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
-fn count_out(n: usize) {
-    STATS.waiters.sub(i64::try_from(n).unwrap_or(i64::MAX));
+/// Waiters left their queues: count them out and drop their timeouts.
+fn count_out<'a>(left: impl IntoIterator<Item = &'a BlockedWaiter>) {
+    let mut n = 0;
+    for waiter in left {
+        timers::cancel_time_out(
+            waiter.client.client_id,
+            waiter.client.timeout.map(NonZeroI64::get),
+        );
+        n += 1;
+    }
+    STATS.waiters.sub(n);
 }
 
 /// Queue a blocked client at the tail.
@@ -60,7 +74,7 @@ pub fn join(key: QueueKey, waiter: BlockedWaiter) {
 /// queue to settle if it was the head with others behind it (they may fit now).
 pub fn leave(client_id: u64) -> Option<(BlockedClient, Option<QueueKey>)> {
     let left = registry().leave(client_id)?;
-    count_out(1);
+    count_out([&left.waiter]);
     Some((left.waiter.client.handle, left.settle))
 }
 
@@ -91,7 +105,7 @@ pub fn head_fits(key: &QueueKey, state: Option<&LockState>, now: Millis) -> bool
 pub fn hand_off(key: &QueueKey, state: Option<&LockState>, now: Millis) -> Option<Handed<Blocked>> {
     let handed = registry().hand_off(key, state, now, config::max_holders(), fencing::issue);
     if let Some(h) = &handed {
-        count_out(h.served.len());
+        count_out(h.served.iter().map(|(w, _)| w));
     }
     handed
 }
@@ -99,30 +113,20 @@ pub fn hand_off(key: &QueueKey, state: Option<&LockState>, now: Millis) -> Optio
 /// Remove and return every waiter of one queue.
 pub fn take_all(key: &QueueKey) -> Vec<BlockedWaiter> {
     let waiters = registry().take_all(key);
-    count_out(waiters.len());
+    count_out(&waiters);
     waiters
 }
 
 /// Remove and return every waiter of every queue.
 pub fn take_everyone() -> Vec<BlockedWaiter> {
     let everyone = registry().take_everyone();
-    count_out(everyone.len());
+    count_out(&everyone);
     everyone
 }
 
 /// The queues of one db (`None`: of every db).
 pub fn queues_in(db: Option<i32>) -> Vec<QueueKey> {
     registry().queues_in(db)
-}
-
-/// See `Registry::want_timer`.
-pub fn want_timer(key: &QueueKey, due: Millis) -> bool {
-    registry().want_timer(key, due)
-}
-
-/// See `Registry::timer_fired`.
-pub fn timer_fired(key: &QueueKey, due: Millis) {
-    registry().timer_fired(key, due);
 }
 
 #[cfg(test)]
@@ -132,7 +136,7 @@ mod tests {
     #[test]
     fn a_queue_entry_stays_small() {
         // The README's per-waiter figure: the queue entry plus a client-index entry (see
-        // `core::registry`).
+        // `core::registry`); a timeout adds its schedule entry (see `core::schedule`).
         assert_eq!(std::mem::size_of::<BlockedWaiter>(), 88);
     }
 }

@@ -1,60 +1,210 @@
-//! Scheduling work for later: settle a queue at a deadline, time a waiter out, look at the
-//! server's statistics after a `CONFIG RESETSTAT`. The shell's timer handler runs the jobs.
+//! Scheduling work for later, on the lease clock: settle a lock at its deadline, time a waiter
+//! out, look at the server's statistics after a `CONFIG RESETSTAT`. One `core::schedule`
+//! holds it all; one Redis timer (`ffi::timer`) stands for its earliest entry, and the shell's
+//! alarm handler takes what is due from here and runs it.
 //!
-//! A lock with nobody waiting needs no timer: its key carries a TTL at its deadline and Redis
-//! removes it (and replicates the DEL). A lock with waiters gets one timer at its deadline, so
-//! the head of the queue is served within a millisecond or two, not at Redis's 100 ms sweep.
+//! Every lock is watched here until its last lease ends: its key carries no TTL (Redis counts
+//! TTLs on the wall clock), so the module deletes it. A lock with waiters is settled at its
+//! deadline, so the head of the queue is served within a millisecond or two.
+//!
+//! Redis counts its timers on the wall clock too, so the one timer can fire early (the clock
+//! stepped forward: nothing is due yet, it is set again) or late (stepped back). The server's
+//! cron (`tick`, ten times a second by default, on the monotonic clock) sees the wall clock
+//! move against the lease clock and sets the timer again: a step back delays work by at most
+//! one cron period.
+
+use std::collections::HashSet;
+use std::sync::{LazyLock, Mutex, MutexGuard};
 
 use crate::core::lock::Millis;
 use crate::core::registry::QueueKey;
+use crate::core::schedule::{self, Alarm, Due, Schedule};
 use crate::core::settle::Job;
-use crate::effects::queues;
 use crate::ffi::clock;
 use crate::ffi::timer::{self, TimerId};
 
-/// Settle `key`'s queue at `due` (unix ms), unless a timer at least as early is pending.
-pub fn settle_at(key: &QueueKey, due: Millis) {
-    if queues::want_timer(key, due) {
-        let _ = timer::start(
-            due.saturating_sub(clock::now_ms()),
-            Job::Settle {
-                key: key.clone(),
+#[derive(Default)]
+struct Timers {
+    schedule: Schedule<QueueKey, Job>,
+    /// The Redis timer that is set, and for when.
+    alarm: Option<(Alarm, TimerId)>,
+    /// Locks a replica found past their last deadline: its master deletes them, or, once it is
+    /// master itself, it does (`promoted`).
+    parked: HashSet<QueueKey>,
+}
+
+static TIMERS: LazyLock<Mutex<Timers>> = LazyLock::new(Mutex::default);
+
+/// Never held while calling into Redis in a way that can call back (timers only start and
+/// stop the one Redis timer, which calls nothing).
+fn timers() -> MutexGuard<'static, Timers> {
+    TIMERS
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+impl Timers {
+    /// Set the Redis timer again if it could fire later than the earliest entry.
+    fn rearm(&mut self) {
+        let offset = clock::wall_offset();
+        let first = self.schedule.first_due();
+        if !schedule::must_rearm(self.alarm.map(|(a, _)| a), first, offset) {
+            return;
+        }
+        let Some(due) = first else {
+            return;
+        };
+        if let Some((_, id)) = self.alarm.take() {
+            timer::stop(id);
+        }
+        let delay = due.saturating_sub(clock::now_ms()).max(0);
+        self.alarm = timer::start(delay).map(|id| {
+            let alarm = Alarm {
                 due,
-            },
-        );
+                wall_offset: offset,
+            };
+            (alarm, id)
+        });
     }
 }
 
-/// Settle `key`'s queue on the next turn of the event loop.
+/// Settle `key` at `due` (lease clock), unless it is already to be settled by then.
+pub fn settle_at(key: &QueueKey, due: Millis) {
+    let mut t = timers();
+    if t.schedule.add_key(key, due) {
+        t.rearm();
+    }
+}
+
+/// Settle `key` on the next turn of the event loop.
 pub fn settle_soon(key: &QueueKey) {
     settle_at(key, clock::now_ms());
 }
 
-/// Time the waiter `client_id` out after `timeout_ms` (very long timeouts just wait).
-pub fn time_out_after(client_id: u64, timeout_ms: Millis) -> Option<TimerId> {
-    if timeout_ms > timer::MAX_DELAY_MS {
-        return None;
+/// `key` holds no lock any more (released, deleted, moved away): nothing to settle there.
+pub fn forget(key: &QueueKey) {
+    let mut t = timers();
+    t.schedule.cancel_key(key);
+    if !t.parked.is_empty() {
+        t.parked.remove(key);
     }
-    timer::start(timeout_ms, Job::TimeOut { client_id })
+}
+
+/// Run `job` after `delay_ms`.
+fn run_after(delay_ms: Millis, job: Job) {
+    let mut t = timers();
+    t.schedule
+        .add(clock::now_ms().saturating_add(delay_ms.max(0)), job);
+    t.rearm();
+}
+
+/// Time the waiter `client_id` out after `timeout_ms`; returns when.
+pub fn time_out_after(client_id: u64, timeout_ms: Millis) -> Millis {
+    let due = clock::now_ms().saturating_add(timeout_ms.max(0));
+    let mut t = timers();
+    t.schedule.add_id(due, client_id);
+    t.rearm();
+    due
+}
+
+/// The waiter `client_id` left its queue before its timeout (due then): drop the timeout.
+pub fn cancel_time_out(client_id: u64, due: Option<Millis>) {
+    if let Some(due) = due {
+        timers().schedule.cancel_id(due, client_id);
+    }
 }
 
 /// Look at the server's statistics once the current command has run.
 pub fn check_resetstat_soon() {
-    let _ = timer::start(0, Job::CheckResetStat);
+    run_after(0, Job::CheckResetStat);
 }
 
 /// Release the session holds of the connection `client_id` on the next turn of the event loop.
 pub fn end_session_soon(client_id: u64) {
-    let _ = timer::start(0, Job::EndSession { client_id });
+    run_after(0, Job::EndSession { client_id });
 }
 
 /// Start this master's fencing epoch on the next turn of the event loop (after start-up has
 /// loaded the data, or once a promotion is done).
 pub fn start_epoch_soon() {
-    let _ = timer::start(0, Job::StartEpoch);
+    run_after(0, Job::StartEpoch);
 }
 
 /// Run `job` again after `delay_ms` (paused writes, a panic).
 pub fn retry(delay_ms: Millis, job: Job) {
-    let _ = timer::start(delay_ms, job);
+    run_after(delay_ms, job);
+}
+
+/// The Redis timer fired: everything due now, in due order. Work it adds comes up on a later
+/// turn of the event loop (`rearm_after_alarm`).
+pub fn alarm_rang() -> Vec<Job> {
+    let mut t = timers();
+    t.alarm = None;
+    let now = clock::now_ms();
+    std::iter::from_fn(|| t.schedule.pop_due(now))
+        .map(|due| match due {
+            Due::Job(job) => job,
+            Due::Key(key) => Job::Settle { key },
+            Due::Id(client_id) => Job::TimeOut { client_id },
+        })
+        .collect()
+}
+
+/// Set the Redis timer for what is left once the due work ran.
+pub fn rearm_after_alarm() {
+    timers().rearm();
+}
+
+/// The server's cron: set the Redis timer again if the wall clock moved against the lease clock.
+pub fn tick() {
+    timers().rearm();
+}
+
+/// A replica found `key` past its last deadline: keep it in mind for a promotion.
+pub fn park(key: QueueKey) {
+    timers().parked.insert(key);
+}
+
+/// This replica became a master: settle every lock it parked (its old master never deleted
+/// them).
+pub fn unpark_all() -> Vec<QueueKey> {
+    let parked = std::mem::take(&mut timers().parked);
+    parked.into_iter().collect()
+}
+
+/// Two dbs traded contents: each lock's pending settle follows it.
+pub fn swap_dbs(first: i32, second: i32) {
+    let swap = |db: i32| match db {
+        d if d == first => second,
+        d if d == second => first,
+        d => d,
+    };
+    let mut t = timers();
+    t.schedule.rekey(|key| {
+        Some(QueueKey {
+            db: swap(key.db),
+            name: key.name.clone(),
+        })
+    });
+    let parked = std::mem::take(&mut t.parked);
+    t.parked = parked
+        .into_iter()
+        .map(|key| QueueKey {
+            db: swap(key.db),
+            name: key.name,
+        })
+        .collect();
+}
+
+/// A db (`None`: every db) was emptied: its locks' settles are moot.
+pub fn flushed(db: Option<i32>) {
+    let mut t = timers();
+    let kept = |key: &QueueKey| db.is_some_and(|d| d != key.db);
+    t.schedule.rekey(|key| kept(key).then(|| key.clone()));
+    t.parked.retain(kept);
+}
+
+/// Entries waiting in the schedule (for tests and INFO).
+pub fn pending() -> usize {
+    timers().schedule.len()
 }

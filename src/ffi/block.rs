@@ -4,9 +4,9 @@
 //! whoever takes the waiter out of its queue (everything runs on the main thread, so only one
 //! can):
 //! - granted: `answer` unblocks it with the token; the reply callback sends it. If the client
-//!   disconnects before the reply went out, the grant is revoked (a `Revoke` timer job), so
+//!   disconnects before the reply went out, the grant is revoked (a `Revoke` job, on the next turn of the event loop), so
 //!   the lock never stays with a closed connection;
-//! - timed out: the module's own timer (job `TimeOut`) takes it out and `answer`s nil;
+//! - timed out: the module's own schedule (job `TimeOut`) takes it out and `answer`s nil;
 //! - disconnected while queued: Redis calls `on_disconnect`; the shell's handler takes it out.
 //!
 //! Clients are blocked *without* a server-side timeout. On Redis 7.0 the server's timeout path
@@ -33,15 +33,12 @@ use crate::core::settle::{Answer, Job};
 use crate::ffi::guard;
 use crate::ffi::handlers;
 use crate::ffi::server;
-use crate::ffi::timer::{self, TimerId};
 
-/// A client blocked by this module, with the timer that times it out (if it has a timeout).
-/// Only the main thread uses it; the raw handle is moved into the registry, which must be `Send`.
+/// A client blocked by this module. Only the main thread uses it; the raw handle is moved into
+/// the registry, which must be `Send`.
 #[derive(Debug)]
 pub struct BlockedClient {
     handle: NonNull<raw::RedisModuleBlockedClient>,
-    /// The pending timeout timer; `None` once it fired (or without WAIT timeout).
-    pub timeout: Option<TimerId>,
 }
 
 // SAFETY: the handle is an opaque token owned by Redis; it is only ever used on the main thread.
@@ -77,17 +74,13 @@ pub fn block(ctx: &Context) -> Option<BlockedClient> {
         if let Some(set) = raw::RedisModule_SetDisconnectCallback {
             set(handle.as_ptr(), Some(on_disconnect));
         }
-        Some(BlockedClient {
-            handle,
-            timeout: None,
-        })
+        Some(BlockedClient { handle })
     }
 }
 
 /// Give the handle of a client that is gone (disconnected) back to Redis, so it frees its
 /// blocked-client record. No reply is sent: there is nobody to send it to.
 pub fn release_handle(client: BlockedClient) {
-    timer::stop(client.timeout);
     // SAFETY: the handle came from BlockClient and was taken out of the queue just now, so this
     // is its only UnblockClient call.
     unsafe {
@@ -99,7 +92,6 @@ pub fn release_handle(client: BlockedClient) {
 
 /// Unblock `client` with `answer`; its reply goes out at the end of this event-loop turn.
 pub fn answer(client: BlockedClient, answer: Answer) {
-    timer::stop(client.timeout);
     let delivery = Box::into_raw(Box::new(Delivery {
         answer,
         delivered: false,
@@ -189,13 +181,12 @@ extern "C" fn on_free(_ctx: *mut raw::RedisModuleCtx, privdata: *mut c_void) {
                 if !delivery.delivered {
                     // The client went away between the grant and its reply: give the lock back.
                     STATS.grants_revoked.incr();
-                    let _ = timer::start(
-                        0,
-                        Job::Revoke {
+                    if let Some(h) = handlers::get() {
+                        (h.revoke)(Job::Revoke {
                             key: grant.key,
                             token: grant.token,
-                        },
-                    );
+                        });
+                    }
                 }
             }
         },

@@ -1,23 +1,54 @@
-//! The wall clock, read in one place: the server's own (`RedisModule_Milliseconds`), so lease
-//! deadlines and Redis's key expiry agree on what time it is. Deadlines are unix milliseconds so
-//! they replicate as absolute times. Tokens read no clock; a new fencing epoch takes the
-//! microseconds as a floor (see `core::fencing`). Outside a server (unit tests) the system
-//! clock stands in.
+//! The module's clocks, read in one place.
+//!
+//! - `now_ms`: the lease clock. Monotonic (`CLOCK_MONOTONIC`, what `Instant` reads): every
+//!   deadline, grant time and schedule entry is on it, so stepping the wall clock (NTP, an
+//!   operator, a VM resumed) neither ends nor stretches a lease. Its readings mean nothing
+//!   outside this process: deadlines leave it (RDB, AOF, replication) as the time left.
+//! - `wall_ms`: the server's wall clock (`RedisModule_Milliseconds`), only to read deadlines
+//!   stored by earlier versions as unix times and to tell when the wall clock moved against
+//!   the lease clock (Redis counts its timers on it: `core::schedule::Alarm`).
+//! - `wall_us`: a floor for a new fencing epoch (`core::fencing`; it never lowers one).
+//! - `mono_us`: durations for the histograms.
+//!
+//! Outside a server (unit tests) the system clock stands in for the server's.
 
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::sync::LazyLock;
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use redis_module::raw;
 
+use crate::core::codec::Clocks;
 use crate::core::lock::Millis;
 
+/// When the lease clock reads `ORIGIN_MS`: its first reading in this process.
+static ORIGIN: LazyLock<Instant> = LazyLock::new(Instant::now);
+
+/// The lease clock's first reading: far from 0 so that a grant time computed back from a long
+/// hold stays positive, and far below the unix times of today so the two are never confused.
+const ORIGIN_MS: Millis = 1 << 40;
+
+/// Start the lease clock (at load, so a forked child that saves the data reads the same clock).
+pub fn start() {
+    LazyLock::force(&ORIGIN);
+}
+
+pub fn now_ms() -> Millis {
+    let elapsed = Millis::try_from(ORIGIN.elapsed().as_millis()).unwrap_or(Millis::MAX / 2);
+    ORIGIN_MS.saturating_add(elapsed)
+}
+
+pub fn mono_us() -> u64 {
+    u64::try_from(ORIGIN.elapsed().as_micros()).unwrap_or(u64::MAX)
+}
+
 fn system_since_epoch() -> std::time::Duration {
-    // A clock before 1970 reads as 1970: deadlines then simply lie in the future.
+    // A clock before 1970 reads as 1970.
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .unwrap_or_default()
 }
 
-pub fn now_ms() -> Millis {
+pub fn wall_ms() -> Millis {
     // SAFETY: Milliseconds takes no arguments and only reads the clock.
     match unsafe { raw::RedisModule_Milliseconds } {
         Some(milliseconds) => unsafe { milliseconds() },
@@ -25,14 +56,27 @@ pub fn now_ms() -> Millis {
     }
 }
 
-pub fn now_us() -> u64 {
+/// Both clocks now, to read a stored value against.
+pub fn clocks() -> Clocks {
+    Clocks {
+        now: now_ms(),
+        wall: wall_ms(),
+    }
+}
+
+/// How far the wall clock stands ahead of the lease clock now.
+pub fn wall_offset() -> Millis {
+    wall_ms().saturating_sub(now_ms())
+}
+
+pub fn wall_us() -> u64 {
     // SAFETY: Microseconds (Redis 7.2+) takes no arguments and only reads the clock.
     if let Some(microseconds) = unsafe { raw::RedisModule_Microseconds } {
         return u64::try_from(unsafe { microseconds() }).unwrap_or(0);
     }
     if unsafe { raw::RedisModule_Milliseconds }.is_some() {
-        // Redis 7.0: millisecond resolution; the token counter fills the gaps.
-        return u64::try_from(now_ms()).unwrap_or(0).saturating_mul(1000);
+        // Redis 7.0: millisecond resolution.
+        return u64::try_from(wall_ms()).unwrap_or(0).saturating_mul(1000);
     }
     u64::try_from(system_since_epoch().as_micros()).unwrap_or(u64::MAX)
 }

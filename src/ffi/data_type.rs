@@ -122,7 +122,7 @@ impl Writer for DigestWriter {
 
 fn load_state(rdb: *mut raw::RedisModuleIO, encver: c_int) -> Result<LockState, &'static str> {
     let state =
-        codec::decode(&mut RdbReader(rdb), encver, clock::now_ms()).map_err(Refused::message)?;
+        codec::decode(&mut RdbReader(rdb), encver, clock::clocks()).map_err(Refused::message)?;
     if restored_by_a_client(rdb) {
         if state
             .holds()
@@ -140,6 +140,28 @@ fn load_state(rdb: *mut raw::RedisModuleIO, encver: c_int) -> Result<LockState, 
         }
     }
     Ok(state)
+}
+
+/// A value loaded under a key (RDB at start, a full sync, DEBUG RELOAD, RESTORE) carries no
+/// TTL: the shell watches its first deadline there (a RESTORE is also seen by its event).
+fn watch_loaded(rdb: *mut raw::RedisModuleIO, state: &LockState) {
+    // SAFETY: the IO is valid during the load callback; the key name is borrowed only here.
+    let (db, name) = unsafe {
+        let (Some(db_of), Some(name_of)) = (
+            raw::RedisModule_GetDbIdFromIO,
+            raw::RedisModule_GetKeyNameFromIO,
+        ) else {
+            return;
+        };
+        let name = name_of(rdb);
+        if name.is_null() {
+            return;
+        }
+        (db_of(rdb), RedisString::string_as_slice(name.cast_mut()))
+    };
+    if let (Some(h), true) = (handlers::get(), db >= 0) {
+        (h.loaded)(db, name, state.first_deadline());
+    }
 }
 
 /// Whether a client's RESTORE (or a MIGRATE into this node) is loading the value, rather than
@@ -167,6 +189,7 @@ extern "C" fn rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> *mut c_vo
                 for (holder, _) in state.holds() {
                     fencing::observe(holder.token);
                 }
+                watch_loaded(rdb, &state);
                 STATS.locks.add(1);
                 STATS.count_holds(&state, 1);
                 Box::into_raw(Box::new(state)).cast::<c_void>()
@@ -187,7 +210,7 @@ extern "C" fn rdb_save(rdb: *mut raw::RedisModuleIO, value: *mut c_void) {
     guard::contain(
         "rdb_save",
         || (),
-        || codec::encode(state, &mut RdbWriter(rdb)),
+        || codec::encode(state, &mut RdbWriter(rdb), clock::now_ms()),
     );
 }
 

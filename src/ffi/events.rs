@@ -1,5 +1,5 @@
 //! Server events that move or drop locks under waiting clients (FLUSHDB/FLUSHALL, SWAPDB, this
-//! master becoming a replica), and the command filter (which watches for `CONFIG RESETSTAT`).
+//! master becoming a replica), the server's cron, and the command filter (which watches for `CONFIG RESETSTAT`).
 //! Every callback contains panics (`guard`) and hands over to the shell's handlers.
 
 use std::os::raw::{c_int, c_void};
@@ -29,7 +29,7 @@ const SUBEVENT_NOW_MASTER: u64 = 0;
 const SUBEVENT_NOW_REPLICA: u64 = 1;
 
 pub fn subscribe(ctx: &Context) -> Result<(), &'static str> {
-    let events: [(u64, raw::RedisModuleEventCallback); 4] = [
+    let events: [(u64, raw::RedisModuleEventCallback); 5] = [
         (raw::REDISMODULE_EVENT_FLUSHDB, Some(on_flush)),
         (raw::REDISMODULE_EVENT_SWAPDB, Some(on_swapdb)),
         (
@@ -37,6 +37,7 @@ pub fn subscribe(ctx: &Context) -> Result<(), &'static str> {
             Some(on_role_changed),
         ),
         (raw::REDISMODULE_EVENT_CLIENT_CHANGE, Some(on_client_change)),
+        (raw::REDISMODULE_EVENT_CRON_LOOP, Some(on_cron)),
     ];
     for (id, callback) in events {
         let event = raw::RedisModuleEvent { id, dataver: 1 };
@@ -137,6 +138,24 @@ extern "C" fn on_client_change(
         || {
             if let Some(h) = handlers::get() {
                 (h.client_closed)(info.id);
+            }
+        },
+    );
+}
+
+/// The server's cron: the shell checks that the module's timer will fire on time.
+extern "C" fn on_cron(
+    _ctx: *mut raw::RedisModuleCtx,
+    _eid: raw::RedisModuleEvent,
+    _sub: u64,
+    _data: *mut c_void,
+) {
+    guard::contain(
+        "the cron event",
+        || (),
+        || {
+            if let Some(h) = handlers::get() {
+                (h.cron)();
             }
         },
     );

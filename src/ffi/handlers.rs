@@ -8,7 +8,7 @@ use std::os::raw::c_int;
 
 use redis_module::{raw, Context, InfoContext, RedisString};
 
-use crate::core::lock::LockState;
+use crate::core::lock::{LockState, Millis};
 use crate::core::settle::Job;
 
 /// A command the filter saw. Arguments are read on demand: the filter sees every command on
@@ -51,12 +51,19 @@ impl CommandArgs {
 }
 
 pub struct Handlers {
-    /// A module timer fired with its job.
-    pub timer: fn(&Context, Job),
+    /// The module's timer fired: run what is due.
+    pub alarm: fn(&Context),
+    /// The server's cron ran (`hz` times a second, on the monotonic clock).
+    pub cron: fn(),
+    /// A granted waiter's reply never went out: run this `Job::Revoke` soon.
+    pub revoke: fn(Job),
     /// A blocked waiter's connection closed.
     pub disconnected: fn(client_id: u64),
     /// `CLIENT UNBLOCK` of a blocked waiter (the server then unblocks it with nil).
     pub client_unblocked: fn(client_id: u64),
+    /// A lock value was loaded under `name` (RDB, full sync, DEBUG RELOAD, RESTORE); its first
+    /// lease ends at `first_deadline` (lease clock).
+    pub loaded: fn(db: i32, name: &[u8], first_deadline: Millis),
     /// A lock value left the keyspace (DEL, expiry, overwrite, RENAME, MOVE, FLUSH).
     pub unlinked: fn(db: i32, name: &[u8], state: &LockState),
     /// A db was flushed (`None`: every db).

@@ -103,15 +103,20 @@ extern "C" fn on_info(ctx: *mut raw::RedisModuleInfoCtx, _for_crash_report: c_in
 
 /// Emit a module keyspace event named `event` on `key`.
 pub fn notify(ctx: &Context, event: &'static CStr, key: &RedisString) {
+    notify_class(ctx, raw::REDISMODULE_NOTIFY_MODULE, event, key);
+}
+
+/// Emit the server's own `expired` event (class `x`) for `key`: the module removed a lock whose
+/// last lease ran out, where Redis would have expired a key with a TTL.
+pub fn notify_expired(ctx: &Context, key: &RedisString) {
+    notify_class(ctx, raw::REDISMODULE_NOTIFY_EXPIRED, c"expired", key);
+}
+
+fn notify_class(ctx: &Context, class: c_int, event: &'static CStr, key: &RedisString) {
     // SAFETY: a static event name and a live key string, on the main thread.
     unsafe {
         if let Some(notify) = raw::RedisModule_NotifyKeyspaceEvent {
-            notify(
-                ctx.ctx,
-                raw::REDISMODULE_NOTIFY_MODULE,
-                event.as_ptr(),
-                key.inner,
-            );
+            notify(ctx.ctx, class, event.as_ptr(), key.inner);
         }
     }
 }
@@ -124,17 +129,19 @@ macro_rules! emit_state {
     ($emit:expr, $target:expr, $key:expr, $state:expr) => {{
         use std::os::raw::c_char;
         use $crate::core::codec;
+        let now = $crate::ffi::clock::now_ms();
         match $state {
             $crate::core::lock::LockState::Exclusive(holder) => {
-                let record = codec::apply_record(holder);
-                let (owner, token, deadline, granted) = (
+                let record = codec::apply_record(holder, now);
+                let (owner, token, left, held) = (
                     &*record.owner,
                     record.token.as_bytes(),
-                    record.deadline.as_bytes(),
-                    record.granted.as_bytes(),
+                    record.left.as_bytes(),
+                    record.held.as_bytes(),
                 );
-                // SAFETY: the arguments match APPLY_FORMAT: a module string, then four buffers
-                // each with its length (alive in `record` for the call); Redis copies them.
+                // SAFETY: the arguments match APPLY_FORMAT: a module string, two buffers each
+                // with its length, a C string, two more buffers (alive in `record` for the
+                // call); Redis copies them.
                 let _ = unsafe {
                     $emit(
                         $target,
@@ -145,15 +152,16 @@ macro_rules! emit_state {
                         owner.len(),
                         token.as_ptr().cast::<c_char>(),
                         token.len(),
-                        deadline.as_ptr().cast::<c_char>(),
-                        deadline.len(),
-                        granted.as_ptr().cast::<c_char>(),
-                        granted.len(),
+                        codec::APPLY_DURATIONS.as_ptr(),
+                        left.as_ptr().cast::<c_char>(),
+                        left.len(),
+                        held.as_ptr().cast::<c_char>(),
+                        held.len(),
                     )
                 };
             }
             state => {
-                let payload = codec::to_bytes(state);
+                let payload = codec::to_bytes(state, now);
                 // SAFETY: APPLY_STATE_FORMAT: a module string and a buffer with its length.
                 let _ = unsafe {
                     $emit(

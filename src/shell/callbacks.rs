@@ -8,11 +8,11 @@
 //! queue registry's lock (`effects::queues`) is never held while calling Redis, so a callback
 //! that arrives in the middle of a command finds it free.
 
-use redis_module::{Context, InfoContext, NotifyEvent};
+use redis_module::{Context, InfoContext, NotifyEvent, RedisString};
 
 use crate::core::error::LockError;
 use crate::core::fencing;
-use crate::core::lock::LockState;
+use crate::core::lock::{LockState, Millis};
 use crate::core::metrics::STATS;
 use crate::core::registry::QueueKey;
 use crate::core::settle::{Answer, Job};
@@ -36,9 +36,12 @@ const PAUSED_RETRY_MS: i64 = 10;
 const RETRY_AFTER_PANIC_MS: i64 = 1_000;
 
 pub static HANDLERS: Handlers = Handlers {
-    timer: on_timer,
+    alarm: on_alarm,
+    cron: timers::tick,
+    revoke: revoke_soon,
     disconnected,
     client_unblocked,
+    loaded,
     unlinked,
     flushed,
     swapped,
@@ -51,12 +54,20 @@ pub static HANDLERS: Handlers = Handlers {
     info: on_info,
 };
 
-fn on_timer(ctx: &Context, job: Job) {
-    if let Job::Settle { key, due } = &job {
-        // Bookkeeping first, so a failure below cannot leave the queue believing a timer is
-        // still pending.
-        queues::timer_fired(key, *due);
+/// The module's timer fired: run every job that is due, each on its own (a panic or paused
+/// writes hold back only that job), then set the timer for the rest.
+fn on_alarm(ctx: &Context) {
+    for job in timers::alarm_rang() {
+        run_contained(ctx, job);
     }
+    timers::rearm_after_alarm();
+}
+
+fn revoke_soon(job: Job) {
+    timers::retry(0, job);
+}
+
+fn run_contained(ctx: &Context, job: Job) {
     if job.writes() && server::writes_paused() {
         // Hand nothing over until writes resume.
         timers::retry(PAUSED_RETRY_MS, job);
@@ -79,11 +90,10 @@ fn on_timer(ctx: &Context, job: Job) {
 
 fn run(ctx: &Context, job: &Job) {
     match job {
-        Job::Settle { key, .. } => waiting::settle(ctx, key, None),
+        Job::Settle { key } => waiting::settle(ctx, key, None),
         Job::Revoke { key, token } => waiting::settle(ctx, key, Some(*token)),
         &Job::TimeOut { client_id } => {
-            if let Some((mut client, settle)) = queues::leave(client_id) {
-                client.timeout = None; // this timer: it has fired
+            if let Some((client, settle)) = queues::leave(client_id) {
                 STATS.wait_timeouts.incr();
                 block::answer(client, Answer::TimedOut);
                 settle_after_leaving(settle);
@@ -123,28 +133,58 @@ fn settle_after_leaving(queue: Option<QueueKey>) {
     }
 }
 
-/// A lock left the keyspace: note a possible expiry, and if anyone waits for that name, let a
-/// timer settle it on the next turn of the event loop.
+/// A lock was loaded under a name: end its leases on time there.
+fn loaded(db: i32, name: &[u8], first_deadline: Millis) {
+    let key = QueueKey {
+        db,
+        name: name.into(),
+    };
+    timers::settle_at(&key, first_deadline);
+}
+
+/// A lock left the keyspace (DEL, RENAME or MOVE away, overwritten, a TTL set by hand): stop
+/// watching the name, and if anyone waits for it, let a timer settle it on the next turn of
+/// the event loop.
 fn unlinked(db: i32, name: &[u8], state: &LockState) {
-    keyspace::note_unlinked(db, name, state);
     for (holder, _) in state.holds() {
         sessions::unbind(holder.token); // the hold left this name
-    }
-    if !queues::anyone_waiting() {
-        return;
     }
     let key = QueueKey {
         db,
         name: name.into(),
     };
-    if queues::has_waiters(&key) {
+    timers::forget(&key);
+    if queues::anyone_waiting() && queues::has_waiters(&key) {
         timers::settle_soon(&key);
     }
+}
+
+/// A value arrived under a name by RENAME, MOVE, COPY or RESTORE (the keyspace events; a
+/// loaded value is watched by `ffi::data_type`): if it is a lock, watch its deadline there.
+pub fn on_key_arrived(ctx: &Context, _event: NotifyEvent, event: &str, key: &[u8]) {
+    if !matches!(event, "rename_to" | "move_to" | "copy_to" | "restore") {
+        return;
+    }
+    guard::contain(
+        "a key-arrived event",
+        || (),
+        || {
+            let db = server::selected_db(ctx);
+            let name = RedisString::create_from_slice(ctx.ctx, key);
+            if keyspace::holds_lock(ctx, &name) {
+                timers::settle_soon(&QueueKey {
+                    db,
+                    name: key.into(),
+                });
+            }
+        },
+    );
 }
 
 /// After a flush every lock of the flushed db(s) is free: serve their queues.
 fn flushed(db: Option<i32>) {
     sessions::forget_db(db);
+    timers::flushed(db);
     for key in queues::queues_in(db) {
         timers::settle_soon(&key);
     }
@@ -152,6 +192,7 @@ fn flushed(db: Option<i32>) {
 
 /// The two dbs traded contents: every queue of either db meets a different holder (or none).
 fn swapped(first: i32, second: i32) {
+    timers::swap_dbs(first, second);
     for db in [first, second] {
         for key in queues::queues_in(Some(db)) {
             timers::settle_soon(&key);
@@ -167,9 +208,13 @@ fn demoted() {
     waiting::fail_everyone(LockError::Demoted);
 }
 
-/// This replica became a master: it starts its epoch at once, before any grant.
+/// This replica became a master: it starts its epoch at once, before any grant, and deletes
+/// the locks whose leases ran out while it was a replica (its old master did not).
 fn promoted() {
     timers::start_epoch_soon();
+    for key in timers::unpark_all() {
+        timers::settle_soon(&key);
+    }
 }
 
 /// A connection closed: if it kept session holds, release them on the next turn of the event
@@ -217,14 +262,4 @@ fn command_seen(args: &CommandArgs) {
 
 fn on_info(ctx: &InfoContext) {
     let _ = info::render(ctx);
-}
-
-/// Redis expired a key (its own lazy or active expiry): if it was a lock, its lease ran out
-/// while held. Registered by `lib.rs` as the keyspace `expired` event handler.
-pub fn on_key_expired(ctx: &Context, _event: NotifyEvent, _name: &str, key: &[u8]) {
-    guard::contain(
-        "the expired-key event",
-        || (),
-        || keyspace::expired(ctx, server::selected_db(ctx), key),
-    );
 }

@@ -2,9 +2,11 @@
 //! `effects::keyspace` (which replicates and emits events), counts what happened, and replies.
 //! Arity is checked before a handler runs (`shell::table`), so each sees its declared count.
 
+use std::num::NonZeroI64;
+
 use redis_module::{raw, Context, ContextFlags, RedisResult, RedisString, RedisValue};
 
-use crate::core::args::{self, Arg, OwnerArg};
+use crate::core::args::{self, ApplyTimes, Arg, OwnerArg};
 use crate::core::codec;
 use crate::core::config::Limits;
 use crate::core::error::LockError;
@@ -157,20 +159,20 @@ fn wait_in_queue(
         STATS.queue_full.incr();
         return Err(LockError::QueueFull.into());
     }
-    let Some(mut handle) = block::block(ctx) else {
+    let Some(handle) = block::block(ctx) else {
         STATS.rejected.incr();
         return Ok(RedisValue::Null);
     };
     let client_id = server::client_id(ctx);
-    if how.timeout > 0 {
-        handle.timeout = timers::time_out_after(client_id, how.timeout);
-    }
     let client = Blocked {
         client_id,
         handle,
         with_owner: how.with_owner,
-        since_us: clock::now_us(),
+        since_us: clock::mono_us(),
         session: how.session,
+        timeout: (how.timeout > 0)
+            .then(|| NonZeroI64::new(timers::time_out_after(client_id, how.timeout)))
+            .flatten(),
     };
     let want = waiter.want;
     queues::join(
@@ -385,17 +387,28 @@ fn internal_only(ctx: &Context, refused: LockError) -> Result<(), LockError> {
     }
 }
 
-/// `LOCK.APPLY key owner token deadline-unix-ms [granted-unix-ms]`: the effect replicas and
-/// the AOF replay for an exclusive hold. (Without the grant time, as the first version wrote
-/// it, `held` counts from now.)
+/// `LOCK.APPLY key owner token PX left-ms held-ms`: the effect replicas and the AOF replay for
+/// an exclusive hold, its lease counted again from now. The form of earlier versions,
+/// `... deadline-unix-ms [granted-unix-ms]`, is read against this server's wall clock (without
+/// the grant time, as the first version wrote it, `held` counts from now).
 pub fn apply(ctx: &Context, args: &[RedisString]) -> RedisResult {
     internal_only(ctx, LockError::ApplyNotAllowed)?;
     let parsed = args::apply(&args[2..])?;
+    let at = clock::clocks();
+    let (deadline, granted) = match parsed.times {
+        ApplyTimes::Left { left, held } => {
+            (at.now.saturating_add(left), at.now.saturating_sub(held))
+        }
+        ApplyTimes::Unix { deadline, granted } => (
+            at.from_unix(deadline),
+            granted.map_or(at.now, |g| at.from_unix(g)),
+        ),
+    };
     let holder = Holder {
         owner: Owner::new(parsed.owner),
         token: parsed.token,
-        deadline: parsed.deadline,
-        granted: parsed.granted.unwrap_or_else(clock::now_ms),
+        deadline,
+        granted,
     };
     fencing::observe(holder.token);
     LockKey::open(ctx, &args[1]).write(LockState::Exclusive(holder), clock::now_ms())?;
@@ -418,7 +431,7 @@ pub fn epoch(ctx: &Context, args: &[RedisString]) -> RedisResult {
 pub fn apply_state(ctx: &Context, args: &[RedisString]) -> RedisResult {
     internal_only(ctx, LockError::ApplyNotAllowed)?;
     let state =
-        codec::from_bytes(args[2].as_slice(), clock::now_ms()).map_err(|_| LockError::BadState)?;
+        codec::from_bytes(args[2].as_slice(), clock::clocks()).map_err(|_| LockError::BadState)?;
     for (holder, _) in state.holds() {
         fencing::observe(holder.token);
     }

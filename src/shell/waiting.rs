@@ -29,7 +29,10 @@ use crate::shell::cluster;
 /// grant whose reply never went out, released here if it still holds.
 pub fn settle(ctx: &Context, key: &QueueKey, revoked: Option<Token>) {
     if ctx.get_flags().contains(ContextFlags::SLAVE) {
-        return; // replicas never grant or expire on their own
+        // Replicas never grant or expire on their own: the master deletes the lock, or this
+        // node does once it is promoted.
+        timers::park(key.clone());
+        return;
     }
     server::select_db(ctx, key.db);
     let name = RedisString::create_from_slice(ctx.ctx, &key.name);
@@ -70,7 +73,7 @@ pub fn settle(ctx: &Context, key: &QueueKey, revoked: Option<Token>) {
 /// The key's stored state is `state` (some holds may have run out, or it may be gone): do what
 /// `settle::decide` says. Holds that ran out beside live ones are dropped first; a lock whose
 /// queue head fits is handed over; one nobody waits for and nobody holds is deleted; otherwise
-/// a timer watches the next deadline.
+/// the schedule watches the next deadline.
 pub fn pass_on(lock: &LockKey, state: Option<&LockState>, now: Millis) {
     let pruned = state.and_then(|s| settle::pruned(s, now));
     let state = match pruned {
@@ -83,23 +86,19 @@ pub fn pass_on(lock: &LockKey, state: Option<&LockState>, now: Millis) {
     };
     let state = state.as_ref();
     let live = lock::live(state, now);
+    let next_deadline = live.and_then(|s| s.next_deadline(now));
     // Most locks have nobody waiting: skip building the queue key then.
-    let key = queues::anyone_waiting().then(|| lock.queue_key());
-    let several = live.is_some_and(|s| s.live_count(now) > 1);
-    let key = key.or_else(|| several.then(|| lock.queue_key()));
-    let waiting = key.as_ref().is_some_and(queues::has_waiters);
+    let key = (queues::anyone_waiting() || next_deadline.is_some()).then(|| lock.queue_key());
+    let waiting = queues::anyone_waiting() && key.as_ref().is_some_and(queues::has_waiters);
     let next = settle::decide(
         Look {
-            next_deadline: live.and_then(|s| s.next_deadline(now)),
-            several,
+            next_deadline,
             waiting,
             head_fits: waiting
                 && key
                     .as_ref()
                     .is_some_and(|k| queues::head_fits(k, state, now)),
-            exists: lock.exists(),
         },
-        || lock.expired_value_kept(),
         now,
     );
     match (next, &key) {
@@ -108,7 +107,7 @@ pub fn pass_on(lock: &LockKey, state: Option<&LockState>, now: Millis) {
             lock.remove(now)
         }
         (Next::HandOff, _) => {}
-        (Next::WatchUntil(at) | Next::RetryAt(at), Some(key)) => timers::settle_at(key, at),
+        (Next::WatchUntil(at), Some(key)) => timers::settle_at(key, at),
         (Next::Remove, _) => lock.remove(now),
         _ => {}
     }
@@ -138,7 +137,7 @@ fn hand_off(lock: &LockKey, key: &QueueKey, state: Option<&LockState>, now: Mill
         }
         STATS
             .wait_time
-            .record(clock::now_us().saturating_sub(waiter.client.since_us));
+            .record(clock::mono_us().saturating_sub(waiter.client.since_us));
         block::answer(
             waiter.client.handle,
             Answer::Granted(Grant {

@@ -1,0 +1,391 @@
+//! Work due at a time on the module's own clock (`ffi::clock`, monotonic), in due order.
+//!
+//! Redis's module timers and key TTLs follow the wall clock: a clock stepped forward fires
+//! them at once, one stepped back holds them back by the step. So the module keeps its own
+//! schedule and lets one Redis timer stand for its earliest entry (`Alarm`); whenever that
+//! timer could be wrong (it fired early, or the wall clock moved against the monotonic one) it
+//! is set again from here. Generic over the job and over the key that keyed entries are
+//! deduplicated by, so it is tested with plain numbers.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::hash::Hash;
+use std::num::NonZeroU64;
+
+use crate::core::lock::Millis;
+
+/// One scheduled entry: its due time, and a sequence number that keeps entries due at the
+/// same millisecond apart (and in the order they were added).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Slot {
+    due: Millis,
+    seq: NonZeroU64,
+}
+
+impl Slot {
+    pub fn due(&self) -> Millis {
+        self.due
+    }
+}
+
+/// What is due: a job, a key whose one pending entry came up, or an id (a waiter's timeout).
+#[derive(Debug, PartialEq, Eq)]
+pub enum Due<K, J> {
+    Job(J),
+    Key(K),
+    Id(u64),
+}
+
+pub struct Schedule<K, J> {
+    entries: BTreeMap<Slot, Due<K, J>>,
+    /// The one pending entry of each key (the earliest asked for).
+    keyed: HashMap<K, Slot>,
+    /// Ids due at a time, kept apart in 16 bytes each: there is one per waiting client with a
+    /// timeout, and a waiter is meant to cost little.
+    ids: BTreeSet<(Millis, u64)>,
+    last_seq: u64,
+}
+
+impl<K, J> Default for Schedule<K, J> {
+    fn default() -> Self {
+        Self {
+            entries: BTreeMap::new(),
+            keyed: HashMap::new(),
+            ids: BTreeSet::new(),
+            last_seq: 0,
+        }
+    }
+}
+
+impl<K: Hash + Eq + Clone, J> Schedule<K, J> {
+    fn slot(&mut self, due: Millis) -> Slot {
+        self.last_seq = self.last_seq.wrapping_add(1).max(1);
+        Slot {
+            due,
+            seq: NonZeroU64::new(self.last_seq).unwrap_or(NonZeroU64::MIN),
+        }
+    }
+
+    /// Run `job` at `due`. The slot cancels it.
+    pub fn add(&mut self, due: Millis, job: J) -> Slot {
+        let slot = self.slot(due);
+        self.entries.insert(slot, Due::Job(job));
+        slot
+    }
+
+    /// Take back a job that has not come up yet.
+    pub fn cancel(&mut self, slot: Slot) -> Option<J> {
+        match self.entries.remove(&slot) {
+            Some(Due::Job(job)) => Some(job),
+            Some(keyed) => {
+                self.entries.insert(slot, keyed); // a key's slot is cancelled by its key
+                None
+            }
+            None => None,
+        }
+    }
+
+    /// Let `id` come up at `due` (an id is pending at most once per due time).
+    pub fn add_id(&mut self, due: Millis, id: u64) {
+        self.ids.insert((due, id));
+    }
+
+    /// Take back an id that has not come up yet.
+    pub fn cancel_id(&mut self, due: Millis, id: u64) -> bool {
+        self.ids.remove(&(due, id))
+    }
+
+    /// Let `key` come up at `due`, unless it already comes up at or before then. True when
+    /// the schedule changed.
+    pub fn add_key(&mut self, key: &K, due: Millis) -> bool {
+        match self.keyed.get(key) {
+            Some(pending) if pending.due <= due => return false,
+            Some(&pending) => {
+                self.entries.remove(&pending);
+            }
+            None => {}
+        }
+        let slot = self.slot(due);
+        self.entries.insert(slot, Due::Key(key.clone()));
+        self.keyed.insert(key.clone(), slot);
+        true
+    }
+
+    /// Forget `key`'s pending entry (the lock it watched is gone).
+    pub fn cancel_key(&mut self, key: &K) {
+        if let Some(slot) = self.keyed.remove(key) {
+            self.entries.remove(&slot);
+        }
+        self.shrink_if_idle();
+    }
+
+    /// When the earliest entry is due.
+    pub fn first_due(&self) -> Option<Millis> {
+        let entry = self.entries.first_key_value().map(|(slot, _)| slot.due);
+        let id = self.ids.first().map(|(due, _)| *due);
+        entry.into_iter().chain(id).min()
+    }
+
+    /// Take the earliest entry due at `now` or before (an entry before an id due at the same
+    /// time).
+    pub fn pop_due(&mut self, now: Millis) -> Option<Due<K, J>> {
+        let first_entry = self.entries.first_key_value().map(|(slot, _)| slot.due);
+        let first_id = self.ids.first().map(|(due, _)| *due);
+        if first_id.is_some_and(|id| id <= now && first_entry.is_none_or(|e| id < e)) {
+            return self.ids.pop_first().map(|(_, id)| Due::Id(id));
+        }
+        let entry = self.entries.first_entry().filter(|e| e.key().due <= now)?;
+        let due = entry.remove();
+        if let Due::Key(key) = &due {
+            self.keyed.remove(key);
+        }
+        self.shrink_if_idle();
+        Some(due)
+    }
+
+    /// Rewrite or drop every keyed entry (SWAPDB moves locks between dbs, FLUSHALL drops them).
+    pub fn rekey(&mut self, mut f: impl FnMut(&K) -> Option<K>) {
+        let keyed = std::mem::take(&mut self.keyed);
+        for (key, slot) in keyed {
+            match f(&key) {
+                Some(new) => {
+                    self.entries.insert(slot, Due::Key(new.clone()));
+                    self.keyed.insert(new, slot);
+                }
+                None => {
+                    self.entries.remove(&slot);
+                }
+            }
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.entries.len() + self.ids.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty() && self.ids.is_empty()
+    }
+
+    /// A burst of waiters or locks should not leave its high-water mark behind.
+    fn shrink_if_idle(&mut self) {
+        if self.keyed.is_empty() && self.keyed.capacity() > 64 {
+            self.keyed = HashMap::new();
+        }
+    }
+}
+
+/// The one Redis timer that stands for the schedule: when it was set to fire (on the module's
+/// clock) and how far the wall clock stood from the module's clock then. Redis counts timers
+/// on the wall clock, so once that distance changes, the timer fires at the wrong time.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Alarm {
+    pub due: Millis,
+    pub wall_offset: Millis,
+}
+
+/// How far the wall clock may drift from the monotonic one (NTP slews it by at most 0.5 ms/s)
+/// before the Redis timer is set again.
+pub const DRIFT_MS: Millis = 2;
+
+/// Whether the Redis timer must be set again (to fire at `first_due`), given the one that is
+/// set (`None`: none), the earliest entry, and where the wall clock stands now.
+pub fn must_rearm(armed: Option<Alarm>, first_due: Option<Millis>, wall_offset: Millis) -> bool {
+    match (armed, first_due) {
+        (_, None) => false,
+        (None, Some(_)) => true,
+        (Some(alarm), Some(due)) => {
+            due < alarm.due || (alarm.wall_offset - wall_offset).abs() > DRIFT_MS
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    type S = Schedule<u8, u32>;
+
+    fn drain(s: &mut S, now: Millis) -> Vec<Due<u8, u32>> {
+        std::iter::from_fn(|| s.pop_due(now)).collect()
+    }
+
+    #[test]
+    fn entries_come_up_in_due_order_then_in_the_order_added() {
+        let mut s = S::default();
+        s.add(20, 1);
+        s.add(10, 2);
+        s.add(10, 3);
+        assert!(s.add_key(&7, 15));
+        s.add_id(15, 40);
+        s.add_id(5, 41);
+        assert_eq!(s.first_due(), Some(5));
+        assert_eq!(drain(&mut s, 4), vec![]);
+        assert_eq!(
+            drain(&mut s, 20),
+            vec![
+                Due::Id(41),
+                Due::Job(2),
+                Due::Job(3),
+                Due::Key(7),
+                Due::Id(40),
+                Due::Job(1)
+            ]
+        );
+        assert!(s.is_empty());
+    }
+
+    #[test]
+    fn a_key_keeps_only_its_earliest_entry() {
+        let mut s = S::default();
+        assert!(s.add_key(&1, 50));
+        assert!(!s.add_key(&1, 60), "a later one is not needed");
+        assert!(!s.add_key(&1, 50));
+        assert!(s.add_key(&1, 40), "an earlier one replaces it");
+        assert_eq!(s.len(), 1);
+        assert_eq!(drain(&mut s, 45), vec![Due::Key(1)]);
+        assert!(
+            s.add_key(&1, 60),
+            "once it came up, the key can be added again"
+        );
+        s.cancel_key(&1);
+        assert!(s.is_empty());
+    }
+
+    #[test]
+    fn cancelled_jobs_never_come_up() {
+        let mut s = S::default();
+        let a = s.add(10, 1);
+        s.add(10, 2);
+        assert_eq!(s.cancel(a), Some(1));
+        assert_eq!(s.cancel(a), None);
+        s.add_id(10, 7);
+        assert!(s.cancel_id(10, 7));
+        assert!(!s.cancel_id(10, 7));
+        assert_eq!(drain(&mut s, 10), vec![Due::Job(2)]);
+    }
+
+    #[test]
+    fn rekeying_moves_and_drops_keyed_entries_only() {
+        let mut s = S::default();
+        s.add_key(&1, 10);
+        s.add_key(&2, 20);
+        s.add(30, 9);
+        s.rekey(|k| (*k == 1).then_some(5));
+        assert_eq!(drain(&mut s, 100), vec![Due::Key(5), Due::Job(9)]);
+    }
+
+    #[test]
+    fn the_alarm_is_set_again_only_when_it_could_be_wrong() {
+        let set = Some(Alarm {
+            due: 100,
+            wall_offset: 7,
+        });
+        assert!(must_rearm(None, Some(100), 7));
+        assert!(!must_rearm(set, None, 7));
+        assert!(!must_rearm(set, Some(100), 7));
+        assert!(!must_rearm(set, Some(150), 8), "later entries wait for it");
+        assert!(must_rearm(set, Some(99), 7), "an earlier entry");
+        assert!(
+            must_rearm(set, Some(150), 7 + 3_600_000),
+            "clock stepped forward"
+        );
+        assert!(
+            must_rearm(set, Some(150), 7 - 3_600_000),
+            "clock stepped back"
+        );
+    }
+
+    #[derive(Debug, Clone)]
+    enum Op {
+        Add(Millis),
+        AddKey(u8, Millis),
+        Cancel(usize),
+        CancelKey(u8),
+        AddId(u64, Millis),
+        CancelId(u64, Millis),
+        Pop(Millis),
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        prop_oneof![
+            (0..50i64).prop_map(Op::Add),
+            (0..4u8, 0..50i64).prop_map(|(k, d)| Op::AddKey(k, d)),
+            (0..8usize).prop_map(Op::Cancel),
+            (0..4u8).prop_map(Op::CancelKey),
+            (0..4u64, 0..50i64).prop_map(|(i, d)| Op::AddId(i, d)),
+            (0..4u64, 0..50i64).prop_map(|(i, d)| Op::CancelId(i, d)),
+            (0..60i64).prop_map(Op::Pop),
+        ]
+    }
+
+    /// The model's entry: due, (0, seq) for entries or (1, id) for ids, what comes up.
+    type ModelEntry = (Millis, (u8, u64), Due<u8, u32>);
+
+    proptest! {
+        /// Against a model (a list of (due, (0, seq) or (1, id), entry)): the same entries
+        /// come up, in the same order, and a key is never pending twice.
+        #[test]
+        fn behaves_like_a_sorted_list(ops in proptest::collection::vec(op(), 1..60)) {
+            let mut s = S::default();
+            let mut model: Vec<ModelEntry> = Vec::new();
+            let mut slots: Vec<(Slot, u64)> = Vec::new();
+            let mut seq = 0u64;
+            for op in ops {
+                match op {
+                    Op::Add(due) => {
+                        seq += 1;
+                        let slot = s.add(due, seq as u32);
+                        slots.push((slot, seq));
+                        model.push((due, (0, seq), Due::Job(seq as u32)));
+                    }
+                    Op::AddKey(k, due) => {
+                        let pending = model.iter().position(|e| e.2 == Due::Key(k));
+                        let changed = match pending {
+                            Some(i) if model[i].0 <= due => false,
+                            Some(i) => { model.remove(i); true }
+                            None => true,
+                        };
+                        prop_assert_eq!(s.add_key(&k, due), changed);
+                        seq += 1;
+                        if changed {
+                            model.push((due, (0, seq), Due::Key(k)));
+                        }
+                    }
+                    Op::Cancel(i) => {
+                        if let Some(&(slot, id)) = slots.get(i) {
+                            let at = model.iter().position(|e| e.2 == Due::Job(id as u32));
+                            let expect = at.map(|i| { model.remove(i); id as u32 });
+                            prop_assert_eq!(s.cancel(slot), expect);
+                        }
+                    }
+                    Op::CancelKey(k) => {
+                        model.retain(|e| e.2 != Due::Key(k));
+                        s.cancel_key(&k);
+                    }
+                    Op::AddId(id, due) => {
+                        s.add_id(due, id);
+                        if !model.iter().any(|e| e.0 == due && e.2 == Due::Id(id)) {
+                            model.push((due, (1, id), Due::Id(id)));
+                        }
+                    }
+                    Op::CancelId(id, due) => {
+                        let at = model.iter().position(|e| e.0 == due && e.2 == Due::Id(id));
+                        if let Some(i) = at {
+                            model.remove(i);
+                        }
+                        prop_assert_eq!(s.cancel_id(due, id), at.is_some());
+                    }
+                    Op::Pop(now) => {
+                        model.sort_by_key(|e| (e.0, e.1));
+                        let expect = (model.first().is_some_and(|e| e.0 <= now))
+                            .then(|| model.remove(0).2);
+                        prop_assert_eq!(s.pop_due(now), expect);
+                    }
+                }
+                prop_assert_eq!(s.len(), model.len());
+                prop_assert_eq!(s.first_due(), model.iter().map(|e| e.0).min());
+            }
+        }
+    }
+}
