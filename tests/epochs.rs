@@ -3,44 +3,9 @@
 //! say. Skewed clocks use libfaketime, which runs Valkey's libc build, not a jemalloc one: on
 //! those the skewed cases print SKIPPED and the real-clock cases still run.
 
-use std::path::PathBuf;
 use std::time::Duration;
 
 use redis_lock_harness::*;
-
-/// A file that sets a server's clock offset (libfaketime), removed when dropped.
-struct ClockFile(PathBuf);
-
-impl ClockFile {
-    fn new(tag: &str, offset: &str) -> Self {
-        let path = std::env::temp_dir().join(format!(
-            "lock-epochs-{tag}-{}-{:?}",
-            std::process::id(),
-            std::thread::current().id()
-        ));
-        std::fs::write(&path, offset).unwrap();
-        Self(path)
-    }
-
-    fn set(&self, offset: &str) {
-        std::fs::write(&self.0, offset).unwrap();
-    }
-
-    /// The server environment for this clock, or `None` where libfaketime cannot run.
-    fn env(&self) -> Option<Vec<(String, String)>> {
-        faketime_env(&self.0)
-    }
-}
-
-impl Drop for ClockFile {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.0);
-    }
-}
-
-fn pairs(env: &[(String, String)]) -> Vec<(&str, &str)> {
-    env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect()
-}
 
 fn sync(m: &mut Connection) {
     assert_eq!(

@@ -579,6 +579,40 @@ pub fn restore_lock_with_token(con: &mut Connection, key: &str, token: i64) {
     assert_eq!(r, Ok(Value::Okay), "restore the forged lock");
 }
 
+/// A file that sets a server's clock offset (libfaketime), removed when dropped.
+pub struct ClockFile(PathBuf);
+
+impl ClockFile {
+    pub fn new(tag: &str, offset: &str) -> Self {
+        let path = std::env::temp_dir().join(format!(
+            "lock-clock-{tag}-{}-{:?}",
+            std::process::id(),
+            std::thread::current().id()
+        ));
+        std::fs::write(&path, offset).unwrap();
+        Self(path)
+    }
+
+    pub fn set(&self, offset: &str) {
+        std::fs::write(&self.0, offset).unwrap();
+    }
+
+    /// The server environment for this clock, or `None` where libfaketime cannot run.
+    pub fn env(&self) -> Option<Vec<(String, String)>> {
+        faketime_env(&self.0)
+    }
+}
+
+impl Drop for ClockFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+pub fn pairs(env: &[(String, String)]) -> Vec<(&str, &str)> {
+    env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect()
+}
+
 /// libfaketime, which moves a server's wall clock (never its monotonic clock).
 pub const FAKETIME_LIB: &str = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1";
 

@@ -9,8 +9,10 @@ use redis_lock_harness::server_binary;
 const FAKETIME_LIB: &str = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1";
 
 /// The lock server's wall clock jumps an hour forward, then two hours back (libfaketime reads
-/// the offset from a file on every clock read; monotonic clocks stay real). Leases break, as
-/// documented; tokens must still only grow, and the fenced store must catch every stale write.
+/// the offset from a file on every clock read; monotonic clocks stay real) under the workload.
+/// Leases run on the monotonic clock, so they neither end at the forward jump nor stretch at
+/// the back one (`tests/leases.rs` times that); tokens must only grow, and the fenced store
+/// must catch every stale write.
 #[test]
 #[ignore = "fault suite: make test-faults"]
 fn server_clock_jumps_forward_and_back() {

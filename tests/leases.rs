@@ -1,0 +1,244 @@
+//! Leases on the lease clock (`src/ffi/clock.rs`): a lock key has no Redis TTL, the module ends
+//! each lease `ttl` after its grant in real elapsed time, wherever the lock moved, whatever the
+//! wall clock does, and a replica counts the time left on its own clock. Stepped and skewed
+//! clocks use libfaketime, which runs Valkey's libc build, not a jemalloc one: on those the
+//! clock cases print SKIPPED and the others still run.
+
+use std::time::{Duration, Instant};
+
+use redis_lock_harness::*;
+
+fn exists(c: &mut Connection, key: &str) -> bool {
+    int(&ok(c, &["EXISTS", key])) == 1
+}
+
+/// `key` stops being a key within `within` (its last lease ended and the module deleted it).
+fn gone_within(c: &mut Connection, key: &str, within: Duration) -> bool {
+    eventually(within, || !exists(c, key))
+}
+
+#[test]
+fn a_lock_key_has_no_ttl_and_goes_when_its_lease_ends() {
+    let s = Server::start();
+    let mut c = s.con();
+    ok(&mut c, &["CONFIG", "SET", "notify-keyspace-events", "KExd"]);
+    let mut sub = s.con();
+    sub.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let mut pubsub = sub.as_pubsub();
+    pubsub.subscribe("__keyspace@0__:k").unwrap();
+    pubsub.subscribe("__keyevent@0__:expired").unwrap();
+    let t0 = Instant::now();
+    acquire(&mut c, "k", "a", 300).unwrap();
+    assert_eq!(
+        int(&ok(&mut c, &["PTTL", "k"])),
+        -1,
+        "no TTL of Redis's own"
+    );
+    let left = lease_left(&mut c, "k").unwrap();
+    assert!(
+        (1..=300).contains(&left),
+        "LOCK.INFO tells the time left: {left}"
+    );
+    let mut seen = Vec::new();
+    while seen.len() < 4 {
+        let msg = pubsub.get_message().expect("events within 5 s");
+        seen.push((
+            msg.get_channel_name().to_string(),
+            msg.get_payload::<String>().unwrap(),
+        ));
+    }
+    let elapsed = t0.elapsed();
+    assert_eq!(
+        seen,
+        [
+            ("__keyspace@0__:k".into(), "lock.acquire".into()),
+            ("__keyspace@0__:k".into(), "lock.expire".into()),
+            ("__keyspace@0__:k".into(), "expired".into()),
+            ("__keyevent@0__:expired".into(), "k".into()),
+        ],
+        "the module's expiry, then the server's own expired event, as for a key with a TTL"
+    );
+    assert!(
+        elapsed >= Duration::from_millis(290) && elapsed < Duration::from_millis(1_000),
+        "ended on time: {elapsed:?}"
+    );
+    assert!(!exists(&mut c, "k"));
+    assert_eq!(stat(&mut c, "expired_while_held"), 1.0);
+}
+
+/// RENAME, MOVE, COPY, RESTORE and SWAPDB put a lock under another name or db: its lease still
+/// ends there, on time (the module follows it through the keyspace events and the loader).
+#[test]
+fn a_lock_moved_to_another_name_or_db_still_ends_on_time() {
+    let s = Server::start();
+    let mut c = s.con();
+    let lease = 400;
+    let within = Duration::from_millis(1_500);
+
+    acquire(&mut c, "a", "o", lease).unwrap();
+    ok(&mut c, &["RENAME", "a", "renamed"]);
+    acquire(&mut c, "b", "o", lease).unwrap();
+    ok(&mut c, &["RENAMENX", "b", "renamed-nx"]);
+    acquire(&mut c, "c", "o", lease).unwrap();
+    ok(&mut c, &["COPY", "c", "copied"]);
+    acquire(&mut c, "d", "o", lease).unwrap();
+    let payload = dump(&mut c, "d");
+    assert_eq!(
+        run(&mut c, &[b"RESTORE", b"restored", b"0", &payload]),
+        Ok(Value::Okay)
+    );
+    acquire(&mut c, "e", "o", lease).unwrap();
+    assert_eq!(int(&ok(&mut c, &["MOVE", "e", "1"])), 1);
+    ok(&mut c, &["SELECT", "2"]);
+    acquire(&mut c, "swapped", "o", lease).unwrap();
+    ok(&mut c, &["SWAPDB", "2", "3"]);
+
+    ok(&mut c, &["SELECT", "0"]);
+    for key in ["renamed", "renamed-nx", "c", "copied", "d", "restored"] {
+        assert!(gone_within(&mut c, key, within), "{key} outlived its lease");
+    }
+    ok(&mut c, &["SELECT", "1"]);
+    assert!(
+        gone_within(&mut c, "e", within),
+        "the moved lock outlived its lease"
+    );
+    ok(&mut c, &["SELECT", "3"]);
+    assert!(
+        gone_within(&mut c, "swapped", within),
+        "the swapped lock outlived its lease"
+    );
+}
+
+/// A replica never deletes a lock itself; when the master that would have done so is gone and
+/// the replica is promoted, it ends the leases that ran out meanwhile.
+#[test]
+fn a_promoted_replica_ends_the_leases_that_ran_out_while_it_was_a_replica() {
+    let master = Server::start();
+    let replica = Server::replica_of(&master, &[]);
+    let mut m = master.con();
+    acquire(&mut m, "k", "a", 300).unwrap();
+    assert_eq!(int(&ok(&mut m, &["WAIT", "1", "5000"])), 1);
+    master.signal(libc::SIGSTOP);
+    std::thread::sleep(Duration::from_millis(600));
+    let mut r = replica.con();
+    assert!(
+        exists(&mut r, "k"),
+        "the replica keeps it for its master to delete"
+    );
+    assert_eq!(fence(&mut r, "k"), None, "but its lease ended there too");
+    ok(&mut r, &["REPLICAOF", "NO", "ONE"]);
+    assert!(
+        gone_within(&mut r, "k", Duration::from_secs(2)),
+        "promoted, it deletes the lock"
+    );
+    assert!(acquire(&mut r, "k", "b", 1_000).is_some());
+    master.signal(libc::SIGCONT);
+}
+
+/// The server whose clock moves, or `None` (printed) where libfaketime cannot run it.
+fn server_with_clock(clock: &ClockFile) -> Option<Server> {
+    let Some(env) = clock.env() else {
+        eprintln!("SKIPPED on this server: libfaketime cannot start a jemalloc build");
+        return None;
+    };
+    Some(Server::start_with_env(&pairs(&env), &[]))
+}
+
+/// The cases: the wall clock stepped an hour forward while a 3 s lease runs (it is
+/// still held after 100 ms, gone by 3.5 s), and an hour back while a 2 s lease runs with a
+/// waiter (the lease ends within 2.5 s and the waiter is granted), and a WAIT timeout that
+/// still ends on time.
+#[test]
+fn wall_clock_steps_neither_end_nor_stretch_a_lease() {
+    let clock = ClockFile::new("leases", "+0");
+    let Some(s) = server_with_clock(&clock) else {
+        return;
+    };
+    let mut c = s.con();
+
+    let t0 = Instant::now();
+    acquire(&mut c, "forward", "a", 3_000).unwrap();
+    clock.set("+3600");
+    std::thread::sleep(Duration::from_millis(100));
+    assert!(
+        fence(&mut c, "forward").is_some(),
+        "still held after 100 ms"
+    );
+    std::thread::sleep(Duration::from_millis(2_000).saturating_sub(t0.elapsed()));
+    assert!(fence(&mut c, "forward").is_some(), "still held at 2 s");
+    assert!(
+        gone_within(
+            &mut c,
+            "forward",
+            Duration::from_millis(3_500).saturating_sub(t0.elapsed())
+        ),
+        "gone by 3.5 s"
+    );
+
+    clock.set("+0");
+    acquire(&mut c, "held", "a", 60_000).unwrap();
+    let t0 = Instant::now();
+    acquire(&mut c, "back", "a", 2_000).unwrap();
+    let waiter = spawn_wait(&s, "back", "w", 10_000, 10_000);
+    let mut t = s.con();
+    let timeout = std::thread::spawn(move || {
+        let r = cmd(
+            &mut t,
+            &["LOCK.ACQUIRE", "held", "t", "10000", "WAIT", "1000"],
+        );
+        (r, Instant::now())
+    });
+    wait_blocked(&mut c, 2);
+    clock.set("-3600");
+    let granted = waiter.join().unwrap();
+    let elapsed = t0.elapsed();
+    assert!(matches!(granted, Ok(Value::Int(_))), "{granted:?}");
+    assert!(
+        elapsed < Duration::from_millis(2_500),
+        "the lease ended and the waiter was granted within 2.5 s: {elapsed:?}"
+    );
+    let (r, at) = timeout.join().unwrap();
+    assert_eq!(r, Ok(Value::Nil));
+    let timed_out = at - t0;
+    assert!(
+        timed_out < Duration::from_millis(1_600),
+        "the WAIT timeout ended on time: {timed_out:?}"
+    );
+}
+
+/// A replica whose clock is 30 s or an hour behind its master's counts a replicated lease from
+/// when it applied it: promoted, it grants the lock again about when the lease ends (neither
+/// 30 s later, nor earlier).
+#[test]
+fn a_replica_with_a_skewed_clock_ends_a_lease_on_its_own_clock() {
+    for offset in ["-30", "-3600"] {
+        let clock = ClockFile::new("replica", offset);
+        let Some(env) = clock.env() else {
+            eprintln!("SKIPPED on this server: libfaketime cannot start a jemalloc build");
+            return;
+        };
+        let master = Server::start();
+        let replica = Server::replica_of_with_env(&master, &pairs(&env), &[]);
+        let mut m = master.con();
+        wait_link_up(&mut replica.con());
+        let t0 = Instant::now();
+        acquire(&mut m, "k", "a", 2_000).unwrap();
+        assert_eq!(int(&ok(&mut m, &["WAIT", "1", "5000"])), 1);
+        let mut r = replica.con();
+        let left = lease_left(&mut r, "k").unwrap();
+        assert!(
+            (1_000..=2_000).contains(&left),
+            "{offset}: the replica's time left is the lease's: {left}"
+        );
+        master.signal(libc::SIGSTOP);
+        ok(&mut r, &["REPLICAOF", "NO", "ONE"]);
+        let next = cmd(&mut r, &["LOCK.ACQUIRE", "k", "b", "1000", "WAIT", "10000"]);
+        let elapsed = t0.elapsed();
+        assert!(matches!(next, Ok(Value::Int(_))), "{offset}: {next:?}");
+        assert!(
+            elapsed >= Duration::from_millis(1_900) && elapsed < Duration::from_millis(3_000),
+            "{offset}: granted again when the lease ended: {elapsed:?}"
+        );
+        master.signal(libc::SIGCONT);
+    }
+}
