@@ -69,8 +69,5 @@ mod registration {
         data_types: [LOCK_TYPE],
         acl_categories: ["lock",],
         init: init,
-        event_handlers: [
-            [@GENERIC: callbacks::on_key_arrived],
-        ],
     }
 }

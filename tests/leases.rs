@@ -66,8 +66,8 @@ fn a_lock_key_has_no_ttl_and_goes_when_its_lease_ends() {
     assert_eq!(stat(&mut c, "expired_while_held"), 1.0);
 }
 
-/// RENAME, MOVE, COPY, RESTORE and SWAPDB put a lock under another name or db: its lease still
-/// ends there, on time (the module follows it through the keyspace events and the loader).
+/// RENAME (also in MULTI and in a script), MOVE, COPY, RESTORE and SWAPDB put a lock under
+/// another name or db: its lease still ends there, on time.
 #[test]
 fn a_lock_moved_to_another_name_or_db_still_ends_on_time() {
     let s = Server::start();
@@ -89,12 +89,36 @@ fn a_lock_moved_to_another_name_or_db_still_ends_on_time() {
     );
     acquire(&mut c, "e", "o", lease).unwrap();
     assert_eq!(int(&ok(&mut c, &["MOVE", "e", "1"])), 1);
+    acquire(&mut c, "f", "o", lease).unwrap();
+    ok(&mut c, &["MULTI"]);
+    cmd(&mut c, &["RENAME", "f", "renamed-in-multi"]).unwrap();
+    assert!(matches!(cmd(&mut c, &["EXEC"]), Ok(Value::Array(_))));
+    acquire(&mut c, "g", "o", lease).unwrap();
+    ok(
+        &mut c,
+        &[
+            "EVAL",
+            "return redis.call('RENAME', KEYS[1], KEYS[2])",
+            "2",
+            "g",
+            "renamed-by-script",
+        ],
+    );
     ok(&mut c, &["SELECT", "2"]);
     acquire(&mut c, "swapped", "o", lease).unwrap();
     ok(&mut c, &["SWAPDB", "2", "3"]);
 
     ok(&mut c, &["SELECT", "0"]);
-    for key in ["renamed", "renamed-nx", "c", "copied", "d", "restored"] {
+    for key in [
+        "renamed",
+        "renamed-nx",
+        "c",
+        "copied",
+        "d",
+        "restored",
+        "renamed-in-multi",
+        "renamed-by-script",
+    ] {
         assert!(gone_within(&mut c, key, within), "{key} outlived its lease");
     }
     ok(&mut c, &["SELECT", "1"]);
@@ -115,11 +139,18 @@ fn a_lock_moved_to_another_name_or_db_still_ends_on_time() {
 fn a_promoted_replica_ends_the_leases_that_ran_out_while_it_was_a_replica() {
     let master = Server::start();
     let replica = Server::replica_of(&master, &[]);
+    wait_link_up(&mut replica.con());
     let mut m = master.con();
-    acquire(&mut m, "k", "a", 300).unwrap();
+    wait_streaming(&mut m);
+    let t0 = Instant::now();
+    acquire(&mut m, "k", "a", 2_000).unwrap();
     assert_eq!(int(&ok(&mut m, &["WAIT", "1", "5000"])), 1);
     master.signal(libc::SIGSTOP);
-    std::thread::sleep(Duration::from_millis(600));
+    assert!(
+        t0.elapsed() < Duration::from_millis(1_500),
+        "stopped within the lease"
+    );
+    std::thread::sleep(Duration::from_millis(2_300).saturating_sub(t0.elapsed()));
     let mut r = replica.con();
     assert!(
         exists(&mut r, "k"),
@@ -221,6 +252,7 @@ fn a_replica_with_a_skewed_clock_ends_a_lease_on_its_own_clock() {
         let replica = Server::replica_of_with_env(&master, &pairs(&env), &[]);
         let mut m = master.con();
         wait_link_up(&mut replica.con());
+        wait_streaming(&mut m);
         let t0 = Instant::now();
         acquire(&mut m, "k", "a", 2_000).unwrap();
         assert_eq!(int(&ok(&mut m, &["WAIT", "1", "5000"])), 1);

@@ -639,6 +639,18 @@ pub fn faketime_env(offset_file: &Path) -> Option<Vec<(String, String)>> {
     Some(pairs.into_iter().map(|(k, v)| (k.to_string(), v)).collect())
 }
 
+/// Wait until the master streams to its replica: after a diskless full sync it does so only once
+/// the replica first acks (up to a second later), so a write and a `WAIT` for it.
+pub fn wait_streaming(master: &mut Connection) {
+    ok(master, &["SET", "lock-test:streaming", "1"]);
+    assert_eq!(
+        int(&ok(master, &["WAIT", "1", "5000"])),
+        1,
+        "the replica acknowledged"
+    );
+    ok(master, &["DEL", "lock-test:streaming"]);
+}
+
 /// Wait (up to 20 s) until the replica on `con` has its link to its master up.
 pub fn wait_link_up(con: &mut Connection) {
     assert!(

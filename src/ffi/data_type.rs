@@ -45,12 +45,12 @@ pub static LOCK_TYPE: RedisType = RedisType::new(
         aux_save_triggers: raw::REDISMODULE_AUX_BEFORE_RDB as c_int,
         free_effort: None,
         unlink: None,
-        copy: Some(copy),
+        copy: None,
         defrag: None,
         mem_usage2: None,
         free_effort2: None,
         unlink2: Some(unlink2),
-        copy2: None,
+        copy2: Some(copy2),
         aux_save2: None,
     },
 );
@@ -143,7 +143,7 @@ fn load_state(rdb: *mut raw::RedisModuleIO, encver: c_int) -> Result<LockState, 
 }
 
 /// A value loaded under a key (RDB at start, a full sync, DEBUG RELOAD, RESTORE) carries no
-/// TTL: the shell watches its first deadline there (a RESTORE is also seen by its event).
+/// TTL: the shell watches its first deadline there.
 fn watch_loaded(rdb: *mut raw::RedisModuleIO, state: &LockState) {
     // SAFETY: the IO is valid during the load callback; the key name is borrowed only here.
     let (db, name) = unsafe {
@@ -157,7 +157,7 @@ fn watch_loaded(rdb: *mut raw::RedisModuleIO, state: &LockState) {
         if name.is_null() {
             return;
         }
-        (db_of(rdb), RedisString::string_as_slice(name.cast_mut()))
+        (db_of(rdb), RedisString::string_as_slice(name))
     };
     if let (Some(h), true) = (handlers::get(), db >= 0) {
         (h.loaded)(db, name, state.first_deadline());
@@ -288,21 +288,40 @@ extern "C" fn free(value: *mut c_void) {
     }
 }
 
-extern "C" fn copy(
-    _from: *mut raw::RedisModuleString,
-    _to: *mut raw::RedisModuleString,
-    value: *const c_void,
-) -> *mut c_void {
+/// `COPY`: a new value for the destination, whose leases the shell watches there (it has no
+/// TTL to copy).
+extern "C" fn copy2(ctx: *mut raw::RedisModuleKeyOptCtx, value: *const c_void) -> *mut c_void {
     // SAFETY: Redis passes a value of this type.
     let state = unsafe { state_of(value) };
     guard::contain("copy", std::ptr::null_mut, || match state {
         Some(state) => {
+            watch_copy(ctx, state);
             STATS.locks.add(1);
             STATS.count_holds(state, 1);
             Box::into_raw(Box::new(state.clone())).cast::<c_void>()
         }
         None => std::ptr::null_mut(),
     })
+}
+
+fn watch_copy(ctx: *mut raw::RedisModuleKeyOptCtx, state: &LockState) {
+    // SAFETY: the option context is valid during the callback; the name is borrowed only here.
+    let (db, name) = unsafe {
+        let (Some(db_of), Some(name_of)) = (
+            raw::RedisModule_GetToDbIdFromOptCtx,
+            raw::RedisModule_GetToKeyNameFromOptCtx,
+        ) else {
+            return;
+        };
+        let name = name_of(ctx);
+        if name.is_null() {
+            return;
+        }
+        (db_of(ctx), RedisString::string_as_slice(name))
+    };
+    if let Some(h) = handlers::get() {
+        (h.loaded)(db, name, state.first_deadline());
+    }
 }
 
 /// A lock left the keyspace (DEL, UNLINK, expiry, overwrite, RENAME or MOVE away): the shell

@@ -61,8 +61,8 @@ pub struct Handlers {
     pub disconnected: fn(client_id: u64),
     /// `CLIENT UNBLOCK` of a blocked waiter (the server then unblocks it with nil).
     pub client_unblocked: fn(client_id: u64),
-    /// A lock value was loaded under `name` (RDB, full sync, DEBUG RELOAD, RESTORE); its first
-    /// lease ends at `first_deadline` (lease clock).
+    /// A lock value was loaded or copied under `name` (RDB, full sync, DEBUG RELOAD, RESTORE,
+    /// COPY); its first lease ends at `first_deadline` (lease clock).
     pub loaded: fn(db: i32, name: &[u8], first_deadline: Millis),
     /// A lock value left the keyspace (DEL, expiry, overwrite, RENAME, MOVE, FLUSH).
     pub unlinked: fn(db: i32, name: &[u8], state: &LockState),

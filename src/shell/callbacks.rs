@@ -8,7 +8,7 @@
 //! queue registry's lock (`effects::queues`) is never held while calling Redis, so a callback
 //! that arrives in the middle of a command finds it free.
 
-use redis_module::{Context, InfoContext, NotifyEvent, RedisString};
+use redis_module::{Context, InfoContext};
 
 use crate::core::error::LockError;
 use crate::core::fencing;
@@ -17,7 +17,6 @@ use crate::core::metrics::STATS;
 use crate::core::registry::QueueKey;
 use crate::core::settle::{Answer, Job};
 use crate::effects::epochs;
-use crate::effects::keyspace;
 use crate::effects::queues;
 use crate::effects::sessions;
 use crate::effects::timers;
@@ -26,6 +25,7 @@ use crate::ffi::guard;
 use crate::ffi::handlers::{CommandArgs, Handlers};
 use crate::ffi::server;
 use crate::shell::info;
+use crate::shell::renames;
 use crate::shell::resetstat;
 use crate::shell::waiting;
 
@@ -49,8 +49,8 @@ pub static HANDLERS: Handlers = Handlers {
     promoted,
     client_closed,
     command_seen,
-    // RESET, EXEC, DISCARD and CONFIG RESETSTAT.
-    command_seen_words: 2,
+    // RESET, EXEC, DISCARD, CONFIG RESETSTAT, RENAME, RENAMENX and MOVE.
+    command_seen_words: 3,
     info: on_info,
 };
 
@@ -143,8 +143,8 @@ fn loaded(db: i32, name: &[u8], first_deadline: Millis) {
 }
 
 /// A lock left the keyspace (DEL, RENAME or MOVE away, overwritten, a TTL set by hand): stop
-/// watching the name, and if anyone waits for it, let a timer settle it on the next turn of
-/// the event loop.
+/// watching the name, watch it where a rename or move took it, and if anyone waits for the
+/// name, let a timer settle it on the next turn of the event loop.
 fn unlinked(db: i32, name: &[u8], state: &LockState) {
     for (holder, _) in state.holds() {
         sessions::unbind(holder.token); // the hold left this name
@@ -154,31 +154,12 @@ fn unlinked(db: i32, name: &[u8], state: &LockState) {
         name: name.into(),
     };
     timers::forget(&key);
+    if let Some(moved_to) = renames::destination(db, name) {
+        timers::settle_soon(&moved_to);
+    }
     if queues::anyone_waiting() && queues::has_waiters(&key) {
         timers::settle_soon(&key);
     }
-}
-
-/// A value arrived under a name by RENAME, MOVE, COPY or RESTORE (the keyspace events; a
-/// loaded value is watched by `ffi::data_type`): if it is a lock, watch its deadline there.
-pub fn on_key_arrived(ctx: &Context, _event: NotifyEvent, event: &str, key: &[u8]) {
-    if !matches!(event, "rename_to" | "move_to" | "copy_to" | "restore") {
-        return;
-    }
-    guard::contain(
-        "a key-arrived event",
-        || (),
-        || {
-            let db = server::selected_db(ctx);
-            let name = RedisString::create_from_slice(ctx.ctx, key);
-            if keyspace::holds_lock(ctx, &name) {
-                timers::settle_soon(&QueueKey {
-                    db,
-                    name: key.into(),
-                });
-            }
-        },
-    );
 }
 
 /// After a flush every lock of the flushed db(s) is free: serve their queues.
@@ -227,7 +208,8 @@ fn client_closed(client_id: u64) {
 
 /// Redis has no module event for `CONFIG RESETSTAT`: notice it (and EXEC / DISCARD, which may
 /// run or drop a queued one) go by; `resetstat` checks afterwards whether the server really ran
-/// it. Every other command costs one length check of its name.
+/// it. Renames and moves are noted for `renames`. Every other command of up to three words
+/// costs one length check of its name.
 fn command_seen(args: &CommandArgs) {
     let first = args.get(0);
     let candidate = match first.len() {
@@ -252,6 +234,10 @@ fn command_seen(args: &CommandArgs) {
         {
             resetstat::candidate();
             true
+        }
+        4 | 6 | 8 if args.count() == 3 => {
+            renames::command_seen(first, args.get(1), args.get(2));
+            false
         }
         _ => false,
     };

@@ -7,6 +7,7 @@ pub mod cluster;
 pub mod commands;
 pub mod guarded;
 pub mod info;
+pub mod renames;
 pub mod resetstat;
 pub mod table;
 pub mod waiting;
