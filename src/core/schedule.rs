@@ -7,6 +7,7 @@
 //! is set again from here. Generic over the job and over the key that keyed entries are
 //! deduplicated by, so it is tested with plain numbers.
 
+use std::collections::hash_map::Entry;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::hash::Hash;
 use std::num::NonZeroU64;
@@ -35,6 +36,15 @@ pub enum Due<K, J> {
     Id(u64),
 }
 
+/// The next slot at `due`: sequence numbers count up from 1 (wrapping past 2^64 never happens).
+fn next_slot(last_seq: &mut u64, due: Millis) -> Slot {
+    *last_seq = last_seq.wrapping_add(1).max(1);
+    Slot {
+        due,
+        seq: NonZeroU64::new(*last_seq).unwrap_or(NonZeroU64::MIN),
+    }
+}
+
 pub struct Schedule<K, J> {
     entries: BTreeMap<Slot, Due<K, J>>,
     /// The one pending entry of each key (the earliest asked for).
@@ -58,11 +68,7 @@ impl<K, J> Default for Schedule<K, J> {
 
 impl<K: Hash + Eq + Clone, J> Schedule<K, J> {
     fn slot(&mut self, due: Millis) -> Slot {
-        self.last_seq = self.last_seq.wrapping_add(1).max(1);
-        Slot {
-            due,
-            seq: NonZeroU64::new(self.last_seq).unwrap_or(NonZeroU64::MIN),
-        }
+        next_slot(&mut self.last_seq, due)
     }
 
     /// Run `job` at `due`. The slot cancels it.
@@ -97,17 +103,50 @@ impl<K: Hash + Eq + Clone, J> Schedule<K, J> {
     /// Let `key` come up at `due`, unless it already comes up at or before then. True when
     /// the schedule changed.
     pub fn add_key(&mut self, key: &K, due: Millis) -> bool {
+        if !self.wants(key, due) {
+            return false;
+        }
+        self.insert_key(key.clone(), due);
+        true
+    }
+
+    /// `add_key` for a key the caller no longer needs (one copy and one hash fewer).
+    pub fn add_key_owned(&mut self, key: K, due: Millis) -> bool {
+        let slot = match self.keyed.entry(key) {
+            Entry::Occupied(pending) if pending.get().due <= due => return false,
+            Entry::Occupied(mut pending) => {
+                self.entries.remove(pending.get());
+                let slot = next_slot(&mut self.last_seq, due);
+                pending.insert(slot);
+                (slot, pending.key().clone())
+            }
+            Entry::Vacant(vacant) => {
+                let slot = next_slot(&mut self.last_seq, due);
+                let key = vacant.key().clone();
+                vacant.insert(slot);
+                (slot, key)
+            }
+        };
+        self.entries.insert(slot.0, Due::Key(slot.1));
+        true
+    }
+
+    /// Whether `key` needs an entry at `due` (dropping a later pending one).
+    fn wants(&mut self, key: &K, due: Millis) -> bool {
         match self.keyed.get(key) {
-            Some(pending) if pending.due <= due => return false,
+            Some(pending) if pending.due <= due => false,
             Some(&pending) => {
                 self.entries.remove(&pending);
+                true
             }
-            None => {}
+            None => true,
         }
+    }
+
+    fn insert_key(&mut self, key: K, due: Millis) {
         let slot = self.slot(due);
         self.entries.insert(slot, Due::Key(key.clone()));
-        self.keyed.insert(key.clone(), slot);
-        true
+        self.keyed.insert(key, slot);
     }
 
     /// Forget `key`'s pending entry (the lock it watched is gone).
@@ -346,7 +385,9 @@ mod tests {
                             Some(i) => { model.remove(i); true }
                             None => true,
                         };
-                        prop_assert_eq!(s.add_key(&k, due), changed);
+                        // Both ways of adding a key behave alike.
+                        let added = if due % 2 == 0 { s.add_key(&k, due) } else { s.add_key_owned(k, due) };
+                        prop_assert_eq!(added, changed);
                         seq += 1;
                         if changed {
                             model.push((due, (0, seq), Due::Key(k)));

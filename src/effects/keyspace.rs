@@ -175,7 +175,7 @@ impl<'a> LockKey<'a> {
             }
             Err(_) => return Err(LockError::WrongType),
         }
-        timers::settle_at(&self.queue_key(), first_deadline);
+        timers::settle_key_at(self.queue_key(), first_deadline);
         Ok(())
     }
 

@@ -44,6 +44,14 @@ fn timers() -> MutexGuard<'static, Timers> {
 }
 
 impl Timers {
+    /// After an entry was added: set the Redis timer again only if the entry comes before it
+    /// (drift is the cron's to check: no clock is read here).
+    fn rearm_for(&mut self, due: Millis) {
+        if self.alarm.is_none_or(|(alarm, _)| due < alarm.due) {
+            self.rearm();
+        }
+    }
+
     /// Set the Redis timer again if it could fire later than the earliest entry.
     fn rearm(&mut self) {
         let offset = clock::wall_offset();
@@ -72,7 +80,15 @@ impl Timers {
 pub fn settle_at(key: &QueueKey, due: Millis) {
     let mut t = timers();
     if t.schedule.add_key(key, due) {
-        t.rearm();
+        t.rearm_for(due);
+    }
+}
+
+/// `settle_at` for a key the caller is done with.
+pub fn settle_key_at(key: QueueKey, due: Millis) {
+    let mut t = timers();
+    if t.schedule.add_key_owned(key, due) {
+        t.rearm_for(due);
     }
 }
 
@@ -93,9 +109,9 @@ pub fn forget(key: &QueueKey) {
 /// Run `job` after `delay_ms`.
 fn run_after(delay_ms: Millis, job: Job) {
     let mut t = timers();
-    t.schedule
-        .add(clock::now_ms().saturating_add(delay_ms.max(0)), job);
-    t.rearm();
+    let due = clock::now_ms().saturating_add(delay_ms.max(0));
+    t.schedule.add(due, job);
+    t.rearm_for(due);
 }
 
 /// Time the waiter `client_id` out after `timeout_ms`; returns when.
@@ -103,7 +119,7 @@ pub fn time_out_after(client_id: u64, timeout_ms: Millis) -> Millis {
     let due = clock::now_ms().saturating_add(timeout_ms.max(0));
     let mut t = timers();
     t.schedule.add_id(due, client_id);
-    t.rearm();
+    t.rearm_for(due);
     due
 }
 
