@@ -46,7 +46,9 @@ fn next_slot(last_seq: &mut u64, due: Millis) -> Slot {
 }
 
 pub struct Schedule<K, J> {
-    entries: BTreeMap<Slot, Due<K, J>>,
+    jobs: BTreeMap<Slot, J>,
+    /// Keys apart from jobs: there is one per lock, and a key is smaller than a job.
+    keys: BTreeMap<Slot, K>,
     /// The one pending entry of each key (the earliest asked for).
     keyed: HashMap<K, Slot>,
     /// Ids due at a time, kept apart in 16 bytes each: there is one per waiting client with a
@@ -58,7 +60,8 @@ pub struct Schedule<K, J> {
 impl<K, J> Default for Schedule<K, J> {
     fn default() -> Self {
         Self {
-            entries: BTreeMap::new(),
+            jobs: BTreeMap::new(),
+            keys: BTreeMap::new(),
             keyed: HashMap::new(),
             ids: BTreeSet::new(),
             last_seq: 0,
@@ -74,20 +77,13 @@ impl<K: Hash + Eq + Clone, J> Schedule<K, J> {
     /// Run `job` at `due`. The slot cancels it.
     pub fn add(&mut self, due: Millis, job: J) -> Slot {
         let slot = self.slot(due);
-        self.entries.insert(slot, Due::Job(job));
+        self.jobs.insert(slot, job);
         slot
     }
 
-    /// Take back a job that has not come up yet.
+    /// Take back a job that has not come up yet (a key's slot is cancelled by its key).
     pub fn cancel(&mut self, slot: Slot) -> Option<J> {
-        match self.entries.remove(&slot) {
-            Some(Due::Job(job)) => Some(job),
-            Some(keyed) => {
-                self.entries.insert(slot, keyed); // a key's slot is cancelled by its key
-                None
-            }
-            None => None,
-        }
+        self.jobs.remove(&slot)
     }
 
     /// Let `id` come up at `due` (an id is pending at most once per due time).
@@ -115,7 +111,7 @@ impl<K: Hash + Eq + Clone, J> Schedule<K, J> {
         let slot = match self.keyed.entry(key) {
             Entry::Occupied(pending) if pending.get().due <= due => return false,
             Entry::Occupied(mut pending) => {
-                self.entries.remove(pending.get());
+                self.keys.remove(pending.get());
                 let slot = next_slot(&mut self.last_seq, due);
                 pending.insert(slot);
                 (slot, pending.key().clone())
@@ -127,7 +123,7 @@ impl<K: Hash + Eq + Clone, J> Schedule<K, J> {
                 (slot, key)
             }
         };
-        self.entries.insert(slot.0, Due::Key(slot.1));
+        self.keys.insert(slot.0, slot.1);
         true
     }
 
@@ -136,7 +132,7 @@ impl<K: Hash + Eq + Clone, J> Schedule<K, J> {
         match self.keyed.get(key) {
             Some(pending) if pending.due <= due => false,
             Some(&pending) => {
-                self.entries.remove(&pending);
+                self.keys.remove(&pending);
                 true
             }
             None => true,
@@ -145,40 +141,44 @@ impl<K: Hash + Eq + Clone, J> Schedule<K, J> {
 
     fn insert_key(&mut self, key: K, due: Millis) {
         let slot = self.slot(due);
-        self.entries.insert(slot, Due::Key(key.clone()));
+        self.keys.insert(slot, key.clone());
         self.keyed.insert(key, slot);
     }
 
     /// Forget `key`'s pending entry (the lock it watched is gone).
     pub fn cancel_key(&mut self, key: &K) {
         if let Some(slot) = self.keyed.remove(key) {
-            self.entries.remove(&slot);
+            self.keys.remove(&slot);
         }
         self.shrink_if_idle();
     }
 
     /// When the earliest entry is due.
     pub fn first_due(&self) -> Option<Millis> {
-        let entry = self.entries.first_key_value().map(|(slot, _)| slot.due);
+        let job = self.jobs.first_key_value().map(|(slot, _)| slot.due);
+        let key = self.keys.first_key_value().map(|(slot, _)| slot.due);
         let id = self.ids.first().map(|(due, _)| *due);
-        entry.into_iter().chain(id).min()
+        job.into_iter().chain(key).chain(id).min()
     }
 
-    /// Take the earliest entry due at `now` or before (an entry before an id due at the same
-    /// time).
+    /// Take the earliest entry due at `now` or before: jobs and keys in slot order, then ids
+    /// due at the same time.
     pub fn pop_due(&mut self, now: Millis) -> Option<Due<K, J>> {
-        let first_entry = self.entries.first_key_value().map(|(slot, _)| slot.due);
-        let first_id = self.ids.first().map(|(due, _)| *due);
-        if first_id.is_some_and(|id| id <= now && first_entry.is_none_or(|e| id < e)) {
+        let job = self.jobs.first_key_value().map(|(slot, _)| *slot);
+        let key = self.keys.first_key_value().map(|(slot, _)| *slot);
+        let entry = job.into_iter().chain(key).min().filter(|s| s.due <= now);
+        let id = self.ids.first().map(|(due, _)| *due).filter(|d| *d <= now);
+        if id.is_some_and(|id| entry.is_none_or(|e| id < e.due)) {
             return self.ids.pop_first().map(|(_, id)| Due::Id(id));
         }
-        let entry = self.entries.first_entry().filter(|e| e.key().due <= now)?;
-        let due = entry.remove();
-        if let Due::Key(key) = &due {
-            self.keyed.remove(key);
+        let slot = entry?;
+        if job == Some(slot) {
+            return self.jobs.pop_first().map(|(_, job)| Due::Job(job));
         }
+        let (_, key) = self.keys.pop_first()?;
+        self.keyed.remove(&key);
         self.shrink_if_idle();
-        Some(due)
+        Some(Due::Key(key))
     }
 
     /// Rewrite or drop every keyed entry (SWAPDB moves locks between dbs, FLUSHALL drops them).
@@ -187,22 +187,22 @@ impl<K: Hash + Eq + Clone, J> Schedule<K, J> {
         for (key, slot) in keyed {
             match f(&key) {
                 Some(new) => {
-                    self.entries.insert(slot, Due::Key(new.clone()));
+                    self.keys.insert(slot, new.clone());
                     self.keyed.insert(new, slot);
                 }
                 None => {
-                    self.entries.remove(&slot);
+                    self.keys.remove(&slot);
                 }
             }
         }
     }
 
     pub fn len(&self) -> usize {
-        self.entries.len() + self.ids.len()
+        self.jobs.len() + self.keys.len() + self.ids.len()
     }
 
     pub fn is_empty(&self) -> bool {
-        self.entries.is_empty() && self.ids.is_empty()
+        self.jobs.is_empty() && self.keys.is_empty() && self.ids.is_empty()
     }
 
     /// A burst of waiters or locks should not leave its high-water mark behind.
