@@ -6,7 +6,7 @@ PORT           ?= 6379
 # Integration tests start many short-lived servers; two at a time suits a 2-core machine.
 TEST_THREADS   ?= 2
 
-.PHONY: all deps build release run test unit test-redis test-valkey test-python pyvenv test-faults test-matrix servers valkey bench clippy fmt clean
+.PHONY: all deps build release run test unit test-redis test-valkey test-python pyvenv test-faults test-matrix servers valkey bench bench-baseline clippy fmt clean
 
 all: build
 
@@ -84,6 +84,12 @@ bench: release pyvenv
 	$(PYVENV)/bin/pip install -q --disable-pip-version-check python-redis-lock
 	LOCK_TEST_SERVER=redis-server LOCK_MODULE=$(CURDIR)/$(MODULE_RELEASE) \
 		cargo run --release -p redis-lock-bench -- --out docs/bench $(BENCH_ARGS)
+
+## Section 8b of the bench against an older build of the module, for a change's cost:
+## make bench-baseline BASELINE=/path/to/old/libredis_lock.so
+bench-baseline: release
+	LOCK_TEST_SERVER=redis-server LOCK_MODULE=$(CURDIR)/$(MODULE_RELEASE) LOCK_BASELINE_MODULE=$(BASELINE) \
+		cargo run --release -p redis-lock-bench -- --cost
 
 ## The fault-injection safety suite (about a minute per server): paused holders, killed waiters,
 ## kill -9 + restart from AOF/RDB, DEBUG SLEEP, all at once; then the randomized suite

@@ -5,6 +5,9 @@
 //! Usage: redis-lock-bench [--out DIR] [--quick]
 //!        redis-lock-bench --waiters N   (only the memory of N lock waiters vs N BLPOP waiters)
 //!        redis-lock-bench --cost        (only section 8, the module's own cost)
+//!
+//! With `LOCK_BASELINE_MODULE=/path/to/an/older/libredis_lock.so`, section 8b also counts the
+//! acquire path of that module, so a change's cost shows before and after in one run.
 
 mod charts;
 mod contended;
@@ -617,6 +620,42 @@ fn module_cost_instructions(report: &mut Report) {
         "report",
         true,
     );
+    if let Some(baseline) = std::env::var_os("LOCK_BASELINE_MODULE") {
+        against_baseline(report, &server, std::path::Path::new(&baseline), c[5], c[7]);
+    }
+}
+
+/// Section 8b's acquire path counted on `baseline` (an older build of the module), next to
+/// this build's `acquire` and `cycle` counts.
+fn against_baseline(
+    report: &mut Report,
+    server: &str,
+    baseline: &std::path::Path,
+    acquire: f64,
+    cycle: f64,
+) {
+    use instructions::{per_request, ACQUIRE, CYCLE};
+    let (Some(before_acquire), Some(before_cycle)) = (
+        per_request(server, Some(baseline), ACQUIRE),
+        per_request(server, Some(baseline), CYCLE),
+    ) else {
+        eprintln!("8b. baseline skipped: a callgrind run failed");
+        return;
+    };
+    for (what, before, after) in [
+        ("LOCK.ACQUIRE of fresh keys", before_acquire, acquire),
+        ("LOCK.ACQUIRE + LOCK.RELEASE (per command)", before_cycle, cycle),
+    ] {
+        report.check(
+            &format!("{what}: instructions, baseline module -> this build"),
+            format!(
+                "{:+.1}% ({before:.0} -> {after:.0})",
+                (after / before - 1.0) * 100.0
+            ),
+            "report",
+            true,
+        );
+    }
 }
 
 /// Section 7: the Python client next to redis-py's Lock and python-redis-lock, 16 threads on one
