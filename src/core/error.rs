@@ -1,6 +1,5 @@
 //! Every error the module sends to a client, with its exact wire string in one place.
 
-use redis_module::RedisError;
 
 /// An error reply of a LOCK.* command. `as_wire` is the exact string clients see.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -49,6 +48,11 @@ pub enum LockError {
     TokensExhausted,
     /// A panic was contained inside the module (see `guard`).
     Internal,
+    /// LOCK.GUARD named a command the server does not have (or Redis called a command the
+    /// module never registered).
+    UnknownCommand,
+    /// The server refused to run the command LOCK.GUARD guards (its log says why).
+    CallRefused,
     /// A shared holder asked for exclusive while other readers hold.
     Deadlock,
     /// A plain or `SHARED` request on a semaphore, or a `LIMIT` request on a lock.
@@ -87,7 +91,7 @@ pub enum LockError {
 
 impl LockError {
     /// Every variant, so tests can check every wire string.
-    pub const ALL: [LockError; 39] = [
+    pub const ALL: [LockError; 41] = [
         Self::NotAnInteger,
         Self::TtlNotPositive,
         Self::TtlTooLarge,
@@ -110,6 +114,8 @@ impl LockError {
         Self::TokenAboveMax,
         Self::TokensExhausted,
         Self::Internal,
+        Self::UnknownCommand,
+        Self::CallRefused,
         Self::Deadlock,
         Self::WrongKind,
         Self::LimitMismatch,
@@ -158,6 +164,8 @@ impl LockError {
             Self::Internal => {
                 "ERR redis-lock internal error: the command was interrupted; the server log has the details"
             }
+            Self::UnknownCommand => "ERR unknown command",
+            Self::CallRefused => "ERR LOCK.GUARD: the server refused to run the command",
             Self::Deadlock => {
                 "DEADLOCK other owners hold this lock shared: upgrading would wait for them forever; release and acquire exclusive"
             }
@@ -197,12 +205,6 @@ impl LockError {
                 "UNBLOCKED force unblock from blocking operation, instance state changed (master -> replica?)"
             }
         }
-    }
-}
-
-impl From<LockError> for RedisError {
-    fn from(err: LockError) -> Self {
-        RedisError::Str(err.as_wire())
     }
 }
 

@@ -1,9 +1,8 @@
 //! Settling a queue, as values: what to do when a lease ends or a holder leaves (`decide`), the
-//! delayed work timers carry (`Job`), and how a blocked client is answered (`Answer`).
+//! delayed work timers carry (`Job`), and how a blocked client is answered (`Answer`; its
+//! reply is built by `ffi::reply`).
 //!
 //! The shell (`shell::waiting`) reads the lock, asks `decide`, and carries the answer out.
-
-use redis_module::{RedisResult, RedisValue};
 
 use crate::core::error::LockError;
 use crate::core::lock::{LockState, Millis, Token};
@@ -113,38 +112,6 @@ pub enum Answer {
     Granted(Grant),
     TimedOut,
     Failed(LockError),
-}
-
-impl Answer {
-    /// The reply the client reads.
-    pub fn reply(&self) -> RedisResult {
-        match self {
-            Answer::Granted(grant) => Ok(grant_reply(
-                &grant.owner.bytes(),
-                grant.token,
-                grant.with_owner,
-            )),
-            Answer::TimedOut => Ok(RedisValue::Null),
-            Answer::Failed(err) => Err((*err).into()),
-        }
-    }
-}
-
-/// A token as an integer reply (tokens stay below 2^53, see `fencing`).
-pub fn token_reply(token: Token) -> RedisValue {
-    RedisValue::Integer(i64::try_from(token).unwrap_or(i64::MAX))
-}
-
-/// The reply of a granted acquire: the token, or `[owner, token]` for owner `*`.
-pub fn grant_reply(owner: &[u8], token: Token, with_owner: bool) -> RedisValue {
-    if with_owner {
-        RedisValue::Array(vec![
-            RedisValue::StringBuffer(owner.to_vec()),
-            token_reply(token),
-        ])
-    } else {
-        token_reply(token)
-    }
 }
 
 #[cfg(test)]

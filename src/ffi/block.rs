@@ -32,6 +32,7 @@ use crate::core::metrics::STATS;
 use crate::core::settle::{Answer, Job};
 use crate::ffi::guard;
 use crate::ffi::handlers;
+use crate::ffi::reply;
 use crate::ffi::server;
 
 /// A client blocked by this module. Only the main thread uses it; the raw handle is moved into
@@ -126,7 +127,7 @@ extern "C" fn on_reply(
             let Some(delivery) = delivery else {
                 return context.reply(Ok(RedisValue::Null)) as c_int;
             };
-            let status = context.reply(delivery.answer.reply()) as c_int;
+            let status = context.reply(reply::answer(&delivery.answer)) as c_int;
             delivery.delivered = true;
             status
         },

@@ -4,7 +4,7 @@
 
 use std::num::NonZeroI64;
 
-use redis_module::{raw, Context, ContextFlags, RedisResult, RedisString, RedisValue};
+use redis_module::{Context, ContextFlags, RedisResult, RedisString, RedisValue};
 
 use crate::core::args::{self, ApplyTimes, Arg, OwnerArg};
 use crate::core::codec;
@@ -16,7 +16,6 @@ use crate::core::metrics::STATS;
 use crate::core::owner::{self, Owner};
 use crate::core::queue::Waiter;
 use crate::core::registry::QueueKey;
-use crate::core::settle::{grant_reply, token_reply};
 use crate::effects::epochs;
 use crate::effects::keyspace::{self, LockEvent, LockKey};
 use crate::effects::queues::{self, Blocked};
@@ -24,6 +23,7 @@ use crate::effects::sessions;
 use crate::effects::timers;
 use crate::ffi::block;
 use crate::ffi::clock;
+use crate::ffi::reply;
 use crate::ffi::server;
 use crate::shell::waiting;
 
@@ -135,7 +135,7 @@ pub fn acquire(ctx: &Context, args: &[RedisString]) -> RedisResult {
     if let Some(stored) = settle {
         waiting::pass_on(&lock, Some(&stored), now);
     }
-    Ok(grant_reply(owner, token, with_owner))
+    Ok(reply::grant(owner, token, with_owner))
 }
 
 /// How a caller waits: its reply's shape, whether its hold will be a session hold, its WAIT
@@ -282,7 +282,7 @@ pub fn fence(ctx: &Context, args: &[RedisString]) -> RedisResult {
             token,
             now,
         ))),
-        None => lock::fence(state.as_ref(), now).map_or(RedisValue::Null, token_reply),
+        None => lock::fence(state.as_ref(), now).map_or(RedisValue::Null, reply::token),
     })
 }
 
@@ -296,7 +296,7 @@ fn hold_fields(holder: &Holder, permits: u32, now: Millis) -> [(&'static str, Re
             "owner",
             RedisValue::StringBuffer(holder.owner.bytes().to_vec()),
         ),
-        ("token", token_reply(holder.token)),
+        ("token", reply::token(holder.token)),
         ("ttl", RedisValue::Integer(holder.remaining(now))),
         ("held", RedisValue::Integer(holder.held_for(now))),
         ("permits", RedisValue::Integer(i64::from(permits))),
@@ -306,7 +306,7 @@ fn hold_fields(holder: &Holder, permits: u32, now: Millis) -> [(&'static str, Re
 
 /// Reply `fields` as a map in this order: a RESP3 map, or a flat field/value array on RESP2.
 fn reply_map<const N: usize>(ctx: &Context, fields: [(&'static str, RedisValue); N]) {
-    raw::reply_with_map(ctx.ctx, N as std::os::raw::c_long);
+    reply::map_header(ctx, N);
     for (field, value) in fields {
         ctx.reply(Ok(RedisValue::SimpleStringStatic(field)));
         ctx.reply(Ok(value));
@@ -362,11 +362,11 @@ pub fn info(ctx: &Context, args: &[RedisString]) -> RedisResult {
             .collect(),
         _ => Vec::new(),
     };
-    raw::reply_with_map(ctx.ctx, (top.len() + common.len()) as std::os::raw::c_long);
+    reply::map_header(ctx, top.len() + common.len());
     for (field, value) in top.into_iter().chain(common) {
         ctx.reply(Ok(RedisValue::SimpleStringStatic(field)));
         if field == "holders" {
-            raw::reply_with_array(ctx.ctx, live.len() as std::os::raw::c_long);
+            reply::array_header(ctx, live.len());
             for (holder, permits) in &live {
                 reply_map(ctx, hold_fields(holder, *permits, now));
             }

@@ -2,7 +2,7 @@
 //! of what it may run. Those known from the words alone are `core::guard_rules`; here are the
 //! ones that ask the server: blocking commands, the command's keys (slots, keys holding locks).
 
-use redis_module::{Context, ContextFlags, RedisError, RedisResult, RedisString, RedisValue};
+use redis_module::{Context, ContextFlags, RedisResult, RedisString, RedisValue};
 
 use crate::core::args;
 use crate::core::error::LockError;
@@ -34,10 +34,13 @@ pub fn guard(ctx: &Context, args: &[RedisString]) -> RedisResult {
     STATS.guarded.incr();
     match call::call_and_reply(ctx, command) {
         Ok(()) => Ok(RedisValue::NoReply),
-        Err(CallFailed::BadName) => Err(RedisError::Str("ERR unknown command")),
-        Err(CallFailed::Refused(errno)) => Err(RedisError::String(format!(
-            "ERR LOCK.GUARD: the server refused to run the command (errno {errno})"
-        ))),
+        Err(CallFailed::BadName) => Err(LockError::UnknownCommand.into()),
+        Err(CallFailed::Refused(errno)) => {
+            ctx.log_warning(&format!(
+                "redis-lock: LOCK.GUARD: the server refused to run the command (errno {errno})"
+            ));
+            Err(LockError::CallRefused.into())
+        }
     }
 }
 

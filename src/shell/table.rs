@@ -1,37 +1,18 @@
 //! The one command table: every LOCK.* command's name, flags, arity, key spec, ACL categories,
 //! summary, complexity, arguments and handler, declared once. It drives registration
-//! (`register`), COMMAND DOCS / COMMAND INFO, and the arity check before each handler runs.
+//! (`register`), COMMAND DOCS / COMMAND INFO, and the arity check before each handler runs
+//! (`ffi::entry`, where Redis calls in).
 
-use std::os::raw::c_int;
-
-use redis_module::{raw, Context, RedisError};
+use redis_module::Context;
 
 use crate::ffi::command_info::{
-    self, arg, flag, option, optional, rest, Kind, Spec, NO_KEYS, OW_UPDATE, RO, RO_INCOMPLETE,
+    arg, flag, option, optional, rest, Kind, Spec, NO_KEYS, OW_UPDATE, RO, RO_INCOMPLETE,
     RW_DELETE, RW_UPDATE,
 };
-use crate::ffi::guard;
+use crate::ffi::entry;
 use crate::shell::{commands, guarded};
 
-/// A command handler: its arguments (the name first) have the declared arity.
-pub use crate::ffi::guard::Handler;
-
-pub struct Command {
-    pub spec: Spec,
-    /// The most arguments (the name included) a command whose optional arguments are all
-    /// positional takes (LOCK.FENCE, LOCK.APPLY): more is an arity error, as for a fixed arity.
-    /// A command with named options has none: a repeated or extra word there is the parser's
-    /// syntax error, as for every built-in command with options.
-    pub most: Option<usize>,
-    pub handler: Handler,
-}
-
-impl Command {
-    /// Whether `argc` arguments (the name included) fit this command.
-    pub fn takes(&self, argc: usize) -> bool {
-        self.spec.arity_allows(argc) && self.most.is_none_or(|most| argc <= most)
-    }
-}
+pub use crate::ffi::entry::Command;
 
 /// How many commands the table has.
 const COUNT: usize = 10;
@@ -208,43 +189,9 @@ pub static COMMANDS: [Command; COUNT] = [
     },
 ];
 
-/// What Redis calls for command `I` of the table: check the arity, run the handler with
-/// panics contained, reply.
-extern "C" fn entry<const I: usize>(
-    ctx: *mut raw::RedisModuleCtx,
-    argv: *mut *mut raw::RedisModuleString,
-    argc: c_int,
-) -> c_int {
-    let command = &COMMANDS[I];
-    guard::serve(ctx, argv, argc, |ctx, args| {
-        if command.takes(args.len()) {
-            guard::command(ctx, command.spec.name, args, command.handler)
-        } else {
-            Err(RedisError::WrongArity)
-        }
-    })
-}
-
-/// One entry point per table row (a function pointer cannot carry the row).
-const ENTRIES: [raw::RedisModuleCmdFunc; COUNT] = [
-    Some(entry::<0>),
-    Some(entry::<1>),
-    Some(entry::<2>),
-    Some(entry::<3>),
-    Some(entry::<4>),
-    Some(entry::<5>),
-    Some(entry::<6>),
-    Some(entry::<7>),
-    Some(entry::<8>),
-    Some(entry::<9>),
-];
-
 /// Register every command of the table with its docs and ACL categories.
 pub fn register(ctx: &Context) -> Result<(), String> {
-    for (command, entry) in COMMANDS.iter().zip(ENTRIES) {
-        command_info::register(ctx, &command.spec, entry)?;
-    }
-    Ok(())
+    entry::register_all(ctx, &COMMANDS)
 }
 
 #[cfg(test)]
