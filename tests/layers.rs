@@ -149,3 +149,105 @@ fn unsafe_lives_only_in_ffi_and_says_why() {
     }
     assert!(wrong.is_empty(), "{wrong:#?}");
 }
+
+/// Whether a line of code (comments cut off) names `word`.
+fn names(line: &str, word: &str) -> bool {
+    line.split("//").next().unwrap_or("").contains(word)
+}
+
+#[test]
+fn the_server_api_is_named_only_where_it_belongs() {
+    let mut wrong = Vec::new();
+    for (module, code) in sources() {
+        for (n, line) in code.lines().enumerate() {
+            let at = format!("{module}:{}", n + 1);
+            if layer(&module) == 0 && names(line, "redis_module") {
+                wrong.push(format!("{at}: core/ names redis_module"));
+            }
+            let ffi_or_lib = layer(&module) == 1 || module == "lib";
+            if !ffi_or_lib && (names(line, "raw::") || names(line, "extern \"C\"")) {
+                wrong.push(format!("{at}: raw:: or extern \"C\" outside ffi/"));
+            }
+        }
+    }
+    assert!(wrong.is_empty(), "{wrong:#?}");
+}
+
+/// Every function of `code` (outside its unit tests) and its length in lines, from its `fn`
+/// line to the closing brace at the same indentation.
+fn functions(code: &str) -> Vec<(String, usize, usize)> {
+    let lines: Vec<&str> = code.lines().collect();
+    let mut found = Vec::new();
+    for (start, line) in lines.iter().enumerate() {
+        let trimmed = line.trim_start();
+        let indent = &line[..line.len() - trimmed.len()];
+        let after_qualifiers = ["pub(crate) ", "pub ", "const ", "unsafe ", "extern \"C\" "]
+            .iter()
+            .fold(trimmed, |t, q| t.strip_prefix(q).unwrap_or(t));
+        let Some(rest) = after_qualifiers.strip_prefix("fn ") else {
+            continue;
+        };
+        let name: String = rest
+            .chars()
+            .take_while(|c| c.is_alphanumeric() || *c == '_')
+            .collect();
+        if line.trim_end().ends_with(';') {
+            continue; // a declaration
+        }
+        let close = format!("{indent}}}");
+        if let Some(end) = (start..lines.len()).find(|&i| lines[i].trim_end() == close) {
+            found.push((name, start + 1, end - start + 1));
+        }
+    }
+    found
+}
+
+const MOST_LINES: usize = 80;
+
+fn long_functions(root: &str) -> Vec<String> {
+    fn walk(dir: &Path, out: &mut Vec<std::path::PathBuf>) {
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                walk(&path, out);
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                out.push(path);
+            }
+        }
+    }
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join(root);
+    let mut files = Vec::new();
+    walk(&dir, &mut files);
+    let mut long = Vec::new();
+    for path in files {
+        let text = std::fs::read_to_string(&path).unwrap();
+        let code = match text.find("#[cfg(test)]\nmod tests") {
+            Some(at) => &text[..at],
+            None => &text[..],
+        };
+        for (name, line, length) in functions(code) {
+            if length > MOST_LINES {
+                long.push(format!("{}:{line} {name}: {length} lines", path.display()));
+            }
+        }
+    }
+    long
+}
+
+#[test]
+fn no_function_is_longer_than_80_lines() {
+    let fixture = "fn short() {\n    one();\n}\n\npub fn long() {\n".to_string()
+        + &"    line();\n".repeat(MOST_LINES)
+        + "}\n";
+    let found = functions(&fixture);
+    assert_eq!(
+        found,
+        [("short".into(), 1, 3), ("long".into(), 5, MOST_LINES + 2)],
+        "the scanner measures functions"
+    );
+    let long: Vec<String> = ["src", "harness/src", "bench/src"]
+        .iter()
+        .flat_map(|root| long_functions(root))
+        .collect();
+    assert!(long.is_empty(), "{long:#?}");
+}

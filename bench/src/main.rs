@@ -644,7 +644,11 @@ fn against_baseline(
     };
     for (what, before, after) in [
         ("LOCK.ACQUIRE of fresh keys", before_acquire, acquire),
-        ("LOCK.ACQUIRE + LOCK.RELEASE (per command)", before_cycle, cycle),
+        (
+            "LOCK.ACQUIRE + LOCK.RELEASE (per command)",
+            before_cycle,
+            cycle,
+        ),
     ] {
         report.check(
             &format!("{what}: instructions, baseline module -> this build"),

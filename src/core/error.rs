@@ -1,6 +1,5 @@
 //! Every error the module sends to a client, with its exact wire string in one place.
 
-
 /// An error reply of a LOCK.* command. `as_wire` is the exact string clients see.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum LockError {

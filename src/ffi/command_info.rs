@@ -179,6 +179,39 @@ pub fn register(ctx: &Context, spec: &Spec, entry: raw::RedisModuleCmdFunc) -> R
     if created != raw::REDISMODULE_OK as c_int {
         return Err(format!("failed to create the command {}", spec.name));
     }
+    describe(ctx, name, spec, &mut keep)
+}
+
+/// The argument list of `doc` for SetCommandInfo, ending with a zeroed entry.
+fn arg_list(doc: &Spec, keep: &mut Vec<CString>) -> Vec<raw::RedisModuleCommandArg> {
+    // SAFETY: a zeroed RedisModuleCommandArg is its documented "unset" value (null pointers,
+    // no flags): the list's terminator, and the start of every entry filled in below.
+    let mut args: Vec<raw::RedisModuleCommandArg> =
+        vec![unsafe { std::mem::zeroed() }; doc.args.len() + 1];
+    for (slot, a) in args.iter_mut().zip(doc.args) {
+        slot.name = cstring(a.name, keep);
+        slot.type_ = arg_type(a.kind);
+        slot.key_spec_index = if matches!(a.kind, Kind::Key) { 0 } else { -1 };
+        if let Some(token) = a.token {
+            slot.token = cstring(token, keep);
+        }
+        if a.optional {
+            slot.flags |= raw::REDISMODULE_CMD_ARG_OPTIONAL as c_int;
+        }
+        if a.multiple {
+            slot.flags |= raw::REDISMODULE_CMD_ARG_MULTIPLE as c_int;
+        }
+    }
+    args
+}
+
+/// Attach the COMMAND DOCS / COMMAND INFO and ACL categories of `doc` to the command `name`.
+fn describe(
+    ctx: &Context,
+    name: *const std::os::raw::c_char,
+    doc: &Spec,
+    keep: &mut Vec<CString>,
+) -> Result<(), String> {
     // SAFETY: both functions exist together from Redis 7.0 on; every pointer handed over lives
     // in `keep` / the local vectors until SetCommandInfo returns, and Redis copies what it needs.
     unsafe {
@@ -187,7 +220,6 @@ pub fn register(ctx: &Context, spec: &Spec, entry: raw::RedisModuleCmdFunc) -> R
         else {
             return Ok(());
         };
-        let doc = spec;
         let command = get_command(ctx.ctx, name);
         if command.is_null() {
             return Err(format!("{} is not registered", doc.name));
@@ -199,23 +231,7 @@ pub fn register(ctx: &Context, spec: &Spec, entry: raw::RedisModuleCmdFunc) -> R
         } else {
             set_first_key_spec(&mut key_specs[0], doc.key_flags);
         }
-        let mut args: Vec<raw::RedisModuleCommandArg> =
-            vec![std::mem::zeroed(); doc.args.len() + 1];
-        for (slot, a) in args.iter_mut().zip(doc.args) {
-            slot.name = cstring(a.name, &mut keep);
-            slot.type_ = arg_type(a.kind);
-            slot.key_spec_index = if matches!(a.kind, Kind::Key) { 0 } else { -1 };
-            if let Some(token) = a.token {
-                slot.token = cstring(token, &mut keep);
-            }
-            if a.optional {
-                slot.flags |= raw::REDISMODULE_CMD_ARG_OPTIONAL as c_int;
-            }
-            if a.multiple {
-                slot.flags |= raw::REDISMODULE_CMD_ARG_MULTIPLE as c_int;
-            }
-        }
-
+        let mut args = arg_list(doc, keep);
         let version = raw::RedisModuleCommandInfoVersion {
             version: 1,
             sizeof_historyentry: std::mem::size_of::<raw::RedisModuleCommandHistoryEntry>(),
@@ -224,9 +240,9 @@ pub fn register(ctx: &Context, spec: &Spec, entry: raw::RedisModuleCmdFunc) -> R
         };
         let info = raw::RedisModuleCommandInfo {
             version: &version,
-            summary: cstring(doc.summary, &mut keep),
-            complexity: cstring(doc.complexity, &mut keep),
-            since: cstring(SINCE, &mut keep),
+            summary: cstring(doc.summary, keep),
+            complexity: cstring(doc.complexity, keep),
+            since: cstring(SINCE, keep),
             history: std::ptr::null_mut(),
             tips: std::ptr::null(),
             arity: doc.arity,
@@ -239,7 +255,7 @@ pub fn register(ctx: &Context, spec: &Spec, entry: raw::RedisModuleCmdFunc) -> R
         // Redis 7.0 has no SetCommandACLCategories: its module commands have no categories
         // (the README gives the per-command ACL rules to use there).
         if let Some(set_acl) = raw::RedisModule_SetCommandACLCategories {
-            if set_acl(command, cstring(doc.acl, &mut keep)) != raw::REDISMODULE_OK as c_int {
+            if set_acl(command, cstring(doc.acl, keep)) != raw::REDISMODULE_OK as c_int {
                 return Err(format!(
                     "the server refused the ACL categories of {}",
                     doc.name

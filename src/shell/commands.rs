@@ -11,7 +11,7 @@ use crate::core::codec;
 use crate::core::config::Limits;
 use crate::core::error::LockError;
 use crate::core::fencing;
-use crate::core::lock::{self, Acquire, Holder, LockState, Millis, Request};
+use crate::core::lock::{self, Acquire, Holder, LockState, Millis, Request, Token};
 use crate::core::metrics::STATS;
 use crate::core::owner::{self, Owner};
 use crate::core::queue::Waiter;
@@ -43,7 +43,7 @@ pub fn refuse_on_replica(ctx: &Context) -> Result<(), LockError> {
     Ok(())
 }
 
-/// `LOCK.ACQUIRE key owner ttl-ms [SHARED | LIMIT max [PERMITS n]] [WAIT timeout-ms]`
+/// `LOCK.ACQUIRE key owner ttl-ms [SHARED | LIMIT max [PERMITS n]] [SESSION] [WAIT timeout-ms]`
 pub fn acquire(ctx: &Context, args: &[RedisString]) -> RedisResult {
     refuse_on_replica(ctx)?;
     let now = clock::now_ms();
@@ -58,18 +58,8 @@ pub fn acquire(ctx: &Context, args: &[RedisString]) -> RedisResult {
             (generated.as_bytes(), true)
         }
     };
-
     let lock = LockKey::open(ctx, &args[1]);
-    let mut state = lock.state()?;
-    let others_waiting = || queues::anyone_waiting() && queues::has_waiters(&lock.queue_key());
-    let mut waiting = others_waiting();
-    if waiting && state.as_ref().is_some_and(|s| s.has_expired(now)) {
-        // A lease ran out a moment ago and the timer has not fired yet: the queue goes first.
-        waiting::pass_on(&lock, state.as_ref(), now);
-        state = lock.state()?;
-        waiting = others_waiting();
-    }
-
+    let (state, waiting) = state_with_queue_served(&lock, now)?;
     let request = Request {
         owner,
         want: parsed.want,
@@ -99,43 +89,87 @@ pub fn acquire(ctx: &Context, args: &[RedisString]) -> RedisResult {
             (state, token)
         }
         Acquire::Busy => {
-            return match parsed.wait {
-                Some(timeout) if server::can_block(ctx) => {
-                    let due = lock::live(state.as_ref(), now)
-                        .and_then(|s| s.next_deadline(now))
-                        .unwrap_or(now);
-                    let waiter = Waiter {
-                        client: (),
-                        owner: Owner::new(owner),
-                        ttl: parsed.ttl,
-                        want: parsed.want,
-                    };
-                    let how = Waiting {
-                        with_owner,
-                        session: parsed.session,
-                        timeout,
-                        due,
-                    };
-                    wait_in_queue(ctx, lock.queue_key(), waiter, how, &limits)
-                }
-                _ => {
-                    STATS.rejected.incr();
-                    Ok(RedisValue::Null)
-                }
-            };
+            let asked = (owner, with_owner);
+            return busy(ctx, &lock, state.as_ref(), &parsed, asked, &limits, now);
         }
     };
-    // A downgrade may let readers at the head in; several holds end one by one: then the queue
-    // is settled against what was just stored.
+    store_grant(ctx, &lock, granted, token, waiting, parsed.session, now)?;
+    Ok(reply::grant(owner, token, with_owner))
+}
+
+/// The lock's state and whether anyone waits for it, once a lease that ran out a moment ago
+/// (its timer has not fired yet) has let the queue go first.
+fn state_with_queue_served(
+    lock: &LockKey,
+    now: Millis,
+) -> Result<(Option<LockState>, bool), LockError> {
+    let state = lock.state()?;
+    let others_waiting = || queues::anyone_waiting() && queues::has_waiters(&lock.queue_key());
+    let waiting = others_waiting();
+    if waiting && state.as_ref().is_some_and(|s| s.has_expired(now)) {
+        waiting::pass_on(lock, state.as_ref(), now);
+        return Ok((lock.state()?, others_waiting()));
+    }
+    Ok((state, waiting))
+}
+
+/// The lock is not free for this request: queue the caller (`WAIT`, where it may block) or
+/// answer nil.
+fn busy(
+    ctx: &Context,
+    lock: &LockKey,
+    state: Option<&LockState>,
+    parsed: &args::AcquireArgs,
+    (owner, with_owner): (&[u8], bool),
+    limits: &Limits,
+    now: Millis,
+) -> RedisResult {
+    match parsed.wait {
+        Some(timeout) if server::can_block(ctx) => {
+            let due = lock::live(state, now)
+                .and_then(|s| s.next_deadline(now))
+                .unwrap_or(now);
+            let waiter = Waiter {
+                client: (),
+                owner: Owner::new(owner),
+                ttl: parsed.ttl,
+                want: parsed.want,
+            };
+            let how = Waiting {
+                with_owner,
+                session: parsed.session,
+                timeout,
+                due,
+            };
+            wait_in_queue(ctx, lock.queue_key(), waiter, how, limits)
+        }
+        _ => {
+            STATS.rejected.incr();
+            Ok(RedisValue::Null)
+        }
+    }
+}
+
+/// Store a grant (or renewal), bind a `SESSION` hold to the connection, and settle the queue
+/// when a downgrade may let readers at its head in, or several holds end one by one.
+fn store_grant(
+    ctx: &Context,
+    lock: &LockKey,
+    granted: LockState,
+    token: Token,
+    waiting: bool,
+    session: bool,
+    now: Millis,
+) -> Result<(), LockError> {
     let settle = (waiting || granted.live_count(now) > 1).then(|| granted.clone());
     lock.store(granted, LockEvent::Acquire, now)?;
-    if parsed.session {
+    if session {
         sessions::bind(server::client_id(ctx), lock.queue_key(), token);
     }
     if let Some(stored) = settle {
-        waiting::pass_on(&lock, Some(&stored), now);
+        waiting::pass_on(lock, Some(&stored), now);
     }
-    Ok(reply::grant(owner, token, with_owner))
+    Ok(())
 }
 
 /// How a caller waits: its reply's shape, whether its hold will be a session hold, its WAIT
