@@ -21,8 +21,8 @@ mod registration {
     use crate::ffi::config;
     use crate::ffi::data_type::LOCK_TYPE;
     use crate::ffi::events;
-    use crate::ffi::guard;
     use crate::ffi::handlers;
+    use crate::ffi::panics;
     use crate::ffi::server;
     use crate::ffi::timer;
     use crate::shell::callbacks;
@@ -41,7 +41,7 @@ mod registration {
             ctx.log_warning(&format!("redis-lock refused to load: {msg}"));
             return Status::Err;
         }
-        guard::install_hook();
+        panics::install_hook();
         ctx.set_module_options(redis_module::raw::ModuleOptions::HANDLE_IO_ERRORS);
         handlers::install(&callbacks::HANDLERS);
         clock::start();
@@ -52,7 +52,7 @@ mod registration {
         let ready = events::subscribe(ctx)
             .map_err(str::to_string)
             .and_then(|()| table::register(ctx))
-            .and_then(|()| guard::debug_panics::register(ctx));
+            .and_then(|()| panics::debug_panics::register(ctx));
         match ready {
             Ok(()) => Status::Ok,
             Err(msg) => {

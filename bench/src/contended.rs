@@ -4,8 +4,9 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::stats::{jain, micros, process_cpu, quantile};
+use crate::stats::{jain, micros, poll, process_cpu, quantile};
 use crate::uncontended::CAD_SCRIPT;
+use redis::Connection;
 use redis_lock_harness::Server;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -55,6 +56,84 @@ fn hold_for(hold: Duration) {
     }
 }
 
+/// What every client of one run shares: its loop, the lock's key, the release script for the
+/// polling loops, and how long each grant is held.
+struct Contention {
+    mode: Mode,
+    key: &'static str,
+    sha: String,
+    hold: Duration,
+}
+
+impl Contention {
+    /// Client `c` until `until`: acquire, hold, release, recording each grant.
+    fn client(&self, con: &mut Connection, c: usize, until: Instant) -> Vec<Grant> {
+        let owner = format!("client-{c}");
+        let mut grants = Vec::new();
+        while Instant::now() < until {
+            let asked = Instant::now();
+            if !self.acquire(con, &owner, until) {
+                continue;
+            }
+            let granted = Instant::now();
+            hold_for(self.hold);
+            let released = Instant::now();
+            self.release(con, &owner);
+            grants.push(Grant {
+                client: c,
+                asked,
+                granted,
+                released,
+            });
+        }
+        grants
+    }
+
+    /// Whether `owner` got the lock: one blocking call, or tries until 2 s after `until`.
+    fn acquire(&self, con: &mut Connection, owner: &str, until: Instant) -> bool {
+        match self.mode {
+            Mode::Wait => {
+                let r: redis::Value = redis::cmd("LOCK.ACQUIRE")
+                    .arg(self.key)
+                    .arg(owner)
+                    .arg(10_000)
+                    .arg("WAIT")
+                    .arg(5_000)
+                    .query(con)
+                    .expect("acquire");
+                matches!(r, redis::Value::Int(_))
+            }
+            Mode::Poll(every) => poll(every, until + Duration::from_secs(2), || {
+                let r: redis::Value = redis::cmd("SET")
+                    .arg(self.key)
+                    .arg(owner)
+                    .arg("NX")
+                    .arg("PX")
+                    .arg(10_000)
+                    .query(con)
+                    .expect("set");
+                matches!(r, redis::Value::Okay)
+            }),
+        }
+    }
+
+    fn release(&self, con: &mut Connection, owner: &str) {
+        let _: redis::Value = match self.mode {
+            Mode::Wait => redis::cmd("LOCK.RELEASE")
+                .arg(self.key)
+                .arg(owner)
+                .query(con),
+            Mode::Poll(_) => redis::cmd("EVALSHA")
+                .arg(&self.sha)
+                .arg(1)
+                .arg(self.key)
+                .arg(owner)
+                .query(con),
+        }
+        .expect("release");
+    }
+}
+
 pub fn run(server: &Server, mode: Mode, clients: usize, hold: Duration, dur: Duration) -> Result {
     let sha: String = redis::cmd("SCRIPT")
         .arg("LOAD")
@@ -67,6 +146,12 @@ pub fn run(server: &Server, mode: Mode, clients: usize, hold: Duration, dur: Dur
             .map(|_| std::sync::Mutex::new(server.con()))
             .collect(),
     );
+    let contention = Contention {
+        mode,
+        key,
+        sha,
+        hold,
+    };
     let cpu_before = process_cpu(server.pid());
     let started = Instant::now();
     let until = started + dur;
@@ -74,72 +159,22 @@ pub fn run(server: &Server, mode: Mode, clients: usize, hold: Duration, dur: Dur
         clients,
         move |c, until| {
             let mut con = cons[c].lock().expect("connection");
-            let owner = format!("client-{c}");
-            let mut grants = Vec::new();
-            while Instant::now() < until {
-                let asked = Instant::now();
-                let granted = match mode {
-                    Mode::Wait => {
-                        let r: redis::Value = redis::cmd("LOCK.ACQUIRE")
-                            .arg(key)
-                            .arg(&owner)
-                            .arg(10_000)
-                            .arg("WAIT")
-                            .arg(5_000)
-                            .query(&mut *con)
-                            .expect("acquire");
-                        matches!(r, redis::Value::Int(_))
-                    }
-                    Mode::Poll(every) => loop {
-                        let r: redis::Value = redis::cmd("SET")
-                            .arg(key)
-                            .arg(&owner)
-                            .arg("NX")
-                            .arg("PX")
-                            .arg(10_000)
-                            .query(&mut *con)
-                            .expect("set");
-                        if matches!(r, redis::Value::Okay) {
-                            break true;
-                        }
-                        if Instant::now() >= until + Duration::from_secs(2) {
-                            break false;
-                        }
-                        std::thread::sleep(every);
-                    },
-                };
-                if !granted {
-                    continue;
-                }
-                let granted = Instant::now();
-                hold_for(hold);
-                let released = Instant::now();
-                let _: redis::Value = match mode {
-                    Mode::Wait => redis::cmd("LOCK.RELEASE")
-                        .arg(key)
-                        .arg(&owner)
-                        .query(&mut *con),
-                    Mode::Poll(_) => redis::cmd("EVALSHA")
-                        .arg(&sha)
-                        .arg(1)
-                        .arg(key)
-                        .arg(&owner)
-                        .query(&mut *con),
-                }
-                .expect("release");
-                grants.push(Grant {
-                    client: c,
-                    asked,
-                    granted,
-                    released,
-                });
-            }
-            grants
+            contention.client(&mut con, c, until)
         },
         until,
     );
     let wall = started.elapsed();
     let cpu = process_cpu(server.pid()).saturating_sub(cpu_before);
+    let result = summarize(per_client, wall, cpu);
+    let _: () = redis::cmd("DEL")
+        .arg(key)
+        .query(&mut server.con())
+        .expect("del");
+    result
+}
+
+/// One run's figures from every client's grants, the run's wall time and the server's CPU time.
+fn summarize(per_client: Vec<Vec<Grant>>, wall: Duration, cpu: Duration) -> Result {
     let counts: Vec<u64> = per_client.iter().map(|g| g.len() as u64).collect();
     let mut all: Vec<Grant> = per_client.into_iter().flatten().collect();
     all.sort_by_key(|g| g.granted);
@@ -158,10 +193,6 @@ pub fn run(server: &Server, mode: Mode, clients: usize, hold: Duration, dur: Dur
         .iter()
         .map(|g| (g.released - g.granted).as_secs_f64())
         .sum();
-    let _: () = redis::cmd("DEL")
-        .arg(key)
-        .query(&mut server.con())
-        .expect("del");
     Result {
         grants_per_sec: all.len() as f64 / wall.as_secs_f64(),
         utilization: held / wall.as_secs_f64(),

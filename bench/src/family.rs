@@ -3,10 +3,15 @@
 //! semaphore of 10 permits with 64 clients against a Lua/ZSET semaphore. The Lua baselines have
 //! no way to block, so their clients retry every millisecond, as hand-written loops do.
 
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use crate::stats::{jain, micros, quantile};
+use crate::stats::{jain, micros, poll, quantile};
+use redis::Connection;
 use redis_lock_harness::Server;
+
+/// How long the Lua baselines' clients sleep between tries.
+const RETRY: Duration = Duration::from_millis(1);
 
 /// Redisson's read lock, simplified: readers join while the mode is `read`, even with writers
 /// waiting (that is how its writers starve). KEYS[1] lock hash; ARGV ttl, owner.
@@ -83,84 +88,104 @@ fn unix_ms() -> i64 {
 /// One client's waits (µs) as (is_write, wait).
 type Waits = Vec<(bool, f64)>;
 
+/// What every client of one read-write run shares.
+struct ReadWrite {
+    which: Impl,
+    key: String,
+    /// The Lua read, write and release scripts.
+    scripts: (String, String, String),
+}
+
+impl ReadWrite {
+    /// Client `c` until `until`: every tenth operation a write, each held 1 ms.
+    fn client(&self, con: &mut Connection, c: usize, until: Instant) -> Waits {
+        let mut waits = Vec::new();
+        let mut op: u64 = 0;
+        while Instant::now() < until {
+            op += 1;
+            // Every tenth operation of a client is a write, staggered across clients.
+            let write = (op + c as u64).is_multiple_of(10);
+            let owner = format!("c{c}-{op}");
+            let asked = Instant::now();
+            if !self.acquire(con, &owner, write, until) {
+                continue;
+            }
+            waits.push((write, micros(asked.elapsed())));
+            std::thread::sleep(Duration::from_millis(1));
+            self.release(con, &owner);
+        }
+        waits
+    }
+
+    fn acquire(&self, con: &mut Connection, owner: &str, write: bool, until: Instant) -> bool {
+        match self.which {
+            Impl::Module => {
+                let mut cmd = redis::cmd("LOCK.ACQUIRE");
+                cmd.arg(&self.key).arg(owner).arg(10_000);
+                if !write {
+                    cmd.arg("SHARED");
+                }
+                let r: redis::Value = cmd
+                    .arg("WAIT")
+                    .arg(5_000)
+                    .query(con)
+                    .expect("acquire");
+                matches!(r, redis::Value::Int(_))
+            }
+            Impl::Lua => poll(RETRY, until + Duration::from_secs(2), || {
+                let sha = if write {
+                    &self.scripts.1
+                } else {
+                    &self.scripts.0
+                };
+                let got: i64 = redis::cmd("EVALSHA")
+                    .arg(sha)
+                    .arg(1)
+                    .arg(&self.key)
+                    .arg(10_000)
+                    .arg(owner)
+                    .query(con)
+                    .expect("lua acquire");
+                got == 1
+            }),
+        }
+    }
+
+    fn release(&self, con: &mut Connection, owner: &str) {
+        let _: redis::Value = match self.which {
+            Impl::Module => redis::cmd("LOCK.RELEASE")
+                .arg(&self.key)
+                .arg(owner)
+                .query(con)
+                .expect("release"),
+            Impl::Lua => redis::cmd("EVALSHA")
+                .arg(&self.scripts.2)
+                .arg(1)
+                .arg(&self.key)
+                .arg(owner)
+                .query(con)
+                .expect("lua release"),
+        };
+    }
+}
+
 pub fn read_write(server: &Server, which: Impl, clients: usize, dur: Duration) -> RwResult {
-    let scripts = (
-        load(server, LUA_READ),
-        load(server, LUA_WRITE),
-        load(server, LUA_RW_RELEASE),
-    );
-    let key = format!("bench:rw:{which:?}");
-    let cons: Vec<_> = (0..clients)
-        .map(|_| std::sync::Mutex::new(server.con()))
-        .collect();
-    let cons = std::sync::Arc::new(cons);
+    let run = ReadWrite {
+        which,
+        key: format!("bench:rw:{which:?}"),
+        scripts: (
+            load(server, LUA_READ),
+            load(server, LUA_WRITE),
+            load(server, LUA_RW_RELEASE),
+        ),
+    };
+    let cons = connections(server, clients);
     let started = Instant::now();
     let per_client: Vec<Waits> = crate::stats::for_threads(
         clients,
         move |c, until| {
             let mut con = cons[c].lock().expect("connection");
-            let mut waits = Vec::new();
-            let mut op: u64 = 0;
-            while Instant::now() < until {
-                op += 1;
-                // Every tenth operation of a client is a write, staggered across clients.
-                let write = (op + c as u64).is_multiple_of(10);
-                let owner = format!("c{c}-{op}");
-                let asked = Instant::now();
-                let granted = match which {
-                    Impl::Module => {
-                        let mut cmd = redis::cmd("LOCK.ACQUIRE");
-                        cmd.arg(&key).arg(&owner).arg(10_000);
-                        if !write {
-                            cmd.arg("SHARED");
-                        }
-                        let r: redis::Value = cmd
-                            .arg("WAIT")
-                            .arg(5_000)
-                            .query(&mut *con)
-                            .expect("acquire");
-                        matches!(r, redis::Value::Int(_))
-                    }
-                    Impl::Lua => loop {
-                        let sha = if write { &scripts.1 } else { &scripts.0 };
-                        let got: i64 = redis::cmd("EVALSHA")
-                            .arg(sha)
-                            .arg(1)
-                            .arg(&key)
-                            .arg(10_000)
-                            .arg(&owner)
-                            .query(&mut *con)
-                            .expect("lua acquire");
-                        if got == 1 {
-                            break true;
-                        }
-                        if Instant::now() >= until + Duration::from_secs(2) {
-                            break false;
-                        }
-                        std::thread::sleep(Duration::from_millis(1));
-                    },
-                };
-                if !granted {
-                    continue;
-                }
-                waits.push((write, micros(asked.elapsed())));
-                std::thread::sleep(Duration::from_millis(1));
-                let _: redis::Value = match which {
-                    Impl::Module => redis::cmd("LOCK.RELEASE")
-                        .arg(&key)
-                        .arg(&owner)
-                        .query(&mut *con)
-                        .expect("release"),
-                    Impl::Lua => redis::cmd("EVALSHA")
-                        .arg(&scripts.2)
-                        .arg(1)
-                        .arg(&key)
-                        .arg(&owner)
-                        .query(&mut *con)
-                        .expect("lua release"),
-                };
-            }
-            waits
+            run.client(&mut con, c, until)
         },
         started + dur,
     );
@@ -184,6 +209,83 @@ pub struct SemResult {
     pub max_in_use: i64,
 }
 
+/// What every client of one semaphore run shares.
+struct Semaphore {
+    which: Impl,
+    key: String,
+    permits: u32,
+    /// The Lua/ZSET acquire script.
+    acquire_sha: String,
+}
+
+impl Semaphore {
+    /// Client `c` until `until`: its grant count and its waits (µs), each permit held 1 ms.
+    fn client(&self, con: &mut Connection, c: usize, until: Instant) -> (u64, Vec<f64>) {
+        let mut waits = Vec::new();
+        let mut grants = 0;
+        let mut op = 0u64;
+        while Instant::now() < until {
+            op += 1;
+            let owner = format!("c{c}-{op}");
+            let asked = Instant::now();
+            if !self.acquire(con, &owner, until) {
+                continue;
+            }
+            grants += 1;
+            waits.push(micros(asked.elapsed()));
+            std::thread::sleep(Duration::from_millis(1));
+            self.release(con, &owner);
+        }
+        (grants, waits)
+    }
+
+    fn acquire(&self, con: &mut Connection, owner: &str, until: Instant) -> bool {
+        match self.which {
+            Impl::Module => {
+                let r: redis::Value = redis::cmd("LOCK.ACQUIRE")
+                    .arg(&self.key)
+                    .arg(owner)
+                    .arg(10_000)
+                    .arg("LIMIT")
+                    .arg(self.permits)
+                    .arg("WAIT")
+                    .arg(5_000)
+                    .query(con)
+                    .expect("acquire");
+                matches!(r, redis::Value::Int(_))
+            }
+            Impl::Lua => poll(RETRY, until + Duration::from_secs(2), || {
+                let got: i64 = redis::cmd("EVALSHA")
+                    .arg(&self.acquire_sha)
+                    .arg(1)
+                    .arg(&self.key)
+                    .arg(self.permits)
+                    .arg(owner)
+                    .arg(unix_ms())
+                    .arg(10_000)
+                    .query(con)
+                    .expect("lua acquire");
+                got == 1
+            }),
+        }
+    }
+
+    fn release(&self, con: &mut Connection, owner: &str) {
+        let _: redis::Value = match self.which {
+            Impl::Module => redis::cmd("LOCK.RELEASE")
+                .arg(&self.key)
+                .arg(owner)
+                .query(con)
+                .expect("release"),
+            Impl::Lua => redis::cmd("ZREM")
+                .arg(&self.key)
+                .arg(owner)
+                .query(con)
+                .expect("zrem"),
+        };
+    }
+}
+
 pub fn semaphore(
     server: &Server,
     which: Impl,
@@ -191,78 +293,19 @@ pub fn semaphore(
     clients: usize,
     dur: Duration,
 ) -> SemResult {
-    let acquire_sha = load(server, LUA_SEM_ACQUIRE);
-    let key = format!("bench:sem:{which:?}");
-    let cons: Vec<_> = (0..clients)
-        .map(|_| std::sync::Mutex::new(server.con()))
-        .collect();
-    let cons = std::sync::Arc::new(cons);
+    let run = Semaphore {
+        which,
+        key: format!("bench:sem:{which:?}"),
+        permits,
+        acquire_sha: load(server, LUA_SEM_ACQUIRE),
+    };
+    let cons = connections(server, clients);
     let started = Instant::now();
     let per_client: Vec<(u64, Vec<f64>)> = crate::stats::for_threads(
         clients,
         move |c, until| {
             let mut con = cons[c].lock().expect("connection");
-            let mut waits = Vec::new();
-            let mut grants = 0;
-            let mut op = 0u64;
-            while Instant::now() < until {
-                op += 1;
-                let owner = format!("c{c}-{op}");
-                let asked = Instant::now();
-                let granted = match which {
-                    Impl::Module => {
-                        let r: redis::Value = redis::cmd("LOCK.ACQUIRE")
-                            .arg(&key)
-                            .arg(&owner)
-                            .arg(10_000)
-                            .arg("LIMIT")
-                            .arg(permits)
-                            .arg("WAIT")
-                            .arg(5_000)
-                            .query(&mut *con)
-                            .expect("acquire");
-                        matches!(r, redis::Value::Int(_))
-                    }
-                    Impl::Lua => loop {
-                        let got: i64 = redis::cmd("EVALSHA")
-                            .arg(&acquire_sha)
-                            .arg(1)
-                            .arg(&key)
-                            .arg(permits)
-                            .arg(&owner)
-                            .arg(unix_ms())
-                            .arg(10_000)
-                            .query(&mut *con)
-                            .expect("lua acquire");
-                        if got == 1 {
-                            break true;
-                        }
-                        if Instant::now() >= until + Duration::from_secs(2) {
-                            break false;
-                        }
-                        std::thread::sleep(Duration::from_millis(1));
-                    },
-                };
-                if !granted {
-                    continue;
-                }
-                grants += 1;
-                waits.push(micros(asked.elapsed()));
-                std::thread::sleep(Duration::from_millis(1));
-                let _: redis::Value = match which {
-                    Impl::Module => redis::cmd("LOCK.RELEASE")
-                        .arg(&key)
-                        .arg(&owner)
-                        .query(&mut *con)
-                        .expect("release"),
-                    Impl::Lua => redis::cmd("ZREM")
-                        .arg(&key)
-                        .arg(&owner)
-                        .query(&mut *con)
-                        .expect("zrem"),
-                };
-            }
-            (grants, waits)
+            run.client(&mut con, c, until)
         },
         started + dur,
     );
@@ -279,6 +322,11 @@ pub fn semaphore(
         jain: jain(&counts),
         max_in_use,
     }
+}
+
+/// One connection per client, each behind a lock so its thread can take it.
+fn connections(server: &Server, clients: usize) -> Arc<Vec<Mutex<Connection>>> {
+    Arc::new((0..clients).map(|_| Mutex::new(server.con())).collect())
 }
 
 /// The peak of `lock_semaphore_holds` (every hold takes one permit here).

@@ -53,6 +53,20 @@ pub fn for_threads<T: Send + 'static>(
         .collect()
 }
 
+/// A polling client's acquire: `attempt` until it succeeds, sleeping `every` between tries;
+/// false once a try fails at or after `give_up`.
+pub fn poll(every: Duration, give_up: Instant, mut attempt: impl FnMut() -> bool) -> bool {
+    loop {
+        if attempt() {
+            return true;
+        }
+        if Instant::now() >= give_up {
+            return false;
+        }
+        std::thread::sleep(every);
+    }
+}
+
 /// CPU time (user + system) a process has used, from /proc.
 pub fn process_cpu(pid: i32) -> Duration {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();

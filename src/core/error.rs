@@ -45,7 +45,7 @@ pub enum LockError {
     TokenAboveMax,
     /// No token above the last one is left: granting would repeat a token.
     TokensExhausted,
-    /// A panic was contained inside the module (see `guard`).
+    /// A panic was contained inside the module (see `ffi::panics`).
     Internal,
     /// LOCK.GUARD named a command the server does not have (or Redis called a command the
     /// module never registered).

@@ -171,7 +171,7 @@ pub struct Stats {
     pub extends: Counter,
     pub extend_not_owner: Counter,
     pub expired_while_held: Counter,
-    /// Panics caught at an entry point (see `guard`): each one is a bug worth a report.
+    /// Panics caught at an entry point (see `ffi::panics`): each one is a bug worth a report.
     pub panics: Counter,
     /// Grants of shared holds and of semaphore permits (at once or after waiting).
     pub shared_grants: Counter,

@@ -2,7 +2,7 @@
 //! delayed work timers carry (`Job`), and how a blocked client is answered (`Answer`; its
 //! reply is built by `ffi::reply`).
 //!
-//! The shell (`shell::waiting`) reads the lock, asks `decide`, and carries the answer out.
+//! The shell (`shell::settling`) reads the lock, asks `decide`, and carries the answer out.
 
 use crate::core::error::LockError;
 use crate::core::lock::{LockState, Millis, Token};

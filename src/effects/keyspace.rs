@@ -1,5 +1,5 @@
-//! Reading and writing a lock's state (its holds) in the keyspace. Every write goes through `store` or
-//! `remove`, which also replicate it as a deterministic effect (explicit token, the time left of
+//! Reading and writing a lock's state (its holds) in the keyspace. Every write goes through
+//! `set_announced` / `set_replicated` or `remove`, which also replicate it as a deterministic effect (explicit token, the time left of
 //! each lease), emit the keyspace event, and account the end of the previous hold, so no state
 //! change can miss the replicas, the AOF, the events or the metrics.
 //!
@@ -143,21 +143,28 @@ impl<'a> LockKey<'a> {
 
     /// Make `state` the lock's state, have it settled at its first deadline, replicate it and
     /// emit `event`.
-    pub fn store(&self, state: LockState, event: LockEvent, now: Millis) -> Result<(), LockError> {
-        self.put(state, now)?;
+    pub fn set_announced(
+        &self,
+        state: LockState,
+        event: LockEvent,
+        now: Millis,
+    ) -> Result<(), LockError> {
+        self.set_replicated(state, now)?;
         self.notify(event);
         Ok(())
     }
 
-    /// `store` without an event of its own (holds that end still announce their expiry).
-    pub fn put(&self, state: LockState, now: Millis) -> Result<(), LockError> {
+    /// `set_announced` without an event of its own (holds that end still announce their
+    /// expiry).
+    pub fn set_replicated(&self, state: LockState, now: Millis) -> Result<(), LockError> {
         self.end_previous_holds(Some(&state), now);
         server::replicate_state(self.ctx, self.name, &state);
-        self.write(state, now)
+        self.set_local(state, now)
     }
 
-    /// Write without replicating: for LOCK.APPLY itself, whose caller replicates verbatim.
-    pub fn write(&self, state: LockState, _now: Millis) -> Result<(), LockError> {
+    /// Set without replicating or announcing: for LOCK.APPLY itself, whose caller replicates
+    /// verbatim.
+    pub fn set_local(&self, state: LockState, _now: Millis) -> Result<(), LockError> {
         let first_deadline = state.first_deadline();
         match self.key.get_value::<LockState>(&LOCK_TYPE) {
             // Updating in place keeps the key (no unlink callback, no keyspace churn).

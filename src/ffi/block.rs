@@ -30,8 +30,8 @@ use redis_module::{raw, Context, RedisValue};
 use crate::core::error::LockError;
 use crate::core::metrics::STATS;
 use crate::core::settle::{Answer, Job};
-use crate::ffi::guard;
 use crate::ffi::handlers;
+use crate::ffi::panics;
 use crate::ffi::reply;
 use crate::ffi::server;
 
@@ -112,7 +112,7 @@ extern "C" fn on_reply(
     _argc: c_int,
 ) -> c_int {
     let context = Context::new(ctx);
-    guard::contain(
+    panics::contain(
         "the reply callback",
         // Not delivered: `on_free` revokes a grant; the client learns it was not served.
         || context.reply(Err(LockError::Internal.into())) as c_int,
@@ -141,7 +141,7 @@ extern "C" fn on_unblock(
     _argc: c_int,
 ) -> c_int {
     let context = Context::new(ctx);
-    guard::contain(
+    panics::contain(
         "the unblock callback",
         || context.reply(Err(LockError::Internal.into())) as c_int,
         || {
@@ -157,7 +157,7 @@ extern "C" fn on_disconnect(
     ctx: *mut raw::RedisModuleCtx,
     _bc: *mut raw::RedisModuleBlockedClient,
 ) {
-    guard::contain(
+    panics::contain(
         "the disconnect callback",
         || (),
         || {
@@ -174,7 +174,7 @@ extern "C" fn on_free(_ctx: *mut raw::RedisModuleCtx, privdata: *mut c_void) {
     }
     // SAFETY: Redis passes back the pointer made by `Box::into_raw` in `answer`, exactly once.
     let delivery = unsafe { Box::from_raw(privdata.cast::<Delivery>()) };
-    guard::contain(
+    panics::contain(
         "the free callback",
         || (),
         || {

@@ -1,6 +1,6 @@
 //! The `redislock` module type: RDB save/load (versioned), auxiliary token data, AOF rewrite,
 //! MEMORY USAGE, DEBUG DIGEST, COPY, and the unlink hook that wakes waiters of a deleted lock
-//! (the shell's `unlinked` handler). Every callback contains panics (`guard`); the value's
+//! (the shell's `unlinked` handler). Every callback contains panics (`panics`); the value's
 //! layout is `core::codec`'s.
 //!
 //! What a load accepts: a token outside 1..=2^53-1 is always refused (it would poison the token
@@ -22,8 +22,8 @@ use crate::core::fencing;
 use crate::core::lock::LockState;
 use crate::core::metrics::STATS;
 use crate::ffi::clock;
-use crate::ffi::guard;
 use crate::ffi::handlers;
+use crate::ffi::panics;
 use crate::ffi::server;
 
 /// Type methods version 4 (Redis 7.0) brings `unlink2`, which names the db and key.
@@ -183,7 +183,7 @@ fn restored_by_a_client(rdb: *mut raw::RedisModuleIO) -> bool {
 }
 
 extern "C" fn rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> *mut c_void {
-    guard::contain("rdb_load", std::ptr::null_mut, || {
+    panics::contain("rdb_load", std::ptr::null_mut, || {
         match load_state(rdb, encver) {
             Ok(state) => {
                 for (holder, _) in state.holds() {
@@ -207,7 +207,7 @@ extern "C" fn rdb_save(rdb: *mut raw::RedisModuleIO, value: *mut c_void) {
     let Some(state) = (unsafe { state_of(value) }) else {
         return;
     };
-    guard::contain(
+    panics::contain(
         "rdb_save",
         || (),
         || codec::encode(state, &mut RdbWriter(rdb), clock::now_ms()),
@@ -223,7 +223,7 @@ extern "C" fn aof_rewrite(
     let Some(state) = (unsafe { state_of(value) }) else {
         return;
     };
-    guard::contain(
+    panics::contain(
         "aof_rewrite",
         || (),
         || {
@@ -251,11 +251,11 @@ fn heap_size(state: &LockState) -> usize {
 extern "C" fn mem_usage(value: *const c_void) -> usize {
     // SAFETY: Redis passes a value of this type.
     let state = unsafe { state_of(value) };
-    guard::contain("mem_usage", || 0, || state.map_or(0, heap_size))
+    panics::contain("mem_usage", || 0, || state.map_or(0, heap_size))
 }
 
 extern "C" fn digest(md: *mut raw::RedisModuleDigest, value: *mut c_void) {
-    guard::contain("digest", || (), || add_to_digest(md, value));
+    panics::contain("digest", || (), || add_to_digest(md, value));
 }
 
 fn add_to_digest(md: *mut raw::RedisModuleDigest, value: *mut c_void) {
@@ -276,7 +276,7 @@ extern "C" fn free(value: *mut c_void) {
     if !value.is_null() {
         // SAFETY: the value was made by `Box::into_raw` (set_value, rdb_load or copy).
         let state = unsafe { Box::from_raw(value.cast::<LockState>()) };
-        guard::contain(
+        panics::contain(
             "free",
             || (),
             || {
@@ -293,7 +293,7 @@ extern "C" fn free(value: *mut c_void) {
 extern "C" fn copy2(ctx: *mut raw::RedisModuleKeyOptCtx, value: *const c_void) -> *mut c_void {
     // SAFETY: Redis passes a value of this type.
     let state = unsafe { state_of(value) };
-    guard::contain("copy", std::ptr::null_mut, || match state {
+    panics::contain("copy", std::ptr::null_mut, || match state {
         Some(state) => {
             watch_copy(ctx, state);
             STATS.locks.add(1);
@@ -327,7 +327,7 @@ fn watch_copy(ctx: *mut raw::RedisModuleKeyOptCtx, state: &LockState) {
 /// A lock left the keyspace (DEL, UNLINK, expiry, overwrite, RENAME or MOVE away): the shell
 /// notes a possible expiry and wakes the waiters of that name.
 extern "C" fn unlink2(ctx: *mut raw::RedisModuleKeyOptCtx, value: *const c_void) {
-    guard::contain("the unlink callback", || (), || unlinked(ctx, value));
+    panics::contain("the unlink callback", || (), || unlinked(ctx, value));
 }
 
 fn unlinked(ctx: *mut raw::RedisModuleKeyOptCtx, value: *const c_void) {
@@ -348,7 +348,7 @@ fn unlinked(ctx: *mut raw::RedisModuleKeyOptCtx, value: *const c_void) {
 }
 
 extern "C" fn aux_save(rdb: *mut raw::RedisModuleIO, _when: c_int) {
-    guard::contain(
+    panics::contain(
         "aux_save",
         || (),
         || raw::save_unsigned(rdb, fencing::last()),
@@ -357,7 +357,7 @@ extern "C" fn aux_save(rdb: *mut raw::RedisModuleIO, _when: c_int) {
 
 extern "C" fn aux_load(rdb: *mut raw::RedisModuleIO, encver: c_int, _when: c_int) -> c_int {
     const ERR: c_int = raw::REDISMODULE_ERR as c_int;
-    guard::contain(
+    panics::contain(
         "aux_load",
         || ERR,
         || {

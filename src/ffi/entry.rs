@@ -1,6 +1,6 @@
 //! The C entry point of every command: one per row of the command table the shell declares
 //! (`shell::table`) and hands over at load (`register_all`). Each checks the arity, runs the
-//! row's handler with panics contained (`guard`) and sends its reply.
+//! row's handler with panics contained (`panics`) and sends its reply.
 
 use std::os::raw::c_int;
 use std::sync::OnceLock;
@@ -9,7 +9,7 @@ use redis_module::{raw, Context, RedisError};
 
 use crate::core::error::LockError;
 use crate::ffi::command_info::{self, Spec};
-use crate::ffi::guard::{self, Handler};
+use crate::ffi::panics::{self, Handler};
 
 /// One row of the command table.
 pub struct Command {
@@ -39,9 +39,9 @@ extern "C" fn entry<const I: usize>(
     argc: c_int,
 ) -> c_int {
     let command = TABLE.get().and_then(|table| table.get(I));
-    guard::serve(ctx, argv, argc, |ctx: &Context, args| match command {
+    panics::serve(ctx, argv, argc, |ctx: &Context, args| match command {
         Some(command) if command.takes(args.len()) => {
-            guard::command(ctx, command.spec.name, args, command.handler)
+            panics::command(ctx, command.spec.name, args, command.handler)
         }
         Some(_) => Err(RedisError::WrongArity),
         None => Err(LockError::UnknownCommand.into()),

@@ -1,13 +1,13 @@
 //! Server events that move or drop locks under waiting clients (FLUSHDB/FLUSHALL, SWAPDB, this
 //! master becoming a replica), the server's cron, and the command filter (which watches for `CONFIG RESETSTAT`).
-//! Every callback contains panics (`guard`) and hands over to the shell's handlers.
+//! Every callback contains panics (`panics`) and hands over to the shell's handlers.
 
 use std::os::raw::{c_int, c_void};
 
 use redis_module::{raw, Context};
 
-use crate::ffi::guard;
 use crate::ffi::handlers::{self, CommandArgs};
+use crate::ffi::panics;
 
 /// `RedisModuleFlushInfoV1` from redismodule.h.
 #[repr(C)]
@@ -66,7 +66,7 @@ extern "C" fn on_flush(
     }
     // SAFETY: for this event Redis passes a RedisModuleFlushInfoV1.
     let db = unsafe { data.cast::<FlushInfo>().as_ref() }.map_or(-1, |info| info.dbnum);
-    guard::contain(
+    panics::contain(
         "the flush event",
         || (),
         || {
@@ -88,7 +88,7 @@ extern "C" fn on_swapdb(
     let Some(info) = (unsafe { data.cast::<SwapDbInfo>().as_ref() }) else {
         return;
     };
-    guard::contain(
+    panics::contain(
         "the swapdb event",
         || (),
         || {
@@ -107,7 +107,7 @@ extern "C" fn on_role_changed(
     sub: u64,
     _data: *mut c_void,
 ) {
-    guard::contain(
+    panics::contain(
         "the role-change event",
         || (),
         || match (handlers::get(), sub) {
@@ -132,7 +132,7 @@ extern "C" fn on_client_change(
     let Some(info) = (unsafe { data.cast::<raw::RedisModuleClientInfo>().as_ref() }) else {
         return;
     };
-    guard::contain(
+    panics::contain(
         "the client-change event",
         || (),
         || {
@@ -150,7 +150,7 @@ extern "C" fn on_cron(
     _sub: u64,
     _data: *mut c_void,
 ) {
-    guard::contain(
+    panics::contain(
         "the cron event",
         || (),
         || {
@@ -177,7 +177,7 @@ pub fn watch_commands(ctx: &Context) {
 }
 
 extern "C" fn on_command(fctx: *mut raw::RedisModuleCommandFilterCtx) {
-    guard::contain("the command filter", || (), || filter(fctx));
+    panics::contain("the command filter", || (), || filter(fctx));
 }
 
 fn filter(fctx: *mut raw::RedisModuleCommandFilterCtx) {

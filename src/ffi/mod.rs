@@ -2,7 +2,7 @@
 //! `extern "C"` trampolines Redis calls. All of the crate's `unsafe` lives here, each block with
 //! a `SAFETY:` comment.
 //!
-//! Trampolines contain panics (`guard`) and hand over to the `Handlers` the shell installs at
+//! Trampolines contain panics (`panics`) and hand over to the `Handlers` the shell installs at
 //! load (`handlers`): that is how Redis calls back up into the shell while every `use crate::`
 //! line here names only `core` or `ffi`.
 
@@ -15,8 +15,8 @@ pub mod config;
 pub mod data_type;
 pub mod entry;
 pub mod events;
-pub mod guard;
 pub mod handlers;
+pub mod panics;
 pub mod reply;
 pub mod server;
 pub mod timer;

@@ -7,8 +7,8 @@ use std::os::raw::c_int;
 use redis_module::{raw, Context, ContextFlags, InfoContext, RedisString};
 
 use crate::core::lock::LockState;
-use crate::ffi::guard;
 use crate::ffi::handlers;
+use crate::ffi::panics;
 
 /// The id of the calling client (for a callback of a blocked client: that client).
 pub fn client_id(ctx: &Context) -> u64 {
@@ -90,7 +90,7 @@ pub fn register_info(ctx: &Context) {
 }
 
 extern "C" fn on_info(ctx: *mut raw::RedisModuleInfoCtx, _for_crash_report: c_int) {
-    guard::contain(
+    panics::contain(
         "the INFO callback",
         || (),
         || {

@@ -21,13 +21,13 @@ use crate::effects::queues;
 use crate::effects::sessions;
 use crate::effects::timers;
 use crate::ffi::block;
-use crate::ffi::guard;
 use crate::ffi::handlers::{CommandArgs, Handlers};
+use crate::ffi::panics;
 use crate::ffi::server;
 use crate::shell::info;
 use crate::shell::renames;
 use crate::shell::resetstat;
-use crate::shell::waiting;
+use crate::shell::settling;
 
 /// How soon to look again while writes are paused.
 const PAUSED_RETRY_MS: i64 = 10;
@@ -73,7 +73,7 @@ fn run_contained(ctx: &Context, job: Job) {
         timers::retry(PAUSED_RETRY_MS, job);
         return;
     }
-    let ran = guard::contain(
+    let ran = panics::contain(
         "a timer",
         || false,
         || {
@@ -90,8 +90,8 @@ fn run_contained(ctx: &Context, job: Job) {
 
 fn run(ctx: &Context, job: &Job) {
     match job {
-        Job::Settle { key } => waiting::settle(ctx, key, None),
-        Job::Revoke { key, token } => waiting::settle(ctx, key, Some(*token)),
+        Job::Settle { key } => settling::settle(ctx, key, None),
+        Job::Revoke { key, token } => settling::settle(ctx, key, Some(*token)),
         &Job::TimeOut { client_id } => {
             if let Some((client, settle)) = queues::leave(client_id) {
                 STATS.wait_timeouts.incr();
@@ -103,7 +103,7 @@ fn run(ctx: &Context, job: &Job) {
         Job::StartEpoch => epochs::start_if_master(ctx),
         &Job::EndSession { client_id } => {
             for (key, token) in sessions::take(client_id) {
-                waiting::end_session_hold(ctx, &key, token);
+                settling::end_session_hold(ctx, &key, token);
             }
         }
     }
@@ -186,7 +186,7 @@ fn swapped(first: i32, second: i32) {
 fn demoted() {
     fencing::leave();
     sessions::forget_all(); // a replica knows no connections: session holds live to their lease
-    waiting::fail_everyone(LockError::Demoted);
+    settling::fail_everyone(LockError::Demoted);
 }
 
 /// This replica became a master: it starts its epoch at once, before any grant, and deletes

@@ -25,7 +25,7 @@ use crate::ffi::block;
 use crate::ffi::clock;
 use crate::ffi::reply;
 use crate::ffi::server;
-use crate::shell::waiting;
+use crate::shell::settling;
 
 impl Arg for RedisString {
     fn bytes(&self) -> &[u8] {
@@ -107,7 +107,7 @@ fn state_with_queue_served(
     let others_waiting = || queues::anyone_waiting() && queues::has_waiters(&lock.queue_key());
     let waiting = others_waiting();
     if waiting && state.as_ref().is_some_and(|s| s.has_expired(now)) {
-        waiting::pass_on(lock, state.as_ref(), now);
+        settling::pass_on(lock, state.as_ref(), now);
         return Ok((lock.state()?, others_waiting()));
     }
     Ok((state, waiting))
@@ -162,12 +162,12 @@ fn store_grant(
     now: Millis,
 ) -> Result<(), LockError> {
     let settle = (waiting || granted.live_count(now) > 1).then(|| granted.clone());
-    lock.store(granted, LockEvent::Acquire, now)?;
+    lock.set_announced(granted, LockEvent::Acquire, now)?;
     if session {
         sessions::bind(server::client_id(ctx), lock.queue_key(), token);
     }
     if let Some(stored) = settle {
-        waiting::pass_on(lock, Some(&stored), now);
+        settling::pass_on(lock, Some(&stored), now);
     }
     Ok(())
 }
@@ -249,7 +249,7 @@ pub fn release(ctx: &Context, args: &[RedisString]) -> RedisResult {
     if rest.is_none() && matches!(state, Some(LockState::Exclusive(_))) {
         lock.replicate_command_as_deletion();
     }
-    waiting::release_hold(&lock, rest, now)?;
+    settling::release_hold(&lock, rest, now)?;
     Ok(RedisValue::Integer(1))
 }
 
@@ -281,7 +281,7 @@ pub fn force_release(ctx: &Context, args: &[RedisString]) -> RedisResult {
         return Ok(RedisValue::Integer(0));
     }
     STATS.releases_forced.incr();
-    waiting::release_hold(&lock, None, now)?;
+    settling::release_hold(&lock, None, now)?;
     Ok(RedisValue::Integer(1))
 }
 
@@ -295,7 +295,7 @@ pub fn extend(ctx: &Context, args: &[RedisString]) -> RedisResult {
     match lock::extend(state.as_ref(), owner, only, ttl, now)? {
         Some(extended) => {
             STATS.extends.incr();
-            lock.store(extended, LockEvent::Extend, now)?;
+            lock.set_announced(extended, LockEvent::Extend, now)?;
             Ok(RedisValue::Integer(1))
         }
         None => {
@@ -445,7 +445,7 @@ pub fn apply(ctx: &Context, args: &[RedisString]) -> RedisResult {
         granted,
     };
     fencing::observe(holder.token);
-    LockKey::open(ctx, &args[1]).write(LockState::Exclusive(holder), clock::now_ms())?;
+    LockKey::open(ctx, &args[1]).set_local(LockState::Exclusive(holder), clock::now_ms())?;
     ctx.replicate_verbatim();
     Ok(RedisValue::SimpleStringStatic("OK"))
 }
@@ -469,7 +469,7 @@ pub fn apply_state(ctx: &Context, args: &[RedisString]) -> RedisResult {
     for (holder, _) in state.holds() {
         fencing::observe(holder.token);
     }
-    LockKey::open(ctx, &args[1]).write(state, clock::now_ms())?;
+    LockKey::open(ctx, &args[1]).set_local(state, clock::now_ms())?;
     ctx.replicate_verbatim();
     Ok(RedisValue::SimpleStringStatic("OK"))
 }

@@ -9,5 +9,5 @@ pub mod guarded;
 pub mod info;
 pub mod renames;
 pub mod resetstat;
+pub mod settling;
 pub mod table;
-pub mod waiting;

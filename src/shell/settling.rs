@@ -54,7 +54,7 @@ pub fn settle(ctx: &Context, key: &QueueKey, revoked: Option<Token>) {
             });
             let state = match revoked_hold {
                 // The grant's reply never went out: that hold ends now (others stay).
-                Some(Some(rest)) => match lock.put(rest.clone(), now) {
+                Some(Some(rest)) => match lock.set_replicated(rest.clone(), now) {
                     Ok(()) => Some(rest),
                     Err(_) => state,
                 },
@@ -78,7 +78,7 @@ pub fn pass_on(lock: &LockKey, state: Option<&LockState>, now: Millis) {
     let pruned = state.and_then(|s| settle::pruned(s, now));
     let state = match pruned {
         // Storing accounts for each hold that ended and announces its expiry.
-        Some(live) => match lock.put(live.clone(), now) {
+        Some(live) => match lock.set_replicated(live.clone(), now) {
             Ok(()) => Some(live),
             Err(_) => return,
         },
@@ -123,7 +123,7 @@ fn hand_off(lock: &LockKey, key: &QueueKey, state: Option<&LockState>, now: Mill
     };
     let Handed { served, state } = handed;
     let next_deadline = state.next_deadline(now);
-    if let Err(err) = lock.store(state, LockEvent::Handoff, now) {
+    if let Err(err) = lock.set_announced(state, LockEvent::Handoff, now) {
         for (waiter, _) in served {
             block::answer(waiter.client.handle, Answer::Failed(err));
         }
@@ -160,7 +160,7 @@ pub fn release_hold(lock: &LockKey, rest: Option<LockState>, now: Millis) -> Res
     match rest {
         Some(rest) => {
             let kept = rest.clone();
-            lock.store(rest, LockEvent::Release, now)?;
+            lock.set_announced(rest, LockEvent::Release, now)?;
             pass_on(lock, Some(&kept), now);
         }
         None => {
