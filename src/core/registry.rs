@@ -33,22 +33,10 @@ pub trait Client {
     fn id(&self) -> u64;
 }
 
-struct Entry<C> {
-    queue: WaitQueue<C>,
-}
-
-impl<C> Default for Entry<C> {
-    fn default() -> Self {
-        Self {
-            queue: WaitQueue::default(),
-        }
-    }
-}
-
 pub struct Registry<C> {
     /// The key is shared with the index entry of each of its waiters (one copy of the name
     /// per queue, not one per waiter).
-    queues: HashMap<Arc<QueueKey>, Entry<C>>,
+    queues: HashMap<Arc<QueueKey>, WaitQueue<C>>,
     /// Where each queued client stands: its queue and its place in it.
     client_queue: HashMap<u64, (Arc<QueueKey>, Place)>,
 }
@@ -74,7 +62,6 @@ impl<C: Client> Registry<C> {
             .queues
             .entry(Arc::clone(&key))
             .or_default()
-            .queue
             .push(waiter);
         self.client_queue.insert(client_id, (key, place));
     }
@@ -84,9 +71,9 @@ impl<C: Client> Registry<C> {
     pub fn leave(&mut self, client_id: u64) -> Option<Left<C>> {
         let (key, place) = self.client_queue.remove(&client_id)?;
         let entry = self.queues.get_mut(&*key)?;
-        let was_head = entry.queue.is_head(place);
-        let waiter = entry.queue.remove(place)?;
-        let others_wait = !entry.queue.is_empty();
+        let was_head = entry.is_head(place);
+        let waiter = entry.remove(place)?;
+        let others_wait = !entry.is_empty();
         if !others_wait {
             self.queues.remove(&*key);
         }
@@ -104,23 +91,22 @@ impl<C: Client> Registry<C> {
     }
 
     pub fn has_waiters(&self, key: &QueueKey) -> bool {
-        self.queues.get(key).is_some_and(|e| !e.queue.is_empty())
+        self.queues.get(key).is_some_and(|e| !e.is_empty())
     }
 
     pub fn waiting(&self, key: &QueueKey) -> usize {
-        self.queues.get(key).map_or(0, |e| e.queue.len())
+        self.queues.get(key).map_or(0, |e| e.len())
     }
 
     /// The queue length and the owners of its first `count` waiters, in order.
     pub fn owners(&self, key: &QueueKey, count: usize) -> (usize, Vec<Box<[u8]>>) {
         self.queues.get(key).map_or((0, Vec::new()), |e| {
             let first = e
-                .queue
                 .iter()
                 .take(count)
                 .map(|w| Box::<[u8]>::from(&*w.owner.bytes()))
                 .collect();
-            (e.queue.len(), first)
+            (e.len(), first)
         })
     }
 
@@ -128,7 +114,7 @@ impl<C: Client> Registry<C> {
     pub fn head_fits(&self, key: &QueueKey, state: Option<&LockState>, now: Millis) -> bool {
         self.queues
             .get(key)
-            .is_some_and(|e| e.queue.head_fits(state, now))
+            .is_some_and(|e| e.head_fits(state, now))
     }
 
     /// Serve the head of `key`'s queue (and whoever fits behind it, see
@@ -142,8 +128,8 @@ impl<C: Client> Registry<C> {
         issue_token: impl FnMut() -> Option<Token>,
     ) -> Option<Handed<C>> {
         let entry = self.queues.get_mut(key)?;
-        let handed = entry.queue.hand_off(state, now, max_holders, issue_token);
-        if entry.queue.is_empty() {
+        let handed = entry.hand_off(state, now, max_holders, issue_token);
+        if entry.is_empty() {
             self.queues.remove(key);
         }
         for (waiter, _) in handed.iter().flat_map(|h| &h.served) {
@@ -158,7 +144,7 @@ impl<C: Client> Registry<C> {
         let waiters: Vec<_> = self
             .queues
             .remove(key)
-            .map(|mut e| e.queue.drain().collect())
+            .map(|mut e| e.drain().collect())
             .unwrap_or_default();
         for w in &waiters {
             self.client_queue.remove(&w.client.id());
@@ -173,7 +159,7 @@ impl<C: Client> Registry<C> {
         let everyone: Vec<_> = self
             .queues
             .drain()
-            .flat_map(|(_, mut e)| e.queue.drain().collect::<Vec<_>>())
+            .flat_map(|(_, mut e)| e.drain().collect::<Vec<_>>())
             .collect();
         self.shrink_if_idle();
         everyone
@@ -216,10 +202,10 @@ mod tests {
         fn check_index(&self) -> Result<(), String> {
             let mut count = 0;
             for (key, entry) in &self.queues {
-                if entry.queue.is_empty() {
+                if entry.is_empty() {
                     return Err(format!("empty queue kept for {key:?}"));
                 }
-                for w in entry.queue.iter() {
+                for w in entry.iter() {
                     count += 1;
                     match self.client_queue.get(&w.client) {
                         Some((k, _)) if Arc::ptr_eq(k, key) => {}

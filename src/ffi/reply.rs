@@ -5,6 +5,7 @@ use std::os::raw::c_long;
 
 use redis_module::{raw, Context, RedisError, RedisResult, RedisValue};
 
+use crate::core::codec;
 use crate::core::error::LockError;
 use crate::core::lock::Token;
 use crate::core::settle::Answer;
@@ -17,7 +18,7 @@ impl From<LockError> for RedisError {
 
 /// A token as an integer reply (tokens stay below 2^53, see `core::fencing`).
 pub fn token(token: Token) -> RedisValue {
-    RedisValue::Integer(i64::try_from(token).unwrap_or(i64::MAX))
+    RedisValue::Integer(codec::token_i64(token))
 }
 
 /// The reply of a granted acquire: the token, or `[owner, token]` for owner `*`.
