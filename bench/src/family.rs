@@ -125,11 +125,7 @@ impl ReadWrite {
                 if !write {
                     cmd.arg("SHARED");
                 }
-                let r: redis::Value = cmd
-                    .arg("WAIT")
-                    .arg(5_000)
-                    .query(con)
-                    .expect("acquire");
+                let r: redis::Value = cmd.arg("WAIT").arg(5_000).query(con).expect("acquire");
                 matches!(r, redis::Value::Int(_))
             }
             Impl::Lua => poll(RETRY, until + Duration::from_secs(2), || {

@@ -22,46 +22,55 @@ mod stats;
 mod uncontended;
 mod words;
 
-use std::path::PathBuf;
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use contended::Mode;
+use redis_lock_harness::Server;
 use report::Report;
 use uncontended::Variant;
 
 /// Named sample sets for one chart.
 type Series = Vec<(String, Vec<f64>)>;
 
+/// The sections of a full run, in order, as their progress lines name them.
+const SECTIONS: [&str; 8] = [
+    "uncontended cycles",
+    "contended handoff",
+    "expiry handoff",
+    "memory",
+    "scale",
+    "shared locks and semaphores",
+    "Python lock clients",
+    "the module's own cost",
+];
+
+/// The progress line of section `n` (from 1), such as "4/8 memory".
+fn progress(n: usize) -> String {
+    format!("{n}/{} {}", SECTIONS.len(), SECTIONS[n - 1])
+}
+
+/// The argument after `flag`, if given.
+fn flag_value<'a>(args: &'a [String], flag: &str) -> Option<&'a String> {
+    args.iter()
+        .position(|a| a == flag)
+        .and_then(|i| args.get(i + 1))
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     let quick = args.iter().any(|a| a == "--quick");
-    let out = args
-        .iter()
-        .position(|a| a == "--out")
-        .and_then(|i| args.get(i + 1))
+    let out = flag_value(&args, "--out")
         .map(PathBuf::from)
         .unwrap_or_else(|| PathBuf::from("docs/bench"));
     std::fs::create_dir_all(&out).expect("output folder");
     let secs = if quick { 1 } else { 3 };
     let dur = Duration::from_secs(secs);
 
-    let server = redis_lock_harness::Server::start_with(&["--maxclients", "20000"]);
-    if let Some(n) = args
-        .iter()
-        .position(|a| a == "--waiters")
-        .and_then(|i| args.get(i + 1))
-        .and_then(|n| n.parse::<usize>().ok())
-    {
-        let w = memory::waiters(&server, n);
-        println!(
-            "{} waiters on {}: {:.0} B each ({:.0} B the module's, {:.0} B the server's); a BLPOP waiter {:.0} B",
-            n,
-            redis_lock_harness::server_binary(),
-            w.total,
-            w.module,
-            w.server(),
-            w.blpop
-        );
+    let server = Server::start_with(&["--maxclients", "20000"]);
+    if let Some(n) = flag_value(&args, "--waiters").and_then(|n| n.parse::<usize>().ok()) {
+        waiters_only(&server, n);
         return;
     }
     if args.iter().any(|a| a == "--cost") {
@@ -78,16 +87,60 @@ fn main() {
         redis_lock_harness::module_path().display()
     );
     let mut report = Report::default();
+    eprintln!("{}", progress(1));
+    let cycle_latencies = uncontended_cycles(&mut report, &server, dur);
+    eprintln!("{}", progress(2));
+    let handoff_latencies = contended_handoff(&mut report, &server, quick, dur);
+    eprintln!("{}", progress(3));
+    let expiry_latencies = expiry_handoff(&mut report, &server, quick);
+    eprintln!("{}", progress(4));
+    memory_use(&mut report, &server, quick);
+    eprintln!("{}", progress(5));
+    operation_scale(&mut report, &server, quick);
+    eprintln!("{}", progress(6));
+    lock_family(&mut report, &server, dur);
+    // Section 7 only if the client's virtual environment is there (`make bench` makes it).
+    let python = redis_lock_harness::workspace().join("target/pyvenv/bin/python");
+    if python.exists() {
+        eprintln!("{}", progress(7));
+        python_clients(&mut report, &python, server.port, dur);
+    } else {
+        eprintln!(
+            "{} skipped: no target/pyvenv (run make pyvenv)",
+            progress(7)
+        );
+    }
+    eprintln!("{}", progress(8));
+    module_cost(&mut report, &server, dur);
+    module_cost_instructions(&mut report);
+    draw_charts(&out, cycle_latencies, handoff_latencies, expiry_latencies);
+    write_results(&report, &out);
+}
 
-    // 1. Uncontended cycles.
-    eprintln!("1/6 uncontended cycles");
+/// `--waiters N`: only the memory of N lock waiters against N BLPOP waiters.
+fn waiters_only(server: &Server, n: usize) {
+    let w = memory::waiters(server, n);
+    println!(
+        "{} waiters on {}: {:.0} B each ({:.0} B the module's, {:.0} B the server's); a BLPOP waiter {:.0} B",
+        n,
+        redis_lock_harness::server_binary(),
+        w.total,
+        w.module,
+        w.server(),
+        w.blpop
+    );
+}
+
+/// Section 1: acquire + release cycles of distinct keys against the baselines, unpipelined and
+/// pipelined. Returns the unpipelined cycle latencies of each variant, for a chart.
+fn uncontended_cycles(report: &mut Report, server: &Server, dur: Duration) -> Series {
     let threads = 8;
     let mut rows = Vec::new();
     let mut by = std::collections::HashMap::new();
     let mut cdf_series = Vec::new();
     for pipeline in [1, 32] {
         for v in Variant::ALL {
-            let r = uncontended::run(&server, v, threads, pipeline, dur);
+            let r = uncontended::run(server, v, threads, pipeline, dur);
             rows.push(format!(
                 "| {} | {} | {:.0} | {:.1} | {:.1} |",
                 v.label(),
@@ -129,12 +182,18 @@ fn main() {
             lock / unsafe_del >= 0.9,
         );
     }
+    cdf_series
+}
 
-    // 2. Contended handoff.
-    eprintln!("2/6 contended handoff");
+/// Section 2's runs by client loop, client count and hold (ms).
+type Contended = HashMap<(Mode, usize, u64), contended::Result>;
+
+/// Section 2: K clients looping on one lock, blocking against polling. Returns the handoff
+/// latencies of each client loop with 32 clients and 1 ms holds, for a chart.
+fn contended_handoff(report: &mut Report, server: &Server, quick: bool, dur: Duration) -> Series {
     let mut rows = Vec::new();
     let mut handoff_series = Vec::new();
-    let mut at = std::collections::HashMap::new();
+    let mut at = Contended::new();
     let client_counts: &[usize] = if quick { &[8, 32] } else { &[8, 32, 128] };
     for &clients in client_counts {
         for hold_ms in [0u64, 1] {
@@ -144,7 +203,7 @@ fn main() {
                 Mode::Poll(Duration::from_millis(100)),
             ] {
                 let hold = Duration::from_millis(hold_ms);
-                let r = contended::run(&server, mode, clients, hold, dur);
+                let r = contended::run(server, mode, clients, hold, dur);
                 rows.push(format!(
                     "| {} | {} | {} | {:.0} | {} | {:.1}% | {:.0} | {:.0} | {:.0} | {:.3} | {:.1} |",
                     mode.label(),
@@ -174,6 +233,12 @@ fn main() {
         "| client loop | K | hold ms | grants/s | utilization | back to releaser | handoff p50 µs | handoff p99 µs | wait p99 µs | Jain | server CPU µs/grant |",
         rows,
     );
+    contended_checks(report, &at);
+    handoff_series
+}
+
+/// Section 2's targets, on 32 clients.
+fn contended_checks(report: &mut Report, at: &Contended) {
     let wait32 = &at[&(Mode::Wait, 32, 1)];
     report.check(
         "32 clients, 1 ms hold: utilization",
@@ -214,10 +279,12 @@ fn main() {
         ">= 10x",
         wait0 / poll0.max(1.0) >= 10.0,
     );
+}
 
-    // 3. Expiry handoff.
-    eprintln!("3/6 expiry handoff");
-    let e = expiry::run(&server, if quick { 30 } else { 100 });
+/// Section 3: how soon after an abandoned lease's deadline its waiter is granted. Returns those
+/// latencies, for a chart.
+fn expiry_handoff(report: &mut Report, server: &Server, quick: bool) -> Vec<f64> {
+    let e = expiry::run(server, if quick { 30 } else { 100 });
     report.section(
         "3. Expiry handoff (holder never releases, one waiter)",
         "| samples | p50 µs after the deadline | p99 µs after the deadline |",
@@ -234,49 +301,16 @@ fn main() {
         "<= 5 ms",
         e.p99_us <= 5000.0,
     );
+    e.samples
+}
 
-    // 4. Memory.
-    eprintln!("4/6 memory");
-    let m = memory::run(&server, if quick { 20_000 } else { 100_000 }, 1000);
+/// Section 4: the memory of held locks against SET NX PX strings, and of waiters.
+fn memory_use(report: &mut Report, server: &Server, quick: bool) {
+    let m = memory::run(server, if quick { 20_000 } else { 100_000 }, 1000);
     report.section(
         "4. Memory (used_memory deltas; owners as values of the SET NX PX strings)",
         "| measure | bytes |",
-        vec![
-            format!("| per held lock | {:.1} |", m.bytes_per_lock),
-            format!(
-                "| per SET NX PX string (same key and value) | {:.1} |",
-                m.bytes_per_string
-            ),
-            m.shapes
-                .iter()
-                .map(|(shape, lock, string)| {
-                    format!(
-                        "| per held lock / per string, owner {shape} | {lock:.1} / {string:.1} |"
-                    )
-                })
-                .collect::<Vec<_>>()
-                .join("\n"),
-            format!(
-                "| per waiter (LOCK.ACQUIRE WAIT-blocked connection with a timeout, beyond idle) | {:.1} |",
-                m.waiter.total
-            ),
-            format!(
-                "| of that, held by the module (queue entry, index entry) | {:.1} |",
-                m.waiter.module
-            ),
-            format!(
-                "| of that, held by the server (blocked-client record, two temporary clients, timer) | {:.1} |",
-                m.waiter.server()
-            ),
-            format!(
-                "| per BLPOP-blocked connection, beyond idle (yardstick) | {:.1} |",
-                m.waiter.blpop
-            ),
-            format!(
-                "| used_memory at start / after everything was released | {} / {} |",
-                m.baseline, m.after_release
-            ),
-        ],
+        memory_rows(&m),
     );
     for (shape, lock, string) in &m.shapes {
         report.check(
@@ -304,21 +338,61 @@ fn main() {
         "within 64 KiB",
         (m.after_release - m.baseline).abs() <= 65_536,
     );
+}
 
-    // 5. Scale.
-    eprintln!("5/6 scale");
+/// Section 4's table rows.
+fn memory_rows(m: &memory::Result) -> Vec<String> {
+    vec![
+        format!("| per held lock | {:.1} |", m.bytes_per_lock),
+        format!(
+            "| per SET NX PX string (same key and value) | {:.1} |",
+            m.bytes_per_string
+        ),
+        m.shapes
+            .iter()
+            .map(|(shape, lock, string)| {
+                format!("| per held lock / per string, owner {shape} | {lock:.1} / {string:.1} |")
+            })
+            .collect::<Vec<_>>()
+            .join("\n"),
+        format!(
+            "| per waiter (LOCK.ACQUIRE WAIT-blocked connection with a timeout, beyond idle) | {:.1} |",
+            m.waiter.total
+        ),
+        format!(
+            "| of that, held by the module (queue entry, index entry) | {:.1} |",
+            m.waiter.module
+        ),
+        format!(
+            "| of that, held by the server (blocked-client record, two temporary clients, timer) | {:.1} |",
+            m.waiter.server()
+        ),
+        format!(
+            "| per BLPOP-blocked connection, beyond idle (yardstick) | {:.1} |",
+            m.waiter.blpop
+        ),
+        format!(
+            "| used_memory at start / after everything was released | {} / {} |",
+            m.baseline, m.after_release
+        ),
+    ]
+}
+
+/// Section 5: one operation's round trip with many locks held, and a release's handoff with
+/// many waiters queued.
+fn operation_scale(report: &mut Report, server: &Server, quick: bool) {
     let held_sizes: &[usize] = if quick {
         &[1_000, 100_000]
     } else {
         &[1_000, 100_000, 1_000_000]
     };
-    let held = scale::locks_held(&server, held_sizes, 2000);
+    let held = scale::locks_held(server, held_sizes, 2000);
     let waiter_sizes: &[usize] = if quick {
         &[10, 1_000]
     } else {
         &[10, 1_000, 10_000]
     };
-    let queued = scale::waiters(&server, waiter_sizes, 200);
+    let queued = scale::waiters(server, waiter_sizes, 200);
     let mut rows: Vec<String> = held
         .iter()
         .map(|p| {
@@ -355,55 +429,63 @@ fn main() {
             big.p99_us <= 2.0 * small.p99_us.max(1.0),
         );
     }
+}
 
-    // 6. The lock family.
-    eprintln!("6/6 shared locks and semaphores");
+/// Section 6: the read-write lock and the semaphore against their Lua baselines.
+fn lock_family(report: &mut Report, server: &Server, dur: Duration) {
     let rw: Vec<_> = [family::Impl::Module, family::Impl::Lua]
         .into_iter()
-        .map(|which| (which, family::read_write(&server, which, 32, dur)))
+        .map(|which| (which, family::read_write(server, which, 32, dur)))
         .collect();
     let sem: Vec<_> = [family::Impl::Module, family::Impl::Lua]
         .into_iter()
-        .map(|which| (which, family::semaphore(&server, which, 10, 64, dur)))
-        .collect();
-    let mut rows: Vec<String> = rw
-        .iter()
-        .map(|(which, r)| {
-            format!(
-                "| {} | 32 | {:.0} | {:.0} | {:.0} | {} |",
-                which.label("SHARED / exclusive"),
-                r.ops_per_sec,
-                r.reader_wait_p99_us,
-                r.writer_wait_p99_us,
-                r.writes
-            )
-        })
+        .map(|which| (which, family::semaphore(server, which, 10, 64, dur)))
         .collect();
     report.section(
         "6a. Read-mostly read-write lock (90% shared, 10% exclusive, 1 ms holds)",
         "| client loop | clients | ops/s | reader wait p99 µs | writer wait p99 µs | writes |",
-        std::mem::take(&mut rows),
+        rw.iter()
+            .map(|(which, r)| {
+                format!(
+                    "| {} | 32 | {:.0} | {:.0} | {:.0} | {} |",
+                    which.label("SHARED / exclusive"),
+                    r.ops_per_sec,
+                    r.reader_wait_p99_us,
+                    r.writer_wait_p99_us,
+                    r.writes
+                )
+            })
+            .collect(),
     );
-    rows.extend(sem.iter().map(|(which, r)| {
-        format!(
-            "| {} | 64 | {:.0} | {:.0} | {:.4} | {} |",
-            which.label("LIMIT 10"),
-            r.grants_per_sec,
-            r.wait_p99_us,
-            r.jain,
-            if r.max_in_use >= 0 {
-                r.max_in_use.to_string()
-            } else {
-                "-".into()
-            }
-        )
-    }));
     report.section(
         "6b. Semaphore of 10 permits (1 ms holds)",
         "| client loop | clients | grants/s | wait p99 µs | Jain | most permits held at once |",
-        rows,
+        sem.iter()
+            .map(|(which, r)| {
+                format!(
+                    "| {} | 64 | {:.0} | {:.0} | {:.4} | {} |",
+                    which.label("LIMIT 10"),
+                    r.grants_per_sec,
+                    r.wait_p99_us,
+                    r.jain,
+                    if r.max_in_use >= 0 {
+                        r.max_in_use.to_string()
+                    } else {
+                        "-".into()
+                    }
+                )
+            })
+            .collect(),
     );
-    let (module_rw, lua_rw) = (&rw[0].1, &rw[1].1);
+    lock_family_checks(report, (&rw[0].1, &rw[1].1), (&sem[0].1, &sem[1].1));
+}
+
+/// Section 6's targets, each as (module, Lua).
+fn lock_family_checks(
+    report: &mut Report,
+    (module_rw, lua_rw): (&family::RwResult, &family::RwResult),
+    (module_sem, lua_sem): (&family::SemResult, &family::SemResult),
+) {
     report.check(
         "read-mostly RW lock: writers' wait p99 vs readers' p99",
         format!(
@@ -426,7 +508,6 @@ fn main() {
         ">= 1x",
         module_rw.ops_per_sec >= lua_rw.ops_per_sec,
     );
-    let (module_sem, lua_sem) = (&sem[0].1, &sem[1].1);
     report.check(
         "semaphore, 10 permits, 64 clients: Jain fairness",
         format!("{:.4}", module_sem.jain),
@@ -444,50 +525,40 @@ fn main() {
         "report",
         true,
     );
+}
 
-    // 7. Python clients, if the client's virtual environment is there (`make bench` makes it).
-    let python = redis_lock_harness::workspace().join("target/pyvenv/bin/python");
-    if python.exists() {
-        eprintln!("7. Python lock clients");
-        python_clients(&mut report, &python, server.port, dur);
-    } else {
-        eprintln!("7. Python lock clients skipped: no target/pyvenv (run make pyvenv)");
+/// The CDF charts of sections 1, 2 and 3 into `out`, if the charts' font is there.
+fn draw_charts(out: &Path, cycles: Series, handoffs: Series, expiry: Vec<f64>) {
+    if let Err(err) = charts::init() {
+        eprintln!("charts skipped: {err}");
+        return;
     }
-
-    // 8. What the module costs: GET/SET with and without it, and LOCK.ACQUIRE alone.
-    eprintln!("8. the module's own cost");
-    module_cost(&mut report, &server, dur);
-    module_cost_instructions(&mut report);
-
-    // Charts.
-    match charts::init() {
-        Ok(()) => {
-            let charts: [(&str, &str, Series); 3] = [
-                (
-                    "uncontended-latency.png",
-                    "Uncontended acquire + release cycle latency (CDF)",
-                    cdf_series,
-                ),
-                (
-                    "handoff-latency.png",
-                    "Handoff latency between clients, 32 clients, 1 ms hold (CDF)",
-                    handoff_series,
-                ),
-                (
-                    "expiry-handoff.png",
-                    "Expiry handoff: deadline to the waiter's grant (CDF)",
-                    vec![("LOCK.ACQUIRE WAIT".into(), e.samples.clone())],
-                ),
-            ];
-            for (file, title, series) in charts {
-                if let Err(err) = charts::cdf(&out.join(file), title, &series) {
-                    eprintln!("chart {file}: {err}");
-                }
-            }
+    let charts: [(&str, &str, Series); 3] = [
+        (
+            "uncontended-latency.png",
+            "Uncontended acquire + release cycle latency (CDF)",
+            cycles,
+        ),
+        (
+            "handoff-latency.png",
+            "Handoff latency between clients, 32 clients, 1 ms hold (CDF)",
+            handoffs,
+        ),
+        (
+            "expiry-handoff.png",
+            "Expiry handoff: deadline to the waiter's grant (CDF)",
+            vec![("LOCK.ACQUIRE WAIT".into(), expiry)],
+        ),
+    ];
+    for (file, title, series) in charts {
+        if let Err(err) = charts::cdf(&out.join(file), title, &series) {
+            eprintln!("chart {file}: {err}");
         }
-        Err(err) => eprintln!("charts skipped: {err}"),
     }
+}
 
+/// The report on stdout and into `out/results.md`, and the tally of targets on stderr.
+fn write_results(report: &Report, out: &Path) {
     let md = report.markdown();
     println!("{md}");
     std::fs::write(out.join("results.md"), &md).expect("write results.md");
