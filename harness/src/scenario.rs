@@ -284,23 +284,35 @@ pub struct Outcome {
     pub server_grants: Option<i64>,
 }
 
-impl Scenario {
-    /// Run the workload with its faults and return what happened (check it with `check`).
-    pub fn run(self) -> Outcome {
-        let Scenario {
-            lock_args,
-            lock_env,
-            topology,
-            clients,
-            ttl_ms,
-            duration: dur,
-            wait_ms,
-            hold_ms,
-            pause,
-            chaos,
-            readers,
-            guarded,
-        } = self;
+/// What every writer thread of a run shares.
+#[derive(Clone)]
+struct Workload {
+    store_port: u16,
+    sha: String,
+    /// The lock server's port (a failover moves it).
+    port: Arc<AtomicU16>,
+    /// The chaos thread's restart epoch (odd while a fault is being injected).
+    epoch: Arc<AtomicUsize>,
+    ttl_ms: i64,
+    wait_ms: i64,
+    hold_ms: u64,
+    pause: Pause,
+    readers: usize,
+    guarded: bool,
+    deadline: Instant,
+}
+
+/// The servers of a run.
+struct Servers {
+    store: Server,
+    server: Arc<Mutex<Server>>,
+    replica: Option<Arc<Mutex<Server>>>,
+    cluster: Option<Arc<Mutex<Cluster>>>,
+    port: Arc<AtomicU16>,
+}
+
+impl Servers {
+    fn start(topology: Topology, lock_args: &[String], lock_env: &[(String, String)]) -> Self {
         let lock_args: Vec<&str> = lock_args.iter().map(String::as_str).collect();
         let lock_env: Vec<(&str, &str)> = lock_env
             .iter()
@@ -317,161 +329,89 @@ impl Scenario {
         });
         let replica = (topology == Topology::WithReplica)
             .then(|| Arc::new(Mutex::new(Server::replica_of(&lock_server, &lock_args))));
-        let server = Arc::new(Mutex::new(lock_server));
+        Servers {
+            store,
+            server: Arc::new(Mutex::new(lock_server)),
+            replica,
+            cluster,
+            port,
+        }
+    }
+
+    /// The counter at the end: in the fenced store, or on the lock server for guarded writes.
+    fn final_counter(&self, guarded: bool) -> i64 {
+        let counter = if guarded {
+            connect(self.port.load(Ordering::SeqCst))
+                .and_then(|mut c| cmd(&mut c, &["GET", GUARDED_COUNTER]).ok())
+        } else {
+            Some(ok(&mut self.store.con(), &["HGET", COUNTER, "value"]))
+        };
+        match counter {
+            Some(Value::BulkString(b)) => String::from_utf8_lossy(&b).parse().unwrap_or(0),
+            _ => 0,
+        }
+    }
+
+    /// Grants the lock server counted and did not take back, if it still answers.
+    fn server_grants(&self) -> Option<i64> {
+        connect(self.port.load(Ordering::SeqCst)).map(|mut c| {
+            let grants: i64 = ["acquired_immediately", "acquired_after_wait", "renewed"]
+                .iter()
+                .map(|f| stat(&mut c, f) as i64)
+                .sum();
+            grants - stat(&mut c, "grants_revoked") as i64
+        })
+    }
+}
+
+impl Scenario {
+    /// Run the workload with its faults and return what happened (check it with `check`).
+    pub fn run(self) -> Outcome {
+        let servers = Servers::start(self.topology, &self.lock_args, &self.lock_env);
         let sha: String = redis::cmd("SCRIPT")
             .arg("LOAD")
             .arg(FENCED_STORE)
-            .query(&mut store.con())
+            .query(&mut servers.store.con())
             .unwrap();
-        let epoch = Arc::new(AtomicUsize::new(0));
+        let work = Workload {
+            store_port: servers.store.port,
+            sha,
+            port: servers.port.clone(),
+            epoch: Arc::new(AtomicUsize::new(0)),
+            ttl_ms: self.ttl_ms,
+            wait_ms: self.wait_ms,
+            hold_ms: self.hold_ms,
+            pause: self.pause,
+            readers: self.readers,
+            guarded: self.guarded,
+            deadline: Instant::now() + self.duration,
+        };
         let stop = Arc::new(AtomicBool::new(false));
         let injected = Arc::new(AtomicUsize::new(0));
-        let deadline = Instant::now() + dur;
-
-        let chaos = chaos.map(|f| {
+        let chaos = self.chaos.map(|f| {
             let chaos = Chaos {
-                server: server.clone(),
-                replica: replica.clone(),
-                cluster: cluster.clone(),
-                port: port.clone(),
-                epoch: epoch.clone(),
+                server: servers.server.clone(),
+                replica: servers.replica.clone(),
+                cluster: servers.cluster.clone(),
+                port: servers.port.clone(),
+                epoch: work.epoch.clone(),
                 stop: stop.clone(),
                 injected: injected.clone(),
             };
             std::thread::spawn(move || f(chaos))
         });
-
-        let reader_threads: Vec<_> = (0..readers)
+        let reader_threads: Vec<_> = (0..self.readers)
             .map(|r| {
-                let store_port = store.port;
-                let sha = sha.clone();
-                let port = port.clone();
-                std::thread::spawn(move || read_loop(r, store_port, &sha, &port, ttl_ms, deadline))
+                let w = work.clone();
+                std::thread::spawn(move || {
+                    read_loop(r, w.store_port, &w.sha, &w.port, w.ttl_ms, w.deadline)
+                })
             })
             .collect();
-        let workers: Vec<_> = (0..clients)
+        let workers: Vec<_> = (0..self.clients)
             .map(|c| {
-                let store_port = store.port;
-                let sha = sha.clone();
-                let epoch = epoch.clone();
-                let port = port.clone();
-                std::thread::spawn(move || {
-                    let mut store = connect(store_port).expect("store");
-                    let mut lock: Option<Connection> = None;
-                    let mut records = Vec::new();
-                    let mut op = 0;
-                    while Instant::now() < deadline {
-                        op += 1;
-                        let Some(con) = lock.as_mut() else {
-                            lock = connect(port.load(Ordering::SeqCst));
-                            if lock.is_none() {
-                                std::thread::sleep(Duration::from_millis(20));
-                            }
-                            continue;
-                        };
-                        let owner = format!("client-{c}-{op}");
-                        let sent_epoch = epoch.load(Ordering::SeqCst);
-                        let reply = redis::cmd("LOCK.ACQUIRE")
-                            .arg(LOCK)
-                            .arg(&owner)
-                            .arg(ttl_ms)
-                            .arg("WAIT")
-                            .arg(wait_ms + (op % 7) as i64)
-                            .query::<Value>(con);
-                        let token = match reply {
-                            Ok(Value::Int(t)) => t,
-                            Ok(_) => continue, // timed out waiting
-                            Err(_) => {
-                                lock = None; // the server went away: reconnect
-                                continue;
-                            }
-                        };
-                        let got_epoch = epoch.load(Ordering::SeqCst);
-                        let epoch = (sent_epoch == got_epoch && got_epoch.is_multiple_of(2))
-                            .then_some(got_epoch);
-                        if guarded {
-                            let write = guarded_write(con, token, pause(c, op), hold_ms);
-                            let released = redis::cmd("LOCK.RELEASE")
-                                .arg(LOCK)
-                                .arg(&owner)
-                                .query::<i64>(con)
-                                .ok();
-                            if released.is_none() {
-                                lock = None;
-                            }
-                            records.push(Record {
-                                owner,
-                                token,
-                                epoch,
-                                write,
-                                extended: None,
-                                released,
-                            });
-                            continue;
-                        }
-                        let write = match fenced(&mut store, &sha, "GET", token, None) {
-                            Ok(v) => {
-                                let current = match v {
-                                    Value::BulkString(b) => {
-                                        String::from_utf8_lossy(&b).parse().unwrap_or(0)
-                                    }
-                                    _ => 0,
-                                };
-                                if let Some(p) = pause(c, op) {
-                                    std::thread::sleep(p);
-                                }
-                                if hold_ms > 0 {
-                                    std::thread::sleep(Duration::from_millis(hold_ms));
-                                }
-                                // With readers: first a "write in progress" marker (a negative
-                                // value), held for a moment, then the value.
-                                let marker = if readers > 0 {
-                                    let m = fenced(&mut store, &sha, "SET", token, Some(-token));
-                                    std::thread::sleep(Duration::from_millis(1));
-                                    m.map(|_| ())
-                                } else {
-                                    Ok(())
-                                };
-                                match marker.and_then(|()| {
-                                    fenced(&mut store, &sha, "SET", token, Some(current + 1))
-                                }) {
-                                    Ok(_) => Write::Accepted(current + 1),
-                                    Err(e) if e.contains("STALE") => Write::Stale,
-                                    Err(e) => panic!("store: {e}"),
-                                }
-                            }
-                            Err(e) if e.contains("STALE") => Write::Skipped,
-                            Err(e) => panic!("store: {e}"),
-                        };
-                        let extended = (write == Write::Stale)
-                            .then(|| {
-                                redis::cmd("LOCK.EXTEND")
-                                    .arg(LOCK)
-                                    .arg(&owner)
-                                    .arg(ttl_ms)
-                                    .query::<i64>(con)
-                                    .ok()
-                            })
-                            .flatten();
-                        let released = redis::cmd("LOCK.RELEASE")
-                            .arg(LOCK)
-                            .arg(&owner)
-                            .query::<i64>(con)
-                            .ok();
-                        if released.is_none() {
-                            lock = None;
-                        }
-                        records.push(Record {
-                            owner,
-                            token,
-                            epoch,
-                            write,
-                            extended,
-                            released,
-                        });
-                    }
-                    records
-                })
+                let w = work.clone();
+                std::thread::spawn(move || write_loop(c, &w))
             })
             .collect();
         let records: Vec<Record> = workers
@@ -486,34 +426,121 @@ impl Scenario {
         if let Some(chaos) = chaos {
             chaos.join().expect("chaos thread");
         }
-        let counter = if guarded {
-            connect(port.load(Ordering::SeqCst))
-                .and_then(|mut c| cmd(&mut c, &["GET", GUARDED_COUNTER]).ok())
-        } else {
-            Some(ok(&mut store.con(), &["HGET", COUNTER, "value"]))
-        };
-        let final_counter = match counter {
-            Some(Value::BulkString(b)) => String::from_utf8_lossy(&b).parse().unwrap_or(0),
-            _ => 0,
-        };
-        let server_grants = connect(port.load(Ordering::SeqCst)).map(|mut c| {
-            let grants: i64 = ["acquired_immediately", "acquired_after_wait", "renewed"]
-                .iter()
-                .map(|f| stat(&mut c, f) as i64)
-                .sum();
-            grants - stat(&mut c, "grants_revoked") as i64
-        });
-        drop(server);
-        drop(replica);
-        drop(cluster);
         Outcome {
-            server_grants,
+            server_grants: servers.server_grants(),
+            final_counter: servers.final_counter(self.guarded),
             records,
             reads,
-            final_counter,
             injected: injected.load(Ordering::Relaxed),
         }
     }
+}
+
+/// A writer client: acquire (WAIT) -> read-modify-write -> release, until the deadline.
+fn write_loop(c: usize, w: &Workload) -> Vec<Record> {
+    let mut store = connect(w.store_port).expect("store");
+    let mut lock: Option<Connection> = None;
+    let mut records = Vec::new();
+    let mut op = 0;
+    while Instant::now() < w.deadline {
+        op += 1;
+        let Some(con) = lock.as_mut() else {
+            lock = connect(w.port.load(Ordering::SeqCst));
+            if lock.is_none() {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            continue;
+        };
+        let owner = format!("client-{c}-{op}");
+        let sent_epoch = w.epoch.load(Ordering::SeqCst);
+        let reply = redis::cmd("LOCK.ACQUIRE")
+            .arg(LOCK)
+            .arg(&owner)
+            .arg(w.ttl_ms)
+            .arg("WAIT")
+            .arg(w.wait_ms + (op % 7) as i64)
+            .query::<Value>(con);
+        let token = match reply {
+            Ok(Value::Int(t)) => t,
+            Ok(_) => continue, // timed out waiting
+            Err(_) => {
+                lock = None; // the server went away: reconnect
+                continue;
+            }
+        };
+        let got_epoch = w.epoch.load(Ordering::SeqCst);
+        let epoch = (sent_epoch == got_epoch && got_epoch.is_multiple_of(2)).then_some(got_epoch);
+        let (write, extended) = if w.guarded {
+            let write = guarded_write(con, token, (w.pause)(c, op), w.hold_ms);
+            (write, None)
+        } else {
+            let write = store_write(&mut store, w, token, (c, op));
+            (
+                write.clone(),
+                extend_if_stale(con, &owner, w.ttl_ms, &write),
+            )
+        };
+        let released = redis::cmd("LOCK.RELEASE")
+            .arg(LOCK)
+            .arg(&owner)
+            .query::<i64>(con)
+            .ok();
+        if released.is_none() {
+            lock = None;
+        }
+        records.push(Record {
+            owner,
+            token,
+            epoch,
+            write,
+            extended,
+            released,
+        });
+    }
+    records
+}
+
+/// A holder's read-modify-write of the counter in the fenced store. With readers: first a
+/// "write in progress" marker (a negative value), held for a moment, then the value.
+fn store_write(store: &mut Connection, w: &Workload, token: i64, (c, op): (usize, usize)) -> Write {
+    let current = match fenced(store, &w.sha, "GET", token, None) {
+        Ok(Value::BulkString(b)) => String::from_utf8_lossy(&b).parse().unwrap_or(0),
+        Ok(_) => 0,
+        Err(e) if e.contains("STALE") => return Write::Skipped,
+        Err(e) => panic!("store: {e}"),
+    };
+    if let Some(p) = (w.pause)(c, op) {
+        std::thread::sleep(p);
+    }
+    if w.hold_ms > 0 {
+        std::thread::sleep(Duration::from_millis(w.hold_ms));
+    }
+    let marker = if w.readers > 0 {
+        let m = fenced(store, &w.sha, "SET", token, Some(-token));
+        std::thread::sleep(Duration::from_millis(1));
+        m.map(|_| ())
+    } else {
+        Ok(())
+    };
+    match marker.and_then(|()| fenced(store, &w.sha, "SET", token, Some(current + 1))) {
+        Ok(_) => Write::Accepted(current + 1),
+        Err(e) if e.contains("STALE") => Write::Stale,
+        Err(e) => panic!("store: {e}"),
+    }
+}
+
+/// For a holder whose write the store refused: what LOCK.EXTEND answers right after.
+fn extend_if_stale(con: &mut Connection, owner: &str, ttl_ms: i64, write: &Write) -> Option<i64> {
+    (*write == Write::Stale)
+        .then(|| {
+            redis::cmd("LOCK.EXTEND")
+                .arg(LOCK)
+                .arg(owner)
+                .arg(ttl_ms)
+                .query::<i64>(con)
+                .ok()
+        })
+        .flatten()
 }
 
 /// A holder's read-modify-write of the counter on the lock server: a plain read, then the write
@@ -615,6 +642,35 @@ fn read_loop(
 
 /// Check the properties the README promises; returns (accepted writes, stale rejections).
 pub fn check(outcome: &Outcome) -> (usize, usize) {
+    let accepted = check_writes(outcome);
+    check_reads(outcome, &accepted);
+    check_tokens_unique(outcome);
+    check_epochs(outcome);
+    let stale = outcome
+        .records
+        .iter()
+        .filter(|r| matches!(r.write, Write::Stale | Write::Skipped))
+        .count();
+    let distinct: HashSet<_> = outcome.records.iter().map(|r| r.token).collect();
+    let reads = if outcome.reads.is_empty() {
+        String::new()
+    } else {
+        format!(", reads {}", outcome.reads.len())
+    };
+    eprintln!(
+        "operations {}{reads}, distinct grants {}, accepted writes {}, stale rejected {}, faults injected {}",
+        outcome.records.len(),
+        distinct.len(),
+        accepted.len(),
+        stale,
+        outcome.injected
+    );
+    (accepted.len(), stale)
+}
+
+/// The accepted writes form the chain 1..N with increasing tokens, and the counter is exact.
+/// Returns them as (value, token), sorted.
+fn check_writes(outcome: &Outcome) -> Vec<(i64, i64)> {
     let mut accepted: Vec<(i64, i64)> = outcome
         .records
         .iter()
@@ -642,7 +698,11 @@ pub fn check(outcome: &Outcome) -> (usize, usize) {
         accepted.len() as i64,
         "the counter is exact"
     );
+    accepted
+}
 
+/// No reader saw a write in progress, or a value no accepted write wrote.
+fn check_reads(outcome: &Outcome, accepted: &[(i64, i64)]) {
     for read in &outcome.reads {
         assert_ne!(
             read.read,
@@ -662,6 +722,10 @@ pub fn check(outcome: &Outcome) -> (usize, usize) {
             );
         }
     }
+}
+
+/// No token was handed to two different acquisitions.
+fn check_tokens_unique(outcome: &Outcome) {
     let mut owner_of: HashMap<i64, &str> = HashMap::new();
     let grants = outcome
         .records
@@ -675,6 +739,10 @@ pub fn check(outcome: &Outcome) -> (usize, usize) {
             "token {token} granted twice: {previous:?} and {owner}"
         );
     }
+}
+
+/// Tokens never went backwards across the lock server's restarts.
+fn check_epochs(outcome: &Outcome) {
     let mut by_epoch: HashMap<usize, (i64, i64)> = HashMap::new();
     for r in &outcome.records {
         if let Some(e) = r.epoch {
@@ -695,26 +763,6 @@ pub fn check(outcome: &Outcome) -> (usize, usize) {
             pair[1].1 .0
         );
     }
-    let stale = outcome
-        .records
-        .iter()
-        .filter(|r| matches!(r.write, Write::Stale | Write::Skipped))
-        .count();
-    let distinct: HashSet<_> = outcome.records.iter().map(|r| r.token).collect();
-    let reads = if outcome.reads.is_empty() {
-        String::new()
-    } else {
-        format!(", reads {}", outcome.reads.len())
-    };
-    eprintln!(
-        "operations {}{reads}, distinct grants {}, accepted writes {}, stale rejected {}, faults injected {}",
-        outcome.records.len(),
-        distinct.len(),
-        accepted.len(),
-        stale,
-        outcome.injected
-    );
-    (accepted.len(), stale)
 }
 
 /// No pauses.
