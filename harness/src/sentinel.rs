@@ -120,6 +120,14 @@ impl Proc {
     }
 }
 
+impl Drop for Proc {
+    /// A process not (yet) in a deployment, say one that did not start, is killed too.
+    fn drop(&mut self) {
+        self.signal(libc::SIGCONT);
+        self.kill9();
+    }
+}
+
 /// A connection to `host:port` (connect timeout 300 ms) whose replies may take `read_timeout`.
 pub fn connect_to(host: &str, port: u16, read_timeout: Duration) -> Option<Connection> {
     let client = redis::Client::open(format!("redis://{host}:{port}/")).ok()?;
@@ -221,7 +229,7 @@ impl Deployment {
             wait_link_up(&mut con);
         }
         for (host, port, _, slot) in places.iter().skip(count) {
-            let s = Proc {
+            let mut s = Proc {
                 host: host.clone(),
                 port: *port,
                 client_host: None,
@@ -250,7 +258,6 @@ impl Deployment {
                 timeout = settings.failover_timeout_ms,
             );
             std::fs::write(s.dir.join("sentinel.conf"), conf).expect("write sentinel.conf");
-            let mut s = s;
             d.spawn(&mut s, "sentinel.conf");
             d.sentinels.push(s);
         }
@@ -374,17 +381,24 @@ impl Deployment {
         None
     }
 
-    /// Wait until node `i` is a replica of node `master` with its link up (asked on its client
-    /// path, so also while it is cut off); when, or `None` after `timeout`.
-    pub fn wait_replica_of(&self, i: usize, master: usize, timeout: Duration) -> Option<Instant> {
-        let (mh, mp) = (self.nodes[master].host.clone(), self.nodes[master].port);
+    /// Wait until node `i` is a replica, with its link up, of the master the Sentinels name
+    /// (asked on its client path, so also while it is cut off; the master named then, which
+    /// is not always the first one promoted: a Sentinel may fail over again); when and which,
+    /// or `None` after `timeout`.
+    pub fn wait_replica_of_master(&self, i: usize, timeout: Duration) -> Option<(Instant, usize)> {
+        let mut found = None;
         let ok = eventually(timeout, || {
+            let Some(m) = self.sentinel_master().filter(|&m| m != i) else {
+                return false;
+            };
+            let want = Some(Some((self.nodes[m].host.clone(), self.nodes[m].port)));
+            found = Some(m);
             self.nodes[i].side_con().is_some_and(|mut c| {
-                role(&mut c) == Some(Some((mh.clone(), mp)))
+                role(&mut c) == want
                     && info_field(&mut c, "replication", "master_link_status") == "up"
             })
         });
-        ok.then(Instant::now)
+        ok.then(|| found.map(|m| (Instant::now(), m))).flatten()
     }
 
     /// Where clients on the bridge find the Sentinels.
@@ -420,7 +434,7 @@ impl Deployment {
 impl Drop for Deployment {
     fn drop(&mut self) {
         for p in self.nodes.iter_mut().chain(self.sentinels.iter_mut()) {
-            // A stopped process must continue to die of SIGKILL: it does, but say so.
+            // SIGKILL ends a stopped process too; SIGCONT first all the same.
             p.signal(libc::SIGCONT);
             p.kill9();
             if !std::thread::panicking() {
@@ -889,10 +903,23 @@ impl History {
         })
     }
 
+    /// The nodes that granted, in the order of their first grants.
+    pub fn masters(&self) -> Vec<usize> {
+        let mut first: HashMap<usize, Duration> = HashMap::new();
+        for g in &self.grants {
+            let t = first.entry(g.node).or_insert(g.granted);
+            *t = (*t).min(g.granted);
+        }
+        let mut nodes: Vec<(usize, Duration)> = first.into_iter().collect();
+        nodes.sort_by_key(|(_, t)| *t);
+        nodes.into_iter().map(|(n, _)| n).collect()
+    }
+
     /// Tokens and masters: on each node a grant answered before another was asked has the
-    /// smaller token; and every token `new` granted is above every token `old` ever granted
-    /// (before, during and after a cut: each master grants in its own epoch).
-    pub fn check_epochs(&self, old: usize, new: usize) {
+    /// smaller token; and every token of a master is above every token of each master that
+    /// granted before it did (ever: before, during and after a cut, also while both granted at
+    /// once): each promotion starts an epoch above what the promoted replica has seen.
+    pub fn check_epochs(&self) {
         let mut by_node: HashMap<usize, Vec<&Grant>> = HashMap::new();
         for g in &self.grants {
             by_node.entry(g.node).or_default().push(g);
@@ -925,28 +952,33 @@ impl History {
                 }
             }
         }
-        let max_old = self
-            .grants
-            .iter()
-            .filter(|g| g.node == old)
-            .max_by_key(|g| g.token);
-        let min_new = self
-            .grants
-            .iter()
-            .filter(|g| g.node == new)
-            .min_by_key(|g| g.token);
-        if let (Some(o), Some(n)) = (max_old, min_new) {
-            assert!(
-                n.token > o.token,
-                "the new master's smallest token {} ({} at {}) is not above the old master's \
-                 largest {} ({} at {})",
-                n.token,
-                n.owner,
-                secs(n.granted),
-                o.token,
-                o.owner,
-                secs(o.granted)
-            );
+        let masters = self.masters();
+        for (k, &new) in masters.iter().enumerate() {
+            for &old in &masters[..k] {
+                let max_old = self
+                    .grants
+                    .iter()
+                    .filter(|g| g.node == old)
+                    .max_by_key(|g| g.token);
+                let min_new = self
+                    .grants
+                    .iter()
+                    .filter(|g| g.node == new)
+                    .min_by_key(|g| g.token);
+                if let (Some(o), Some(n)) = (max_old, min_new) {
+                    assert!(
+                        n.token > o.token,
+                        "node {new}'s smallest token {} ({} at {}) is not above the largest of \
+                         node {old}, which granted before it: {} ({} at {})",
+                        n.token,
+                        n.owner,
+                        secs(n.granted),
+                        o.token,
+                        o.owner,
+                        secs(o.granted)
+                    );
+                }
+            }
         }
     }
 

@@ -1,5 +1,5 @@
 //! Sentinel as the failover orchestrator: three lock servers (a master and two replicas) watched
-//! by three Sentinels (quorum 2, a master down after 1 s of silence), every process in a network
+//! by three Sentinels (quorum 2, a master down after 2 s of silence), every process in a network
 //! namespace of its own on one bridge. Real failovers (kill -9 and SIGSTOP of the master) and a
 //! real partition: the master's veth brought down for 15 s, while "isolated" clients keep using
 //! it through its client path and "majority" clients follow Sentinel to the replica it promotes;
@@ -10,8 +10,8 @@
 //!   increasing tokens, so no write that should have been refused got in; the counter is exact;
 //!   no token was granted to two owners (every grant, used or not);
 //! - tokens (`History::check_epochs`): on each node a grant answered before another was asked
-//!   has the smaller token, and every token of the promoted master is above every token the old
-//!   master ever granted, also those it granted on its side of the cut;
+//!   has the smaller token, and every token of a promoted master is above every token of the
+//!   masters that granted before it, the old master's on its side of the cut included;
 //! - each master alone is exclusive: no two grants of one node to different owners held the
 //!   lock at once by their own accounts (`History::overlaps`);
 //! - progress: the promoted master grants the lock within the lease plus the failover time
@@ -42,9 +42,13 @@ fn require_netns() {
     }
 }
 
+/// In namespaces, a master down after 2 s: with 1 s, a Sentinel sometimes found the master
+/// it had just promoted silent for a second on this loaded 2-core machine and failed over once
+/// more (the checks follow that too: see `History::check_epochs`).
 fn netns_settings() -> Settings {
     Settings {
         netns: true,
+        down_after_ms: 2000,
         ..Settings::default()
     }
 }
@@ -73,7 +77,10 @@ fn skip_skewed() {
 struct Observed {
     h: History,
     old: usize,
+    /// The replica Sentinel promoted first, and the master it named at the end (the same,
+    /// unless a Sentinel failed over again).
     new: usize,
+    last: usize,
     /// When the fault began (cut, kill, stop), a Sentinel first named the new master, the cut
     /// healed (or the old master came back), and the old master was a replica of the new one.
     fault: Duration,
@@ -92,13 +99,16 @@ impl Observed {
     fn report(&self, what: &str) {
         let h = &self.h;
         let isolated_during = h.count(|g| g.node == self.old && self.during(g.granted));
-        let new_during = h.count(|g| g.node == self.new && g.granted < self.back);
+        let new_during = h.count(|g| g.node != self.old && g.granted < self.back);
         eprintln!(
-            "{what}: failover {} after the fault (node {} promoted), old master back at {} and \
-             a replica {} later; grants {} (old master during the fault {isolated_during}, new \
-             master before the old one came back {new_during}), refusals {}",
+            "{what}: failover {} after the fault (node {} promoted, node {} master at the end; \
+             nodes in the order they granted: {:?}), old master back at {} and a replica {} \
+             later; grants {} (old master during the fault {isolated_during}, new masters \
+             before the old one came back {new_during}), refusals {}",
             secs(self.failover()),
             self.new,
+            self.last,
+            h.masters(),
             secs(self.back),
             secs(self.demoted - self.back),
             h.grants.len(),
@@ -120,8 +130,8 @@ impl Observed {
     fn check_safety(&self) {
         let h = &self.h;
         let (accepted, stale) = h.check_store();
-        h.check_epochs(self.old, self.new);
-        for node in [self.old, self.new] {
+        h.check_epochs();
+        for node in h.masters() {
             let same = h.overlaps(|g| g.node == node);
             assert!(
                 same.is_empty(),
@@ -174,7 +184,7 @@ fn partition(settings: Settings, workload: Workload) -> Observed {
     std::thread::sleep((fault + PARTITION).saturating_sub(run.now()));
     d.heal(0);
     let back = run.now();
-    let Some(at) = d.wait_replica_of(0, new, Duration::from_secs(30)) else {
+    let Some((at, last)) = d.wait_replica_of_master(0, Duration::from_secs(30)) else {
         panic!("the old master never became a replica\n{}", d.logs());
     };
     let demoted = run.at(at);
@@ -187,6 +197,7 @@ fn partition(settings: Settings, workload: Workload) -> Observed {
         h,
         old: 0,
         new,
+        last,
         fault,
         promoted,
         back,
@@ -203,7 +214,7 @@ fn check_both_sides(o: &Observed) {
         "the isolated clients got nothing from the old master during the cut"
     );
     assert!(
-        h.accepted(|g| g.node == o.new && g.side == Side::Isolated && g.granted > o.demoted) > 0,
+        h.accepted(|g| g.node == o.last && g.side == Side::Isolated && g.granted > o.demoted) > 0,
         "the isolated clients never wrote through the new master after the heal"
     );
 }
@@ -220,7 +231,7 @@ fn sentinel_partition_default_settings() {
     o.report("partition, default settings");
     o.check_common();
     check_both_sides(&o);
-    let both = o.h.overlaps(|g| g.node == o.old || g.node == o.new);
+    let both = o.h.overlaps(|_| true);
     eprintln!("pairs of holders at once across the cut: {}", both.len());
     assert!(
         !both.is_empty(),
@@ -236,13 +247,13 @@ fn sentinel_partition_default_settings() {
 /// later than all that and its lease. Asserted: besides the common checks, the isolated master
 /// answered `NOREPLICAS`, its last grant came within `WAIT` (+100 ms) of the first
 /// `NOREPLICAS`, and no two grants to different owners held the lock at once anywhere (across
-/// the cut included), by the holders' own accounts.
+/// the cut included), by the holders' own accounts. (Failover timeout 3 s as elsewhere: a
+/// failed first election is retried after 6 s, still inside the cut.)
 #[test]
 #[ignore = "fault suite: make test-faults"]
 fn sentinel_partition_min_replicas_to_write() {
     let settings = Settings {
         down_after_ms: 6000,
-        failover_timeout_ms: 6000,
         node_args: [
             "--min-replicas-to-write",
             "1",
@@ -295,9 +306,10 @@ fn sentinel_partition_min_replicas_to_write() {
 /// unused). Default server settings. The isolated master cannot get a grant to a replica, so
 /// none of its grants after the cut is acknowledged; the promoted replica has every grant
 /// acknowledged before (Sentinel promotes the replica with the largest offset). Asserted:
-/// the common checks, and no two acknowledged grants to different owners held the lock at once
-/// during their leases (the lease counted from when the holder asked, or its release if
-/// earlier), across the cut included.
+/// the common checks, no grant asked of the isolated master after the cut was acknowledged,
+/// and no two acknowledged grants to different owners held the lock at once during their
+/// leases (the lease counted from when the holder asked, or its release if earlier), across
+/// the cut included.
 #[test]
 #[ignore = "fault suite: make test-faults"]
 fn sentinel_partition_durable_grants() {
@@ -317,6 +329,14 @@ fn sentinel_partition_durable_grants() {
     assert!(
         unacked > 0,
         "the isolated master granted nothing during the cut"
+    );
+    // A grant asked for once the veth was down cannot reach a replica (100 ms: the cut is an
+    // `ip link` command that starts at `fault`).
+    let cut = o.fault + Duration::from_millis(100);
+    assert_eq!(
+        o.h.count(|g| g.node == o.old && g.sent > cut && g.used()),
+        0,
+        "the isolated master acknowledged a durable grant after the cut"
     );
     let both = o.h.overlaps(|_| true);
     assert!(
@@ -367,7 +387,7 @@ fn failover(
     std::thread::sleep(Duration::from_secs(3));
     back(&mut d);
     let at_back = run.now();
-    let Some(at) = d.wait_replica_of(0, new, Duration::from_secs(30)) else {
+    let Some((at, last)) = d.wait_replica_of_master(0, Duration::from_secs(30)) else {
         panic!("the old master never became a replica\n{}", d.logs());
     };
     let demoted = run.at(at);
@@ -380,6 +400,7 @@ fn failover(
         h,
         old: 0,
         new,
+        last,
         fault: at_fault,
         promoted,
         back: at_back,
@@ -424,7 +445,7 @@ fn sentinel_failover_master_stopped() {
     );
     o.report("SIGSTOP of the master");
     let late = o.h.count(|g| g.node == o.old && g.granted > o.back);
-    let both = o.h.overlaps(|g| g.node == o.old || g.node == o.new);
+    let both = o.h.overlaps(|_| true);
     eprintln!(
         "grants by the resumed old master: {late}; pairs of holders at once across the two \
          masters: {}",
