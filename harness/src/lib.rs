@@ -1,13 +1,17 @@
 //! Test support for redis-lock, shared by the integration tests, the fault suite and the
 //! benchmark: real redis-server / valkey-server processes on free loopback ports, loaded with the
 //! freshly built module and stopped by PID (`Server`); clients and small helpers; a Redis Cluster
-//! (`cluster`); and the fault-injection engine with its history checker (`scenario`).
+//! (`cluster`); the fault-injection engine with its history checker (`scenario`); network
+//! namespaces for real partitions (`netns`) and Sentinel deployments with their workload
+//! (`sentinel`).
 //!
 //! `LOCK_TEST_SERVER` picks the server binary (default `redis-server`); `LOCK_MODULE` the module
 //! (default `target/debug/libredis_lock.so`, built by `make test`).
 
 pub mod cluster;
+pub mod netns;
 pub mod scenario;
+pub mod sentinel;
 
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
@@ -41,12 +45,14 @@ pub fn workspace() -> PathBuf {
     here.parent().unwrap_or(here).to_path_buf()
 }
 
-fn free_port() -> u16 {
+/// A free loopback port.
+pub fn free_port() -> u16 {
     let listener = TcpListener::bind("127.0.0.1:0").expect("bind a free port");
     listener.local_addr().expect("local addr").port()
 }
 
-fn fresh_dir(tag: &str) -> PathBuf {
+/// A fresh directory for a server under `target/test-servers`.
+pub fn fresh_dir(tag: &str) -> PathBuf {
     let n = NEXT_DIR.fetch_add(1, Ordering::Relaxed);
     let dir = workspace()
         .join("target/test-servers")

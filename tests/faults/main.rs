@@ -9,5 +9,6 @@ mod failover;
 mod guard;
 mod pauses;
 mod processes;
+mod sentinel;
 mod shared;
 mod waiters;

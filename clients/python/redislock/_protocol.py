@@ -25,6 +25,20 @@ UNREACHABLE = "the server could not be reached before the lease ended"
 GONE_AT_RELEASE = "the hold was gone when released (its lease ran out)"
 
 
+#: How long a wait pauses before it asks again after a broken link.
+RETRY_PAUSE = 0.05
+
+
+def expired(deadline: Optional[float]) -> bool:
+    return deadline is not None and time.monotonic() >= deadline
+
+
+def next_wait(deadline: Optional[float], wait: Optional[Number]) -> Optional[Number]:
+    """The ``WAIT`` of the next try: what is left until ``deadline`` (at least 1 ms), or
+    ``wait`` as it was when there is none."""
+    return wait if deadline is None else max(0.001, deadline - time.monotonic())
+
+
 def pool_of(client: Any, key: str) -> Any:
     """The connection pool that serves ``key``: the client's own, or its cluster node's."""
     if hasattr(client, "get_node_from_key"):
@@ -36,8 +50,13 @@ def own_connection(pool: Any, timeout: Optional[float]) -> Any:
     """A connection made like ``pool``'s (same class, server, credentials, database, protocol;
     sync or asyncio) but outside it: it takes none of ``max_connections``, so the application's
     use of the pool can never starve it, and it is given back by closing it. ``timeout``
-    bounds connecting and each reply (None: replies wait as long as the server takes)."""
+    bounds connecting and each reply (None: replies wait as long as the server takes). It
+    connects once per call, without the client's retries and their back-off: its callers
+    retry on their own schedule (a watchdog's renewal never waits past the next one)."""
     kwargs = dict(pool.connection_kwargs)
+    kwargs["retry"] = None
+    kwargs["retry_on_timeout"] = False
+    kwargs.pop("retry_on_error", None)
     kwargs["socket_timeout"] = timeout
     kwargs.pop("orig_socket_timeout", None)  # redis-py 7+ restores these after maintenance
     if timeout is not None:

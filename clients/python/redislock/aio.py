@@ -28,6 +28,9 @@ async def _lend(pool: Any) -> Any:
 async def _call(conn: Any, args: list, wait_forever: bool = False) -> Any:
     """Send ``args`` on ``conn`` and read the reply (without a read timeout for a blocking
     ``WAIT``, whatever the connection's own timeout is)."""
+    # Through ``connect()``, which a Sentinel-managed connection overrides to ask the
+    # Sentinels for the master (see ``redislock.lock._call``).
+    await conn.connect()
     await conn.send_command(*args)
     if not wait_forever:
         return await conn.read_response()
@@ -92,7 +95,16 @@ class Lock(p.LockSettings):
         pool = p.pool_of(self.client, self.key)
         while True:
             # A session hold lives as long as its connection: one of its own, never the pool's.
-            conn = p.own_connection(pool, None) if self.session else await _lend(pool)
+            try:
+                conn = p.own_connection(pool, None) if self.session else await _lend(pool)
+            except p.BROKEN_LINK:
+                # Nobody to ask yet (see ``redislock.Lock``): a wait asks again until its
+                # deadline; a call that does not wait fails.
+                if wait is None or p.expired(deadline):
+                    raise
+                await asyncio.sleep(p.RETRY_PAUSE)
+                wait = p.next_wait(deadline, wait)
+                continue
             try:
                 args = p.acquire_args(self.key, self.owner, self.ttl, self.mode, self.session, wait)
                 token = p.token_of(await _call(conn, args, wait_forever=wait is not None))
@@ -107,11 +119,10 @@ class Lock(p.LockSettings):
                 raise p.translate(err) from err
             except p.BROKEN_LINK:
                 await self._put_back(pool, conn, broken=True)
-                if deadline is not None and time.monotonic() >= deadline:
+                if p.expired(deadline):
                     raise
-                await asyncio.sleep(0.05)
-                if deadline is not None:
-                    wait = max(0.001, deadline - time.monotonic())
+                await asyncio.sleep(p.RETRY_PAUSE)
+                wait = p.next_wait(deadline, wait)
                 continue
             except BaseException:
                 # Cancelled (or interrupted) mid-call: the reply may still come, so the

@@ -31,6 +31,10 @@ def _lend(pool: Any) -> Any:
 def _call(conn: Any, args: list, socket_timeout: Any = "keep") -> Any:
     """Send ``args`` on ``conn`` and read the reply; ``socket_timeout`` None waits as long as
     the server takes (a blocking ``WAIT``), whatever the connection's own timeout is."""
+    # Connected through ``connect()``, which a Sentinel-managed connection overrides to ask
+    # the Sentinels for the master (``send_command`` alone would connect to the connection's
+    # default host): so a connection of our own follows a failover when it reconnects.
+    conn.connect()
     conn.send_command(*args)
     sock = getattr(conn, "_sock", None)
     if socket_timeout == "keep" or sock is None:
@@ -99,7 +103,16 @@ class Lock(p.LockSettings):
         pool = p.pool_of(self.client, self.key)
         while True:
             # A session hold lives as long as its connection: one of its own, never the pool's.
-            conn = p.own_connection(pool, None) if self.session else _lend(pool)
+            try:
+                conn = p.own_connection(pool, None) if self.session else _lend(pool)
+            except p.BROKEN_LINK:
+                # Nobody to ask yet (the server is down, or Sentinel names a master that is not
+                # up yet): a wait asks again until its deadline; a call that does not wait fails.
+                if wait is None or p.expired(deadline):
+                    raise
+                time.sleep(p.RETRY_PAUSE)
+                wait = p.next_wait(deadline, wait)
+                continue
             try:
                 args = p.acquire_args(self.key, self.owner, self.ttl, self.mode, self.session, wait)
                 reply = _call(conn, args, socket_timeout=None if wait is not None else "keep")
@@ -116,11 +129,10 @@ class Lock(p.LockSettings):
                 # The connection broke while waiting: the same owner asks again, which the
                 # server treats as a safe retry (a grant whose reply never went out is revoked).
                 self._put_back(pool, conn, broken=True)
-                if deadline is not None and time.monotonic() >= deadline:
+                if p.expired(deadline):
                     raise
-                time.sleep(0.05)
-                if deadline is not None:
-                    wait = max(0.001, deadline - time.monotonic())
+                time.sleep(p.RETRY_PAUSE)
+                wait = p.next_wait(deadline, wait)
                 continue
             except BaseException:
                 # Interrupted mid-call (a signal handler's exception, KeyboardInterrupt): the

@@ -25,8 +25,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use redis::aio::MultiplexedConnection;
-use redis::{AsyncConnectionConfig, FromRedisValue, RedisError, Value};
-use tokio::sync::{watch, Mutex, OnceCell};
+use redis::sentinel::SentinelClient;
+use redis::{AsyncConnectionConfig, ErrorKind, FromRedisValue, RedisError, Value};
+use tokio::sync::{watch, Mutex};
 use tokio::task::JoinHandle;
 
 /// What can go wrong.
@@ -64,22 +65,78 @@ impl From<RedisError> for Error {
     }
 }
 
+/// How long a wait pauses before it asks again after a broken link.
+const RETRY_PAUSE: Duration = Duration::from_millis(50);
+
 fn millis(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX).max(1)
+}
+
+/// The link broke or could not be made (the server is down, or, through Sentinel, the master
+/// is changing): a wait asks again with the same owner, a renewal again until the lease ends.
+fn unreachable(e: &RedisError) -> bool {
+    e.is_io_error()
+        || e.is_connection_dropped()
+        || e.is_timeout()
+        || e.is_connection_refusal()
+        || e.kind() == ErrorKind::MasterNameNotFoundBySentinel
+}
+
+/// Where connections come from.
+#[derive(Clone)]
+enum Source {
+    /// One server.
+    Client(redis::Client),
+    /// Whichever master Sentinel names, asked on every connect.
+    Sentinel(Arc<Mutex<SentinelClient>>),
+}
+
+impl Source {
+    async fn connect(
+        &self,
+        config: &AsyncConnectionConfig,
+    ) -> Result<MultiplexedConnection, RedisError> {
+        let client = match self {
+            Source::Client(client) => client.clone(),
+            Source::Sentinel(sentinel) => sentinel.lock().await.async_get_client().await?,
+        };
+        client
+            .get_multiplexed_async_connection_with_config(config)
+            .await
+    }
+
+    /// Whether `e` says the connection's server is no longer the master: a demoted master
+    /// answers `READONLY`; through Sentinel, the next connection finds the new one.
+    fn moved(&self, e: &RedisError) -> bool {
+        matches!(self, Source::Sentinel(_)) && e.code() == Some("READONLY")
+    }
 }
 
 /// The entry point: one per application (it keeps a connection for short commands).
 #[derive(Clone)]
 pub struct Locker {
-    client: redis::Client,
-    shared: Arc<OnceCell<MultiplexedConnection>>,
+    source: Source,
+    shared: Arc<Mutex<Option<MultiplexedConnection>>>,
 }
 
 impl Locker {
     pub fn new(client: redis::Client) -> Self {
+        Self::from_source(Source::Client(client))
+    }
+
+    /// Locks on the master that `sentinel` (a `SentinelClient` for the master, built with
+    /// `SentinelServerType::Master`) names. Every connection (the shared one, each wait's,
+    /// each watchdog's) is made by asking the Sentinels, so each follows a failover when it
+    /// reconnects: a waiter whose link broke asks again on the new master, a watchdog renews
+    /// there (or reports the hold lost if the new master does not have it).
+    pub fn sentinel(sentinel: SentinelClient) -> Self {
+        Self::from_source(Source::Sentinel(Arc::new(Mutex::new(sentinel))))
+    }
+
+    fn from_source(source: Source) -> Self {
         Self {
-            client,
-            shared: Arc::new(OnceCell::new()),
+            source,
+            shared: Arc::new(Mutex::new(None)),
         }
     }
 
@@ -98,11 +155,36 @@ impl Locker {
         }
     }
 
+    /// The shared connection, made on first use (again once `forget` dropped it).
     async fn conn(&self) -> Result<MultiplexedConnection, RedisError> {
-        self.shared
-            .get_or_try_init(|| self.client.get_multiplexed_async_connection())
-            .await
-            .cloned()
+        let mut shared = self.shared.lock().await;
+        if let Some(conn) = shared.as_ref() {
+            return Ok(conn.clone());
+        }
+        let conn = self.source.connect(&AsyncConnectionConfig::new()).await?;
+        *shared = Some(conn.clone());
+        Ok(conn)
+    }
+
+    /// A command on the shared connection failed with `e`: if the link is gone or its server
+    /// is no longer master, drop it, so the next command connects again (through Sentinel, to
+    /// the new master). Whether `e` calls for that.
+    async fn forget(&self, e: &RedisError) -> bool {
+        let gone = unreachable(e) || self.source.moved(e);
+        if gone {
+            *self.shared.lock().await = None;
+        }
+        gone
+    }
+
+    /// `cmd` on the shared connection; once more on a fresh one if the link was gone (for
+    /// commands that are safe to repeat: a release with its token).
+    async fn retried<T: FromRedisValue>(&self, cmd: &redis::Cmd) -> Result<T, RedisError> {
+        let first = cmd.query_async(&mut self.conn().await?).await;
+        match first {
+            Err(e) if self.forget(&e).await => cmd.query_async(&mut self.conn().await?).await,
+            other => other,
+        }
     }
 
     /// A connection of its own, with a response timeout of `timeout` (None: wait as long as the
@@ -112,9 +194,7 @@ impl Locker {
         timeout: Option<Duration>,
     ) -> Result<MultiplexedConnection, RedisError> {
         let config = AsyncConnectionConfig::new().set_response_timeout(timeout);
-        self.client
-            .get_multiplexed_async_connection_with_config(&config)
-            .await
+        self.source.connect(&config).await
     }
 }
 
@@ -232,29 +312,47 @@ impl LockBuilder {
             _ => None,
         };
         let mut wait = self.wait;
+        let expired = || deadline.is_some_and(|d| Instant::now() >= d);
+        let left = |wait: Wait| match deadline {
+            Some(d) => Wait::For(
+                d.saturating_duration_since(Instant::now())
+                    .max(Duration::from_millis(1)),
+            ),
+            None => wait,
+        };
         loop {
             let blocking = !matches!(wait, Wait::No);
-            let mut conn = if blocking || self.session {
-                self.locker.dedicated(None).await?
+            let shared = !(blocking || self.session);
+            let conn = if shared {
+                self.locker.conn().await
             } else {
-                self.locker.conn().await?
+                self.locker.dedicated(None).await
+            };
+            let mut conn = match conn {
+                Ok(conn) => conn,
+                // Nobody to ask yet (the server is down, or Sentinel names no master up yet):
+                // a wait asks again until its deadline; a call that does not wait fails.
+                Err(e) if blocking && unreachable(&e) && !expired() => {
+                    tokio::time::sleep(RETRY_PAUSE).await;
+                    wait = left(wait);
+                    continue;
+                }
+                Err(e) => return Err(e.into()),
             };
             let reply: Result<Value, RedisError> =
                 self.command(&owner, wait).query_async(&mut conn).await;
             let token = match reply {
                 Ok(Value::Int(t)) => u64::try_from(t).unwrap_or(0),
                 Ok(_) => return Ok(None),
-                Err(e) if e.is_io_error() || e.is_connection_dropped() || e.is_timeout() => {
-                    if deadline.is_some_and(|d| Instant::now() >= d) {
+                Err(e) if unreachable(&e) || self.locker.source.moved(&e) => {
+                    if shared {
+                        self.locker.forget(&e).await;
+                    }
+                    if expired() {
                         return Err(e.into());
                     }
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                    if let Some(d) = deadline {
-                        wait = Wait::For(
-                            d.saturating_duration_since(Instant::now())
-                                .max(Duration::from_millis(1)),
-                        );
-                    }
+                    tokio::time::sleep(RETRY_PAUSE).await;
+                    wait = left(wait);
                     continue;
                 }
                 Err(e) => return Err(e.into()),
@@ -392,7 +490,14 @@ impl LockGuard {
             }
         }
         let mut conn = self.locker.conn().await?;
-        Ok(guarded.query_async(&mut conn).await?)
+        match guarded.query_async(&mut conn).await {
+            Ok(v) => Ok(v),
+            Err(e) => {
+                // Not repeated (the command may have run); the next call connects again.
+                self.locker.forget(&e).await;
+                Err(e.into())
+            }
+        }
     }
 
     /// Release the hold: `Ok(false)` if it had been lost (its lease ran out first). The watchdog
@@ -404,9 +509,9 @@ impl LockGuard {
         if let Some(w) = self.watchdog.take() {
             w.abort();
         }
-        let mut conn = self.locker.conn().await?;
-        let released: i64 = release_cmd(&self.key, &self.owner, self.token)
-            .query_async(&mut conn)
+        let released: i64 = self
+            .locker
+            .retried(&release_cmd(&self.key, &self.owner, self.token))
             .await?;
         drop(phase);
         self.session = None;
@@ -431,11 +536,7 @@ impl Drop for LockGuard {
                 self.token,
             );
             handle.spawn(async move {
-                if let Ok(mut conn) = locker.conn().await {
-                    let _: Result<Value, _> = release_cmd(&key, &owner, token)
-                        .query_async(&mut conn)
-                        .await;
-                }
+                let _: Result<Value, _> = locker.retried(&release_cmd(&key, &owner, token)).await;
             });
         }
     }
@@ -463,10 +564,12 @@ async fn renew(
             return;
         }
         if conn.is_none() {
-            conn = locker
-                .dedicated(Some(interval.max(Duration::from_millis(50))))
+            // Bounded as a renewal is: asking the Sentinels must not outlast it either.
+            let timeout = interval.max(Duration::from_millis(50));
+            conn = tokio::time::timeout(timeout, locker.dedicated(Some(timeout)))
                 .await
-                .ok();
+                .ok()
+                .and_then(Result::ok);
         }
         let reply: Result<i64, RedisError> = match conn.as_mut() {
             Some(c) => {
@@ -487,7 +590,7 @@ async fn renew(
                 None
             }
             Ok(_) => Some("the lease ran out before it was renewed".to_string()),
-            Err(e) if e.is_io_error() || e.is_timeout() || e.is_connection_dropped() => {
+            Err(e) if unreachable(&e) || locker.source.moved(&e) => {
                 conn = None;
                 (Instant::now() >= lease_end)
                     .then(|| "the server could not be reached before the lease ended".to_string())
