@@ -181,34 +181,56 @@ pub struct Deployment {
     net: Option<Net>,
 }
 
+/// Where a process listens: its address, port, the address of its client path (nodes in
+/// namespaces), its namespace slot.
+type Place = (String, u16, Option<String>, Option<usize>);
+
+/// Where each node (the master first) and then each Sentinel of `settings` listens.
+fn places(settings: &Settings, mut net: Option<&mut Net>) -> Vec<Place> {
+    let count = 1 + settings.replicas;
+    (0..count + settings.sentinels)
+        .map(|i| match net.as_mut() {
+            Some(net) => {
+                let host = net.add_host(i < count);
+                let port = if i < count { NODE_PORT } else { SENTINEL_PORT };
+                let side = host.client_addr.map(|a| a.to_string());
+                (host.addr.to_string(), port, side, Some(i))
+            }
+            None => ("127.0.0.1".into(), free_port(), None, None),
+        })
+        .collect()
+}
+
 impl Deployment {
     /// Start the nodes (node 0 the master), then the Sentinels, and return once every Sentinel
     /// knows every replica and the other Sentinels.
     pub fn start(settings: Settings) -> Self {
         let mut net = settings.netns.then(Net::new);
-        let count = 1 + settings.replicas;
+        let places = places(&settings, net.as_mut());
         let mut d = Deployment {
             nodes: Vec::new(),
             sentinels: Vec::new(),
             settings: settings.clone(),
-            net: None,
+            net,
         };
-        let mut places: Vec<(String, u16, Option<String>, Option<usize>)> = Vec::new();
-        for i in 0..count + settings.sentinels {
-            match net.as_mut() {
-                Some(net) => {
-                    let host = net.add_host(i < count);
-                    let port = if i < count { NODE_PORT } else { SENTINEL_PORT };
-                    let side = host.client_addr.map(|a| a.to_string());
-                    places.push((host.addr.to_string(), port, side, Some(i)));
-                }
-                None => places.push(("127.0.0.1".into(), free_port(), None, None)),
-            }
-        }
-        d.net = net;
-        for (i, (host, port, client_host, slot)) in places.iter().take(count).enumerate() {
-            let mut args = settings.node_args.clone();
-            args.extend(settings.per_node_args.get(i).cloned().unwrap_or_default());
+        let count = 1 + settings.replicas;
+        d.start_nodes(&places[..count]);
+        d.start_sentinels(&places[count..], &places[0]);
+        d.wait_sentinels_ready();
+        d
+    }
+
+    /// The master and its replicas, each replica synced before the next step.
+    fn start_nodes(&mut self, places: &[Place]) {
+        for (i, (host, port, client_host, slot)) in places.iter().enumerate() {
+            let mut args = self.settings.node_args.clone();
+            args.extend(
+                self.settings
+                    .per_node_args
+                    .get(i)
+                    .cloned()
+                    .unwrap_or_default(),
+            );
             let mut node = Proc {
                 host: host.clone(),
                 port: *port,
@@ -216,19 +238,29 @@ impl Deployment {
                 dir: fresh_dir("sentinel-node"),
                 slot: *slot,
                 args,
-                env: settings.per_node_env.get(i).cloned().unwrap_or_default(),
+                env: self
+                    .settings
+                    .per_node_env
+                    .get(i)
+                    .cloned()
+                    .unwrap_or_default(),
                 child: None,
             };
             let replica_of = (i > 0).then(|| (places[0].0.clone(), places[0].1));
             write_node_conf(&node, replica_of);
-            d.launch_node(&mut node);
-            d.nodes.push(node);
+            self.launch_node(&mut node);
+            self.nodes.push(node);
         }
-        for node in &d.nodes[1..] {
+        for node in &self.nodes[1..] {
             let mut con = node.con().expect("replica connection");
             wait_link_up(&mut con);
         }
-        for (host, port, _, slot) in places.iter().skip(count) {
+    }
+
+    /// The Sentinels, monitoring the master at `master`.
+    fn start_sentinels(&mut self, places: &[Place], master: &Place) {
+        let settings = &self.settings;
+        for (host, port, _, slot) in places {
             let mut s = Proc {
                 host: host.clone(),
                 port: *port,
@@ -251,17 +283,21 @@ impl Deployment {
                     "127.0.0.1"
                 },
                 dir = s.dir.display(),
-                mhost = places[0].0,
-                mport = places[0].1,
+                mhost = master.0,
+                mport = master.1,
                 quorum = settings.quorum,
                 down = settings.down_after_ms,
                 timeout = settings.failover_timeout_ms,
             );
             std::fs::write(s.dir.join("sentinel.conf"), conf).expect("write sentinel.conf");
-            d.spawn(&mut s, "sentinel.conf");
-            d.sentinels.push(s);
+            self.spawn(&mut s, "sentinel.conf");
+            self.sentinels.push(s);
         }
-        for s in &d.sentinels {
+    }
+
+    /// Until every Sentinel answers and sees every replica and every other Sentinel.
+    fn wait_sentinels_ready(&self) {
+        for s in &self.sentinels {
             assert!(
                 eventually(Duration::from_secs(10), || {
                     s.con().is_some_and(|mut c| cmd(&mut c, &["PING"]).is_ok())
@@ -270,9 +306,9 @@ impl Deployment {
                 s.log("sentinel.log")
             );
         }
-        let (replicas, others) = (settings.replicas, settings.sentinels - 1);
+        let (replicas, others) = (self.settings.replicas, self.settings.sentinels - 1);
         assert!(
-            eventually(Duration::from_secs(30), || d.sentinels.iter().all(|s| {
+            eventually(Duration::from_secs(30), || self.sentinels.iter().all(|s| {
                 let Some(info) = s
                     .con()
                     .and_then(|mut c| cmd(&mut c, &["SENTINEL", "MASTER", MASTER_NAME]).ok())
@@ -286,7 +322,6 @@ impl Deployment {
             })),
             "the Sentinels never all saw {replicas} replicas and {others} other Sentinels"
         );
-        d
     }
 
     /// Spawn `p` (in its namespace, if any) with its config file, not waiting for it.
@@ -743,20 +778,36 @@ impl Worker {
         None
     }
 
+    /// How long this worker waits for a reply before it takes the link for broken.
+    fn read_timeout(&self) -> Duration {
+        let load = &self.load;
+        let durable_ms = load.durable.map_or(0, |(_, t)| t);
+        Duration::from_millis(
+            load.isolated_reply_timeout_ms
+                .filter(|_| self.side == Side::Isolated)
+                .unwrap_or((load.wait_ms.max(durable_ms) + 1000) as u64),
+        )
+    }
+
+    /// Note an error reply of `node` (a broken link is not a refusal).
+    fn note_refusal(&self, refusals: &mut Vec<Refusal>, node: usize, error: String) {
+        if !error.starts_with("IO") {
+            refusals.push(Refusal {
+                at: self.t0.elapsed(),
+                node,
+                side: self.side,
+                error,
+            });
+        }
+    }
+
     fn run(self) -> (Vec<Grant>, Vec<Refusal>) {
-        let at = |t0: Instant| t0.elapsed();
         let mut store = scenario::connect(self.store_port).expect("the fenced store");
         let mut pinned = self.side == Side::Isolated;
         let mut lock: Option<(Connection, usize)> = None;
         let mut grants = Vec::new();
         let mut refusals = Vec::new();
-        let load = &self.load;
-        let durable_ms = load.durable.map_or(0, |(_, t)| t);
-        let read_timeout = Duration::from_millis(
-            load.isolated_reply_timeout_ms
-                .filter(|_| self.side == Side::Isolated)
-                .unwrap_or((load.wait_ms.max(durable_ms) + 1000) as u64),
-        );
+        let read_timeout = self.read_timeout();
         let tag = match self.side {
             Side::Majority => "m",
             Side::Isolated => "i",
@@ -773,78 +824,82 @@ impl Worker {
             };
             let node = *node;
             let owner = format!("{tag}{}-{op}", self.w);
-            let sent = at(self.t0);
-            let reply = cmd(
-                con,
-                &[
-                    "LOCK.ACQUIRE",
-                    LOCK,
-                    &owner,
-                    &load.ttl_ms.to_string(),
-                    "WAIT",
-                    &(load.wait_ms + (op % 7) as i64).to_string(),
-                ],
-            );
-            let token = match reply {
+            let sent = self.t0.elapsed();
+            let wait = (self.load.wait_ms + (op % 7) as i64).to_string();
+            let ttl = self.load.ttl_ms.to_string();
+            let token = match cmd(con, &["LOCK.ACQUIRE", LOCK, &owner, &ttl, "WAIT", &wait]) {
                 Ok(Value::Int(t)) => t,
                 Ok(_) => continue, // timed out waiting
                 Err(e) => {
-                    if !e.starts_with("IO") {
-                        refusals.push(Refusal {
-                            at: at(self.t0),
-                            node,
-                            side: self.side,
-                            error: e,
-                        });
+                    let refused = !e.starts_with("IO");
+                    self.note_refusal(&mut refusals, node, e);
+                    if refused {
                         std::thread::sleep(Duration::from_millis(20));
                     }
                     lock = None; // reconnect, asking who is master now
                     continue;
                 }
             };
-            let granted = at(self.t0);
-            let acked = load.durable.map(|(n, timeout)| {
-                let acked = cmd(con, &["WAIT", &n.to_string(), &timeout.to_string()]);
-                let ok = matches!(acked, Ok(Value::Int(k)) if k >= n);
-                (at(self.t0), ok)
-            });
-            let mut grant = Grant {
-                owner: owner.clone(),
-                side: self.side,
-                node,
-                token,
-                sent,
-                granted,
-                acked,
-                write: Write::Skipped,
-                release_sent: None,
-                released: None,
-            };
-            if grant.used() {
-                grant.write = self.write(&mut store, token);
-            }
-            grant.release_sent = Some(at(self.t0));
-            match cmd(
-                con,
-                &["LOCK.RELEASE", LOCK, &owner, "TOKEN", &token.to_string()],
-            ) {
-                Ok(Value::Int(r)) => grant.released = Some(r),
-                Ok(_) => lock = None,
-                Err(e) => {
-                    if !e.starts_with("IO") {
-                        refusals.push(Refusal {
-                            at: at(self.t0),
-                            node,
-                            side: self.side,
-                            error: e,
-                        });
-                    }
-                    lock = None;
-                }
+            let mut grant = self.use_grant(con, &mut store, (owner, node, token, sent));
+            if !self.release(con, &mut grant, &mut refusals) {
+                lock = None;
             }
             grants.push(grant);
         }
         (grants, refusals)
+    }
+
+    /// A grant just answered: wait for replicas if the load is durable, write if it may.
+    fn use_grant(
+        &self,
+        con: &mut Connection,
+        store: &mut Connection,
+        (owner, node, token, sent): (String, usize, i64, Duration),
+    ) -> Grant {
+        let granted = self.t0.elapsed();
+        let acked = self.load.durable.map(|(n, timeout)| {
+            let acked = cmd(con, &["WAIT", &n.to_string(), &timeout.to_string()]);
+            let ok = matches!(acked, Ok(Value::Int(k)) if k >= n);
+            (self.t0.elapsed(), ok)
+        });
+        let mut grant = Grant {
+            owner,
+            side: self.side,
+            node,
+            token,
+            sent,
+            granted,
+            acked,
+            write: Write::Skipped,
+            release_sent: None,
+            released: None,
+        };
+        if grant.used() {
+            grant.write = self.write(store, token);
+        }
+        grant
+    }
+
+    /// Release `grant` (with its token); false when the link is to be dropped.
+    fn release(
+        &self,
+        con: &mut Connection,
+        grant: &mut Grant,
+        refusals: &mut Vec<Refusal>,
+    ) -> bool {
+        grant.release_sent = Some(self.t0.elapsed());
+        let token = grant.token.to_string();
+        match cmd(con, &["LOCK.RELEASE", LOCK, &grant.owner, "TOKEN", &token]) {
+            Ok(Value::Int(r)) => {
+                grant.released = Some(r);
+                true
+            }
+            Ok(_) => false,
+            Err(e) => {
+                self.note_refusal(refusals, grant.node, e);
+                false
+            }
+        }
     }
 
     /// The fenced read-modify-write of the counter under `token`, after `hold_ms` of work
