@@ -254,20 +254,21 @@ class Lock(p.LockSettings):
             raise LockLost(self.lost or "the hold was gone when released")
 
     class _Hold:
-        def __init__(self, lock: "Lock", timeout: Optional[float]):
-            self.lock, self.timeout = lock, timeout
+        def __init__(self, lock: "Lock", timeout: Optional[float], blocking: bool):
+            self.lock, self.timeout, self.blocking = lock, timeout, blocking
 
         async def __aenter__(self) -> "Lock":
-            if not await self.lock.acquire(True, self.timeout):
+            if not await self.lock.acquire(self.blocking, self.timeout):
                 raise NotAcquired(f"{self.lock.key} was not granted within {self.timeout} s")
             return self.lock
 
         async def __aexit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
             await self.lock.__aexit__(exc_type, exc, tb)
 
-    def hold(self, timeout: Optional[float] = None) -> "Lock._Hold":
-        """``async with lock.hold(timeout=5.0):`` raises ``NotAcquired`` if not granted in time."""
-        return Lock._Hold(self, timeout)
+    def hold(self, timeout: Optional[float] = None, blocking: bool = True) -> "Lock._Hold":
+        """``async with lock.hold(timeout=5.0):`` raises ``NotAcquired`` if not granted in time
+        (``blocking=False``: at once, as ``redislock.Lock.hold``)."""
+        return Lock._Hold(self, timeout, blocking)
 
 
 

@@ -58,6 +58,13 @@ def test_async_lost_hold_and_tasks_do_not_share(server, r):
         with pytest.raises(redislock.NotAcquired):
             async with redislock.aio.Lock(a, "held", ttl=5).hold(timeout=0.2):
                 pass
+        started = time.monotonic()
+        with pytest.raises(redislock.NotAcquired):
+            async with redislock.aio.Lock(a, "held", ttl=5).hold(blocking=False):
+                pass
+        assert time.monotonic() - started < 0.15, "blocking=False asks once"
+        async with redislock.aio.Lock(a, "free", ttl=5).hold(blocking=False) as free:
+            assert free.token is not None
         await a.aclose()
 
     r.execute_command("LOCK.ACQUIRE", "held", "someone", 60000)
