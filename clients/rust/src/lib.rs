@@ -456,8 +456,13 @@ impl LockGuard {
     }
 
     /// Why the hold was lost, if it was.
-    pub fn is_lost(&self) -> Option<String> {
+    pub fn lost_reason(&self) -> Option<String> {
         self.lost_rx.borrow().clone()
+    }
+
+    /// Whether the hold was lost (`lost_reason` says why).
+    pub fn is_lost(&self) -> bool {
+        self.lost_rx.borrow().is_some()
     }
 
     /// Resolves with the reason when the hold is lost (a renewal answered 0, or the server could

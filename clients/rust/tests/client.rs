@@ -63,12 +63,13 @@ async fn the_watchdog_renews_and_lost_resolves_when_the_hold_is_gone() {
         .unwrap();
     tokio::time::sleep(Duration::from_millis(1500)).await; // more than two leases
     assert_eq!(fence(&mut s.con(), "w"), Some(g.token() as i64));
-    assert!(g.is_lost().is_none());
+    assert!(!g.is_lost() && g.lost_reason().is_none());
     ok(&mut s.con(), &["LOCK.FORCERELEASE", "w"]);
     let reason = tokio::time::timeout(Duration::from_secs(2), g.lost())
         .await
         .unwrap();
     assert!(reason.contains("ran out"), "{reason}");
+    assert!(g.is_lost() && g.lost_reason() == Some(reason));
     assert!(!g.release().await.unwrap(), "a lost hold reports false");
 }
 

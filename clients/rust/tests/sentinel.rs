@@ -80,7 +80,7 @@ async fn a_holders_watchdog_follows_the_new_master() {
     });
     assert!(renewed, "renewed on the new master");
     assert_eq!(fence(&mut new, "k"), Some(g.token() as i64));
-    assert!(g.is_lost().is_none());
+    assert!(!g.is_lost() && g.lost_reason().is_none());
     assert!(g.release().await.unwrap(), "released on the new master");
     assert_eq!(ok(&mut new, &["EXISTS", "k"]), Value::Int(0));
 }
