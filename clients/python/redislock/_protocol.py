@@ -171,8 +171,9 @@ class Renewals:
         return UNREACHABLE if time.monotonic() >= self.lease_end else None
 
 
-class LockSettings:
-    """What a lock object is, shared by ``redislock.Lock`` and ``redislock.aio.Lock``."""
+class LockBase:
+    """What a lock object is and holds (its settings and the live hold), shared by
+    ``redislock.Lock`` and ``redislock.aio.Lock``."""
 
     def __init__(
         self,

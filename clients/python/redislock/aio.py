@@ -42,7 +42,7 @@ async def _call(conn: Any, args: list, wait_forever: bool = False) -> Any:
         conn.socket_timeout = previous
 
 
-class Lock(p.LockSettings):
+class Lock(p.LockBase):
     """The asyncio twin of ``redislock.Lock`` (same arguments, same rules)."""
 
     def __init__(self, client: Any, key: str, ttl: float = 30.0, **options: Any):

@@ -48,7 +48,7 @@ def _call(conn: Any, args: list, socket_timeout: Any = "keep") -> Any:
             sock.settimeout(previous)
 
 
-class Lock(p.LockSettings):
+class Lock(p.LockBase):
     """A lock on ``key`` held for ``ttl`` seconds at a time, renewed by a watchdog.
 
     ``with lock:`` waits in the server's FIFO queue (no polling), then ``lock.token`` is the
