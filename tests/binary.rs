@@ -25,27 +25,16 @@ fn r(con: &mut Connection, args: &[&[u8]]) -> Result<Value, String> {
     run(con, args)
 }
 
-fn token(v: Result<Value, String>) -> i64 {
-    match v {
-        Ok(Value::Int(t)) => t,
-        other => panic!("expected a token, got {other:?}"),
-    }
-}
-
 /// `LOCK.ACQUIRE name owner 60000 WAIT 10000` on its own connection and thread.
 fn wait_for(
     s: &Server,
     name: &[u8],
-    owner: &'static [u8],
+    owner: &[u8],
 ) -> std::thread::JoinHandle<Result<Value, String>> {
-    let mut w = s.con();
-    let key = name.to_vec();
-    std::thread::spawn(move || {
-        run(
-            &mut w,
-            &[b"LOCK.ACQUIRE", &key, owner, b"60000", b"WAIT", b"10000"],
-        )
-    })
+    spawn_run(
+        s,
+        &[b"LOCK.ACQUIRE", name, owner, b"60000", b"WAIT", b"10000"],
+    )
 }
 
 fn alive_and_calm(s: &Server, c: &mut Connection) {
@@ -67,9 +56,9 @@ fn every_command_takes_binary_keys_and_owners() {
         for owner in awkward_names() {
             let k = &name[..];
             let o = &owner[..];
-            let t = token(r(&mut c, &[b"LOCK.ACQUIRE", k, o, b"60000"]));
+            let t = token_of(r(&mut c, &[b"LOCK.ACQUIRE", k, o, b"60000"]));
             assert_eq!(
-                token(r(&mut c, &[b"LOCK.ACQUIRE", k, o, b"60000"])),
+                token_of(r(&mut c, &[b"LOCK.ACQUIRE", k, o, b"60000"])),
                 t,
                 "renewal"
             );
@@ -101,7 +90,7 @@ fn every_command_takes_binary_keys_and_owners() {
             assert_eq!(r(&mut c, &[b"LOCK.RELEASE", k, b"x"]), Ok(Value::Int(0)));
             assert_eq!(r(&mut c, &[b"LOCK.RELEASE", k, o]), Ok(Value::Int(1)));
             assert_eq!(r(&mut c, &[b"LOCK.FENCE", k]), Ok(Value::Nil));
-            token(r(&mut c, &[b"LOCK.ACQUIRE", k, o, b"60000"]));
+            token_of(r(&mut c, &[b"LOCK.ACQUIRE", k, o, b"60000"]));
             assert_eq!(r(&mut c, &[b"LOCK.FORCERELEASE", k]), Ok(Value::Int(1)));
         }
         // Owner `*`: the generated owner comes back with the token.
@@ -123,7 +112,7 @@ fn binary_keys_expire_hand_off_and_wake_waiters_on_delete() {
     for name in awkward_names() {
         let k = &name[..];
         // 1. The lease runs out with nobody waiting: Redis expires the key (the crash report).
-        token(r(&mut c, &[b"LOCK.ACQUIRE", k, b"a\x00o", b"50"]));
+        token_of(r(&mut c, &[b"LOCK.ACQUIRE", k, b"a\x00o", b"50"]));
         assert!(
             eventually(Duration::from_secs(5), || {
                 r(&mut c, &[b"EXISTS", k]) == Ok(Value::Int(0))
@@ -131,10 +120,10 @@ fn binary_keys_expire_hand_off_and_wake_waiters_on_delete() {
             "the expired lock left the keyspace"
         );
         // 2. The lease runs out with a waiter: the timer hands it over.
-        token(r(&mut c, &[b"LOCK.ACQUIRE", k, b"first\x00", b"100"]));
+        token_of(r(&mut c, &[b"LOCK.ACQUIRE", k, b"first\x00", b"100"]));
         let waiter = wait_for(&s, &name, b"\xffnext");
         wait_blocked(&mut c, 1);
-        let t = token(waiter.join().unwrap());
+        let t = token_of(waiter.join().unwrap());
         assert_eq!(
             r(&mut c, &[b"LOCK.FENCE", k]),
             Ok(Value::Int(t)),
@@ -144,7 +133,7 @@ fn binary_keys_expire_hand_off_and_wake_waiters_on_delete() {
         let waiter = wait_for(&s, &name, b"third");
         wait_blocked(&mut c, 1);
         assert_eq!(r(&mut c, &[b"DEL", k]), Ok(Value::Int(1)));
-        let t = token(waiter.join().unwrap());
+        let t = token_of(waiter.join().unwrap());
         assert_eq!(
             r(&mut c, &[b"LOCK.FENCE", k]),
             Ok(Value::Int(t)),
@@ -157,14 +146,14 @@ fn binary_keys_expire_hand_off_and_wake_waiters_on_delete() {
             r(&mut c, &[b"LOCK.RELEASE", k, b"third"]),
             Ok(Value::Int(1))
         );
-        token(waiter.join().unwrap());
+        token_of(waiter.join().unwrap());
         assert_eq!(r(&mut c, &[b"LOCK.FORCERELEASE", k]), Ok(Value::Int(1)));
         // 5. UNLINK, RENAME and SWAPDB-free paths with a binary key: FLUSHALL under a waiter.
-        token(r(&mut c, &[b"LOCK.ACQUIRE", k, b"h", b"60000"]));
+        token_of(r(&mut c, &[b"LOCK.ACQUIRE", k, b"h", b"60000"]));
         let waiter = wait_for(&s, &name, b"fifth");
         wait_blocked(&mut c, 1);
         ok(&mut c, &["FLUSHALL"]);
-        let t = token(waiter.join().unwrap());
+        let t = token_of(waiter.join().unwrap());
         assert_eq!(
             r(&mut c, &[b"LOCK.FENCE", k]),
             Ok(Value::Int(t)),
@@ -193,7 +182,7 @@ fn binary_keys_replicate_persist_and_restore() {
     let mut tokens = Vec::new();
     for (i, name) in awkward_names().into_iter().enumerate() {
         let owner = [b"o\x00".as_slice(), &name].concat();
-        let t = token(r(&mut c, &[b"LOCK.ACQUIRE", &name, &owner, b"600000"]));
+        let t = token_of(r(&mut c, &[b"LOCK.ACQUIRE", &name, &owner, b"600000"]));
         tokens.push((name, owner, t));
         // DUMP / RESTORE round trip of a binary key under another binary name.
         let payload = match r(&mut c, &[b"DUMP", &tokens[i].0]) {

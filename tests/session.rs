@@ -18,13 +18,6 @@ fn raw_send(port: u16, words: &[&str]) -> std::net::TcpStream {
     sock
 }
 
-fn holders(c: &mut Connection, key: &str) -> Vec<Value> {
-    match map_field(&ok(c, &["LOCK.INFO", key]), "holders") {
-        Some(Value::Array(list)) => list,
-        _ => Vec::new(),
-    }
-}
-
 fn client_id(c: &mut Connection) -> i64 {
     int(&ok(c, &["CLIENT", "ID"]))
 }

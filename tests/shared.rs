@@ -13,33 +13,10 @@ fn shared(c: &mut Connection, key: &str, owner: &str, ttl: i64) -> Option<i64> {
     }
 }
 
-fn holders(c: &mut Connection, key: &str) -> Vec<(String, i64)> {
-    let info = ok(c, &["LOCK.INFO", key]);
-    let Some(Value::Array(list)) = map_field(&info, "holders") else {
-        return Vec::new();
-    };
-    list.iter()
-        .map(|h| {
-            let owner = match map_field(h, "owner") {
-                Some(Value::BulkString(b)) => String::from_utf8_lossy(&b).into_owned(),
-                other => panic!("{other:?}"),
-            };
-            (owner, int(&map_field(h, "token").unwrap()))
-        })
-        .collect()
-}
-
 fn mode(c: &mut Connection, key: &str) -> String {
     match map_field(&ok(c, &["LOCK.INFO", key]), "mode") {
         Some(Value::SimpleString(s)) => s,
         other => format!("{other:?}"),
-    }
-}
-
-fn token_of(reply: Result<Value, String>) -> i64 {
-    match reply {
-        Ok(Value::Int(t)) => t,
-        other => panic!("expected a token, got {other:?}"),
     }
 }
 
@@ -56,7 +33,7 @@ fn readers_hold_together_each_with_its_own_token() {
         (2.0, 2.0)
     );
     assert_eq!(
-        holders(&mut c, "doc"),
+        holder_tokens(&mut c, "doc"),
         [("r1".into(), r1), ("r2".into(), r2)]
     );
     assert_eq!(
@@ -124,7 +101,7 @@ fn a_writer_waits_for_every_reader_and_later_readers_wait_for_it() {
         ),
         (1.0, 1.0)
     );
-    assert_eq!(holders(&mut c, "doc"), [("r3".into(), r3)]);
+    assert_eq!(holder_tokens(&mut c, "doc"), [("r3".into(), r3)]);
 }
 
 /// `[S1, S2, X, S3]` queued behind an exclusive holder: S1 and S2 are granted together, X next,
@@ -151,7 +128,7 @@ fn readers_at_the_head_are_granted_together_and_stop_at_a_writer() {
     let s1 = token_of(handles.next().unwrap().join().unwrap());
     let s2 = token_of(handles.next().unwrap().join().unwrap());
     assert_eq!(
-        holders(&mut c, "doc"),
+        holder_tokens(&mut c, "doc"),
         [("s1".into(), s1), ("s2".into(), s2)]
     );
     wait_blocked(&mut c, 2);
@@ -177,7 +154,10 @@ fn the_exclusive_holder_downgrades_in_place_and_readers_join() {
     wait_blocked(&mut c, 1);
     assert_eq!(shared(&mut c, "doc", "a", 30_000), Some(t), "same token");
     let rt = token_of(r.join().unwrap());
-    assert_eq!(holders(&mut c, "doc"), [("a".into(), t), ("r".into(), rt)]);
+    assert_eq!(
+        holder_tokens(&mut c, "doc"),
+        [("a".into(), t), ("r".into(), rt)]
+    );
     assert_eq!(mode(&mut c, "doc"), "shared");
 }
 
@@ -191,7 +171,7 @@ fn only_a_sole_reader_upgrades_and_two_would_deadlock() {
     assert!(err.starts_with("DEADLOCK"), "{err}");
     assert_eq!(stat(&mut c, "deadlocks"), 1.0);
     assert_eq!(
-        holders(&mut c, "doc"),
+        holder_tokens(&mut c, "doc"),
         [("r1".into(), r1), ("r2".into(), r2)],
         "nothing changed"
     );
@@ -208,12 +188,12 @@ fn each_read_lease_ends_on_its_own() {
     let mut c = s.con();
     shared(&mut c, "doc", "short", 150).unwrap();
     let long = shared(&mut c, "doc", "long", 60_000).unwrap();
-    assert!(eventually(Duration::from_secs(5), || holders(
+    assert!(eventually(Duration::from_secs(5), || holder_tokens(
         &mut c, "doc"
     )
     .len()
         == 1));
-    assert_eq!(holders(&mut c, "doc"), [("long".into(), long)]);
+    assert_eq!(holder_tokens(&mut c, "doc"), [("long".into(), long)]);
     // LOCK.INFO stops listing a hold at its deadline; the timer that drops it (and counts the
     // expiry) fires a moment later.
     assert!(eventually(Duration::from_secs(5), || stat(
@@ -239,7 +219,7 @@ fn kinds_do_not_mix_and_holders_are_bounded() {
     shared(&mut c, "doc", "r2", 60_000).unwrap();
     let err = cmd(&mut c, &["LOCK.ACQUIRE", "doc", "r3", "1000", "SHARED"]).unwrap_err();
     assert!(err.contains("lock.max-holders"), "{err}");
-    assert_eq!(holders(&mut c, "doc").len(), 2);
+    assert_eq!(holder_tokens(&mut c, "doc").len(), 2);
     for bad in [
         vec!["LOCK.ACQUIRE", "doc", "r", "1000", "SHARED", "SHARED"],
         vec!["LOCK.ACQUIRE", "doc", "r", "1000", "SHARED", "LIMIT", "2"],
@@ -284,8 +264,8 @@ fn mixed_holds_survive_replication_and_persistence() {
         ],
     );
     release(&mut mc, "doc", "r1");
-    let expected_doc = holders(&mut mc, "doc");
-    let expected_pool = holders(&mut mc, "pool");
+    let expected_doc = holder_tokens(&mut mc, "doc");
+    let expected_pool = holder_tokens(&mut mc, "pool");
     assert_eq!(expected_doc.len(), 1);
     assert_eq!(expected_pool.len(), 2);
     ok(&mut mc, &["WAIT", "1", "5000"]);
@@ -296,26 +276,26 @@ fn mixed_holds_survive_replication_and_persistence() {
             "{key}: the replica holds exactly the master's state"
         );
     }
-    assert_eq!(holders(&mut rc, "doc"), expected_doc);
+    assert_eq!(holder_tokens(&mut rc, "doc"), expected_doc);
     // DUMP/RESTORE
     let payload = dump(&mut mc, "pool");
     assert_eq!(
         run(&mut mc, &[b"RESTORE", b"pool2", b"0", &payload]),
         Ok(Value::Okay)
     );
-    assert_eq!(holders(&mut mc, "pool2"), expected_pool);
+    assert_eq!(holder_tokens(&mut mc, "pool2"), expected_pool);
     // RDB (DEBUG RELOAD) and the AOF (restart)
     ok(&mut mc, &["DEBUG", "RELOAD"]);
-    assert_eq!(holders(&mut mc, "doc"), expected_doc);
-    assert_eq!(holders(&mut mc, "pool"), expected_pool);
+    assert_eq!(holder_tokens(&mut mc, "doc"), expected_doc);
+    assert_eq!(holder_tokens(&mut mc, "pool"), expected_pool);
     ok(&mut mc, &["BGREWRITEAOF"]);
     wait_persistence_idle(&mut mc);
     release(&mut mc, "pool", "a");
-    let after_release = holders(&mut mc, "pool");
+    let after_release = holder_tokens(&mut mc, "pool");
     m.restart();
     let mut mc = m.con();
-    assert_eq!(holders(&mut mc, "doc"), expected_doc);
-    assert_eq!(holders(&mut mc, "pool"), after_release);
+    assert_eq!(holder_tokens(&mut mc, "doc"), expected_doc);
+    assert_eq!(holder_tokens(&mut mc, "pool"), after_release);
     assert_eq!(
         int(&map_field(&ok(&mut mc, &["LOCK.INFO", "pool"]), "permits").unwrap()),
         3
@@ -351,7 +331,7 @@ fn readers_behind_a_writer_that_gives_up_are_served() {
     );
     let r2 = token_of(reader.join().unwrap());
     assert_eq!(
-        holders(&mut c, "doc"),
+        holder_tokens(&mut c, "doc"),
         [("r1".into(), r1), ("r2".into(), r2)]
     );
 }

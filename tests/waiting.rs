@@ -4,13 +4,6 @@
 use redis_lock_harness::*;
 use std::time::{Duration, Instant};
 
-fn token_of(r: Result<Value, String>) -> i64 {
-    match r {
-        Ok(Value::Int(t)) => t,
-        other => panic!("expected a token, got {other:?}"),
-    }
-}
-
 #[test]
 fn waiters_are_served_in_fifo_order_on_release() {
     let s = Server::start();

@@ -444,6 +444,49 @@ pub fn spawn_wait(
 }
 
 /// Wait until `n` clients are blocked.
+/// The token of a granted `LOCK.ACQUIRE` reply (panics on anything else).
+pub fn token_of(reply: Result<Value, String>) -> i64 {
+    match reply {
+        Ok(Value::Int(t)) => t,
+        other => panic!("expected a token, got {other:?}"),
+    }
+}
+
+/// `LOCK.INFO key`'s list of live holds (each a map), empty for a free lock.
+pub fn holders(con: &mut Connection, key: &str) -> Vec<Value> {
+    match map_field(&ok(con, &["LOCK.INFO", key]), "holders") {
+        Some(Value::Array(list)) => list,
+        _ => Vec::new(),
+    }
+}
+
+/// The (owner, token) of each live hold of `key`, in `LOCK.INFO`'s order.
+pub fn holder_tokens(con: &mut Connection, key: &str) -> Vec<(String, i64)> {
+    holders(con, key)
+        .iter()
+        .map(|h| {
+            let owner = match map_field(h, "owner") {
+                Some(Value::BulkString(b)) => String::from_utf8_lossy(&b).into_owned(),
+                other => panic!("{other:?}"),
+            };
+            (owner, int(&map_field(h, "token").unwrap()))
+        })
+        .collect()
+}
+
+/// Run `args` (binary) on a connection of its own in a thread.
+pub fn spawn_run(
+    server: &Server,
+    args: &[&[u8]],
+) -> std::thread::JoinHandle<Result<Value, String>> {
+    let mut con = server.con();
+    let args: Vec<Vec<u8>> = args.iter().map(|a| a.to_vec()).collect();
+    std::thread::spawn(move || {
+        let args: Vec<&[u8]> = args.iter().map(Vec::as_slice).collect();
+        run(&mut con, &args)
+    })
+}
+
 /// Run `words` on a connection of its own in a thread (for a blocking `LOCK.ACQUIRE ... WAIT`
 /// with any options).
 pub fn spawn_wait_with(
