@@ -3,6 +3,11 @@ MODULE_DEBUG   := target/debug/libredis_lock.so
 MODULE_RELEASE := target/release/libredis_lock.so
 VALKEY         := target/valkey/valkey-server
 PORT           ?= 6379
+# The environment every test and benchmark reads: which server to start, which module to load.
+WITH_MODULE    := LOCK_MODULE=$(CURDIR)/$(MODULE_DEBUG)
+ON_REDIS       := LOCK_TEST_SERVER=redis-server $(WITH_MODULE)
+ON_VALKEY      := LOCK_TEST_SERVER=$(CURDIR)/$(VALKEY) $(WITH_MODULE)
+ON_REDIS_RELEASE := LOCK_TEST_SERVER=redis-server LOCK_MODULE=$(CURDIR)/$(MODULE_RELEASE)
 # Integration tests start many short-lived servers; two at a time suits a 2-core machine.
 TEST_THREADS   ?= 2
 
@@ -37,15 +42,15 @@ unit:
 	cargo test -p redis-lock-bench
 
 test-redis: build
-	LOCK_TEST_SERVER=redis-server LOCK_MODULE=$(CURDIR)/$(MODULE_DEBUG) \
+	$(ON_REDIS) \
 		cargo test --test '*' --no-fail-fast -- --test-threads=$(TEST_THREADS)
-	LOCK_TEST_SERVER=redis-server LOCK_MODULE=$(CURDIR)/$(MODULE_DEBUG) \
+	$(ON_REDIS) \
 		cargo test -p redis-lock-client -- --test-threads=$(TEST_THREADS)
 
 test-valkey: build valkey
-	LOCK_TEST_SERVER=$(CURDIR)/$(VALKEY) LOCK_MODULE=$(CURDIR)/$(MODULE_DEBUG) \
+	$(ON_VALKEY) \
 		cargo test --test '*' --no-fail-fast -- --test-threads=$(TEST_THREADS)
-	LOCK_TEST_SERVER=$(CURDIR)/$(VALKEY) LOCK_MODULE=$(CURDIR)/$(MODULE_DEBUG) \
+	$(ON_VALKEY) \
 		cargo test -p redis-lock-client -- --test-threads=$(TEST_THREADS)
 
 ## The Python client (clients/python) in a virtual environment of its own, with redis-py and
@@ -59,9 +64,9 @@ $(PYVENV)/.ready: clients/python/pyproject.toml
 	touch $@
 
 test-python: build valkey pyvenv
-	cd clients/python && LOCK_TEST_SERVER=redis-server LOCK_MODULE=$(CURDIR)/$(MODULE_DEBUG) \
+	cd clients/python && $(ON_REDIS) \
 		../../$(PYVENV)/bin/python -m pytest -q tests
-	cd clients/python && LOCK_TEST_SERVER=$(CURDIR)/$(VALKEY) LOCK_MODULE=$(CURDIR)/$(MODULE_DEBUG) \
+	cd clients/python && $(ON_VALKEY) \
 		../../$(PYVENV)/bin/python -m pytest -q tests
 
 ## The integration suite on every server version it can fetch: Redis 7.0 (Debian), 8.2, Valkey
@@ -74,7 +79,7 @@ MATRIX := redis-server $(CURDIR)/target/servers/redis-server-8.2 \
 test-matrix: build valkey servers
 	@for server in $(MATRIX); do \
 		echo "== $$server: $$($$server --version)"; \
-		LOCK_TEST_SERVER=$$server LOCK_MODULE=$(CURDIR)/$(MODULE_DEBUG) \
+		LOCK_TEST_SERVER=$$server $(WITH_MODULE) \
 			cargo test --test '*' --no-fail-fast -- --test-threads=$(TEST_THREADS) || exit 1; \
 	done
 
@@ -82,13 +87,13 @@ test-matrix: build valkey servers
 ## docs/bench/results.md and PNG charts. BENCH_ARGS=--quick for a shorter run.
 bench: release pyvenv
 	$(PYVENV)/bin/pip install -q --disable-pip-version-check python-redis-lock
-	LOCK_TEST_SERVER=redis-server LOCK_MODULE=$(CURDIR)/$(MODULE_RELEASE) \
+	$(ON_REDIS_RELEASE) \
 		cargo run --release -p redis-lock-bench -- --out docs/bench $(BENCH_ARGS)
 
 ## Section 8b of the bench against an older build of the module, for a change's cost:
 ## make bench-baseline BASELINE=/path/to/old/libredis_lock.so
 bench-baseline: release
-	LOCK_TEST_SERVER=redis-server LOCK_MODULE=$(CURDIR)/$(MODULE_RELEASE) LOCK_BASELINE_MODULE=$(BASELINE) \
+	$(ON_REDIS_RELEASE) LOCK_BASELINE_MODULE=$(BASELINE) \
 		cargo run --release -p redis-lock-bench -- --cost
 
 ## The fault-injection safety suite (about a minute per server): paused holders, killed waiters,
@@ -96,13 +101,13 @@ bench-baseline: release
 ## (argument fuzzing and model-checked histories, LOCK_FUZZ_SECS each, seed printed).
 LOCK_FUZZ_SECS ?= 15
 test-faults: build valkey
-	LOCK_TEST_SERVER=redis-server LOCK_MODULE=$(CURDIR)/$(MODULE_DEBUG) \
+	$(ON_REDIS) \
 		cargo test --test faults -- --ignored --test-threads=1 --nocapture --skip fault_helper_process
-	LOCK_TEST_SERVER=$(CURDIR)/$(VALKEY) LOCK_MODULE=$(CURDIR)/$(MODULE_DEBUG) \
+	$(ON_VALKEY) \
 		cargo test --test faults -- --ignored --test-threads=1 --nocapture --skip fault_helper_process
-	LOCK_TEST_SERVER=redis-server LOCK_MODULE=$(CURDIR)/$(MODULE_DEBUG) LOCK_FUZZ_SECS=$(LOCK_FUZZ_SECS) \
+	$(ON_REDIS) LOCK_FUZZ_SECS=$(LOCK_FUZZ_SECS) \
 		cargo test --test fuzz -- --ignored --test-threads=2 --nocapture
-	LOCK_TEST_SERVER=$(CURDIR)/$(VALKEY) LOCK_MODULE=$(CURDIR)/$(MODULE_DEBUG) LOCK_FUZZ_SECS=$(LOCK_FUZZ_SECS) \
+	$(ON_VALKEY) LOCK_FUZZ_SECS=$(LOCK_FUZZ_SECS) \
 		cargo test --test fuzz -- --ignored --test-threads=2 --nocapture
 
 clippy:
