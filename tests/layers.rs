@@ -8,22 +8,24 @@ use std::path::Path;
 
 const LAYERS: [&str; 4] = ["core", "ffi", "effects", "shell"];
 
-/// module path ("shell::commands") → source without its unit tests.
-fn sources() -> BTreeMap<String, String> {
-    fn walk(dir: &Path, out: &mut Vec<std::path::PathBuf>) {
-        for entry in std::fs::read_dir(dir).unwrap() {
-            let path = entry.unwrap().path();
-            if path.is_dir() {
-                walk(&path, out);
-            } else if path.extension().is_some_and(|e| e == "rs") {
-                out.push(path);
-            }
+/// Every `.rs` file below `dir`.
+fn rust_files(dir: &Path) -> Vec<std::path::PathBuf> {
+    let mut files = Vec::new();
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            files.extend(rust_files(&path));
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            files.push(path);
         }
     }
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
-    let mut files = Vec::new();
-    walk(&src, &mut files);
     files
+}
+
+/// module path ("shell::commands") → source without its unit tests.
+fn sources() -> BTreeMap<String, String> {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    rust_files(&src)
         .into_iter()
         .map(|path| {
             let rel = path.strip_prefix(&src).unwrap().with_extension("");
@@ -206,21 +208,9 @@ fn functions(code: &str) -> Vec<(String, usize, usize)> {
 const MOST_LINES: usize = 80;
 
 fn long_functions(root: &str) -> Vec<String> {
-    fn walk(dir: &Path, out: &mut Vec<std::path::PathBuf>) {
-        for entry in std::fs::read_dir(dir).unwrap() {
-            let path = entry.unwrap().path();
-            if path.is_dir() {
-                walk(&path, out);
-            } else if path.extension().is_some_and(|e| e == "rs") {
-                out.push(path);
-            }
-        }
-    }
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join(root);
-    let mut files = Vec::new();
-    walk(&dir, &mut files);
     let mut long = Vec::new();
-    for path in files {
+    for path in rust_files(&dir) {
         let text = std::fs::read_to_string(&path).unwrap();
         let code = match text.find("#[cfg(test)]\nmod tests") {
             Some(at) => &text[..at],

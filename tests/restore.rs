@@ -87,40 +87,22 @@ fn restored_leases_and_owners_respect_the_limits() {
     let mut c = s.con();
     let (payload, at) = payload_and_token_at(&mut c, "forged");
     let token = u64::from_be_bytes(payload[at..at + 8].try_into().unwrap());
-    // The lease's time left follows the token (encoding version 4).
-    use RdbField::{Str, Uint};
-    let forever = lock_payload(
-        &payload,
-        4,
-        &[
-            Uint(0),
-            Uint(0),
-            Uint(1),
-            Str(b"forged"),
-            Uint(token),
-            Uint(i64::MAX as u64),
-            Uint(0),
-            Uint(1),
-        ],
-    );
+    // An exclusive hold of `forged` with `left` ms left (encoding version 4).
+    let with_time_left = |left: u64| {
+        use RdbField::{Str, Uint};
+        let hold = [Str(b"forged"), Uint(token), Uint(left), Uint(0), Uint(1)];
+        let fields: Vec<RdbField> = [Uint(0), Uint(0), Uint(1)]
+            .into_iter()
+            .chain(hold)
+            .collect();
+        lock_payload(&payload, 4, &fields)
+    };
+    let forever = with_time_left(i64::MAX as u64);
     assert!(
         restore(&mut c, "forever", &forever).is_err(),
         "a lease beyond lock.max-ttl"
     );
-    let five_seconds = lock_payload(
-        &payload,
-        4,
-        &[
-            Uint(0),
-            Uint(0),
-            Uint(1),
-            Str(b"forged"),
-            Uint(token),
-            Uint(5_000),
-            Uint(0),
-            Uint(1),
-        ],
-    );
+    let five_seconds = with_time_left(5_000);
     assert_eq!(restore(&mut c, "five", &five_seconds), Ok(Value::Okay));
     let left = lease_left(&mut c, "five").unwrap();
     assert!(

@@ -263,21 +263,12 @@ impl Server {
     }
 
     pub fn signal(&self, sig: i32) {
-        let pid = self.pid();
-        if pid > 0 {
-            // SAFETY: sending a signal to our own child process by PID.
-            unsafe {
-                libc::kill(pid, sig);
-            }
-        }
+        signal_pid(self.pid(), sig);
     }
 
     /// `kill -9` the server and reap it.
     pub fn kill9(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
+        kill_and_reap(&mut self.child);
     }
 
     /// Stop gracefully (SIGTERM: Redis saves if persistence is configured) and reap it.
@@ -327,6 +318,24 @@ impl Drop for Server {
 }
 
 /// Run a command; server errors come back as `Err("CODE detail")`, a lost connection as `Err("IO ...")`.
+/// Send `sig` to the child process `pid` (nothing for 0: no process).
+pub fn signal_pid(pid: i32, sig: i32) {
+    if pid > 0 {
+        // SAFETY: sending a signal to our own child process by PID.
+        unsafe {
+            libc::kill(pid, sig);
+        }
+    }
+}
+
+/// `kill -9` a child process, if there is one, and reap it.
+pub fn kill_and_reap(child: &mut Option<Child>) {
+    if let Some(mut child) = child.take() {
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+}
+
 pub fn run(con: &mut Connection, args: &[&[u8]]) -> Result<Value, String> {
     let mut cmd = redis::cmd(std::str::from_utf8(args[0]).expect("command name"));
     for a in &args[1..] {

@@ -87,21 +87,12 @@ impl Proc {
     }
 
     pub fn signal(&self, sig: i32) {
-        let pid = self.pid();
-        if pid > 0 {
-            // SAFETY: signalling our own child process by pid.
-            unsafe {
-                libc::kill(pid, sig);
-            }
-        }
+        signal_pid(self.pid(), sig);
     }
 
     /// `kill -9` and reap.
     pub fn kill9(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
+        kill_and_reap(&mut self.child);
     }
 
     /// A connection at its bridge address (or loopback).
