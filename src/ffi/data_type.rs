@@ -145,19 +145,38 @@ fn load_state(rdb: *mut raw::RedisModuleIO, encver: c_int) -> Result<LockState, 
 /// A value loaded under a key (RDB at start, a full sync, DEBUG RELOAD, RESTORE) carries no
 /// TTL: the shell watches its first deadline there.
 fn watch_loaded(rdb: *mut raw::RedisModuleIO, state: &LockState) {
-    // SAFETY: the IO is valid during the load callback; the key name is borrowed only here.
-    let (db, name) = unsafe {
-        let (Some(db_of), Some(name_of)) = (
+    // SAFETY: the IO is the live one of this load callback.
+    unsafe {
+        watch_at(
+            rdb,
             raw::RedisModule_GetDbIdFromIO,
             raw::RedisModule_GetKeyNameFromIO,
-        ) else {
-            return;
-        };
-        let name = name_of(rdb);
+            state,
+        )
+    }
+}
+
+/// The lock `state` now lives at the key `name_of(ctx)` of db `db_of(ctx)`: have the shell
+/// watch its first deadline there.
+///
+/// # Safety
+/// `ctx` is valid for both functions for the duration of the call.
+unsafe fn watch_at<T>(
+    ctx: *mut T,
+    db_of: Option<unsafe extern "C" fn(*mut T) -> c_int>,
+    name_of: Option<unsafe extern "C" fn(*mut T) -> *const raw::RedisModuleString>,
+    state: &LockState,
+) {
+    let (Some(db_of), Some(name_of)) = (db_of, name_of) else {
+        return;
+    };
+    // SAFETY: the caller's context is valid here; the name is borrowed only for this call.
+    let (db, name) = unsafe {
+        let name = name_of(ctx);
         if name.is_null() {
             return;
         }
-        (db_of(rdb), RedisString::string_as_slice(name))
+        (db_of(ctx), RedisString::string_as_slice(name))
     };
     if let (Some(h), true) = (handlers::get(), db >= 0) {
         (h.loaded)(db, name, state.first_deadline());
@@ -305,22 +324,14 @@ extern "C" fn copy2(ctx: *mut raw::RedisModuleKeyOptCtx, value: *const c_void) -
 }
 
 fn watch_copy(ctx: *mut raw::RedisModuleKeyOptCtx, state: &LockState) {
-    // SAFETY: the option context is valid during the callback; the name is borrowed only here.
-    let (db, name) = unsafe {
-        let (Some(db_of), Some(name_of)) = (
+    // SAFETY: the option context is the live one of this copy callback.
+    unsafe {
+        watch_at(
+            ctx,
             raw::RedisModule_GetToDbIdFromOptCtx,
             raw::RedisModule_GetToKeyNameFromOptCtx,
-        ) else {
-            return;
-        };
-        let name = name_of(ctx);
-        if name.is_null() {
-            return;
-        }
-        (db_of(ctx), RedisString::string_as_slice(name))
-    };
-    if let Some(h) = handlers::get() {
-        (h.loaded)(db, name, state.first_deadline());
+            state,
+        )
     }
 }
 
