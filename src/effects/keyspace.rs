@@ -192,8 +192,8 @@ impl<'a> LockKey<'a> {
     pub fn remove(&self, now: Millis) {
         if self.exists() {
             let expired = self.end_previous_holds(None, now);
+            // The unlink hook this fires stops the schedule watching the name.
             let _ = self.key.delete();
-            timers::forget(&self.queue_key());
             if !self.deletion_replicated.get() {
                 server::replicate_del(self.ctx, self.name);
             }

@@ -47,7 +47,8 @@ pub fn command_seen(name: &[u8], first: &[u8], second: &[u8]) {
     } else if name.eq_ignore_ascii_case(b"move") {
         let db = std::str::from_utf8(second)
             .ok()
-            .and_then(|d| d.parse().ok());
+            .and_then(|d| d.parse::<i32>().ok())
+            .filter(|d| *d >= 0);
         if let Some(db) = db {
             note(first, Destination::Db(db));
         }
@@ -80,6 +81,7 @@ mod tests {
         command_seen(b"RENAME", b"a", b"b");
         command_seen(b"move", b"c", b"3");
         command_seen(b"MOVE", b"d", b"x"); // not a db: nothing to note
+        command_seen(b"MOVE", b"d", b"-1");
         command_seen(b"SET", b"e", b"f");
         let key = |db, name: &[u8]| QueueKey {
             db,
