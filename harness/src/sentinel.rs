@@ -905,7 +905,13 @@ impl Worker {
                     Value::BulkString(b) => String::from_utf8_lossy(&b).parse().unwrap_or(0),
                     _ => 0,
                 };
-                match fenced(store, &self.sha, "SET", token, Some(current + 1)) {
+                match fenced(
+                    store,
+                    &self.sha,
+                    "SET",
+                    token,
+                    Some((current + 1).to_string()),
+                ) {
                     Ok(_) => Write::Accepted(current + 1),
                     Err(e) if e.contains("STALE") => Write::Stale,
                     Err(e) => panic!("store: {e}"),

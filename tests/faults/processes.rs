@@ -37,7 +37,7 @@ fn fault_helper_process() {
             say(format!("TOKEN {token}"));
             // The parent stops this process here, for longer than the lease.
             std::thread::sleep(Duration::from_millis(300));
-            let write = match fenced(&mut store, &sha, "SET", token, Some(read + 1)) {
+            let write = match fenced(&mut store, &sha, "SET", token, Some((read + 1).to_string())) {
                 Ok(_) => "OK".to_string(),
                 Err(e) if e.contains("STALE") => "STALE".to_string(),
                 Err(e) => e,
@@ -182,7 +182,7 @@ fn sigstopped_holder_process_is_fenced_off() {
     ));
     assert!(next > stale_token);
     assert_eq!(fenced(&mut s, &sha, "GET", next, None), Ok(Value::Nil));
-    assert!(fenced(&mut s, &sha, "SET", next, Some(1)).is_ok());
+    assert!(fenced(&mut s, &sha, "SET", next, Some("1".into())).is_ok());
     // SAFETY: signalling our own child process.
     unsafe { libc::kill(child.id() as i32, libc::SIGCONT) };
     assert_eq!(helper_line(&mut out, "WRITE"), "WRITE STALE");
