@@ -49,7 +49,7 @@ fn alive_and_calm(s: &Server, c: &mut Connection) {
 
 #[test]
 fn every_command_takes_binary_keys_and_owners() {
-    let s = Server::start_with_module_args(&BIG_OWNERS, &[]);
+    let s = Server::builder().module_args(&BIG_OWNERS).start();
     let mut c = s.con();
     let mut c3 = s.con3();
     for name in awkward_names() {
@@ -106,7 +106,7 @@ fn every_command_takes_binary_keys_and_owners() {
 
 #[test]
 fn binary_keys_expire_hand_off_and_wake_waiters_on_delete() {
-    let s = Server::start_with_module_args(&BIG_OWNERS, &[]);
+    let s = Server::builder().module_args(&BIG_OWNERS).start();
     let mut c = s.con();
     ok(&mut c, &["CONFIG", "SET", "notify-keyspace-events", "KEA"]);
     for name in awkward_names() {
@@ -173,9 +173,15 @@ fn binary_keys_expire_hand_off_and_wake_waiters_on_delete() {
 
 #[test]
 fn binary_keys_replicate_persist_and_restore() {
-    let mut s = Server::start_with_module_args(&BIG_OWNERS, &["--appendonly", "yes"]);
+    let mut s = Server::builder()
+        .module_args(&BIG_OWNERS)
+        .args(&["--appendonly", "yes"])
+        .start();
     let port = s.port.to_string();
-    let replica = Server::start_with_module_args(&BIG_OWNERS, &["--replicaof", "127.0.0.1", &port]);
+    let replica = Server::builder()
+        .module_args(&BIG_OWNERS)
+        .args(&["--replicaof", "127.0.0.1", &port])
+        .start();
     let mut c = s.con();
     let mut rc = replica.con();
     wait_link_up(&mut rc);

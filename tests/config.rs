@@ -85,7 +85,9 @@ fn limits_apply_with_clear_errors() {
 #[test]
 fn module_arguments_set_the_configuration_at_load() {
     // `loadmodule path name value ...`
-    let s = Server::start_with_module_args(&["max-waiters", "7", "max-ttl", "5000"], &[]);
+    let s = Server::builder()
+        .module_args(&["max-waiters", "7", "max-ttl", "5000"])
+        .start();
     let mut c = s.con();
     assert_eq!(get(&mut c, "lock.max-waiters"), "7");
     assert_eq!(get(&mut c, "lock.max-ttl"), "5000");
@@ -94,7 +96,10 @@ fn module_arguments_set_the_configuration_at_load() {
 
 #[test]
 fn a_config_file_line_wins_over_a_module_argument() {
-    let s = Server::start_with_module_args(&["max-ttl", "5000"], &["--lock.max-ttl", "9000"]);
+    let s = Server::builder()
+        .module_args(&["max-ttl", "5000"])
+        .args(&["--lock.max-ttl", "9000"])
+        .start();
     assert_eq!(get(&mut s.con(), "lock.max-ttl"), "9000");
 }
 
@@ -132,7 +137,7 @@ fn bad_module_arguments_refuse_the_module_with_one_log_line() {
         ),
     ];
     for (args, line) in cases {
-        let (status, log) = Server::refused_start(args, &[]);
+        let (status, log) = Server::builder().module_args(args).refused_start();
         assert!(!status.success(), "{args:?}: {status}");
         let refusals: Vec<&str> = log
             .lines()
@@ -151,7 +156,10 @@ fn bad_module_arguments_refuse_the_module_with_one_log_line() {
 /// then loads the module with good arguments.
 #[test]
 fn module_load_refuses_bad_arguments_then_loads_good_ones() {
-    let s = Server::start_without_module_with(&["--enable-module-command", "yes"]);
+    let s = Server::builder()
+        .without_module()
+        .args(&["--enable-module-command", "yes"])
+        .start();
     let mut c = s.con();
     let path = module_path().display().to_string();
     let refused = cmd(&mut c, &["MODULE", "LOAD", &path, "max-waiters", "0"]).unwrap_err();

@@ -19,8 +19,11 @@ fn sync(m: &mut Connection) {
 /// grants on the master that never reach it, the master killed, the replica promoted at once.
 /// Its next token is above every lost one, with the clocks `master_env` / `replica_env`.
 fn lost_grants_then_promotion(master_env: &[(&str, &str)], replica_env: &[(&str, &str)]) {
-    let mut master = Server::start_with_env(master_env, &[]);
-    let replica = Server::replica_of_with_env(&master, replica_env, &[]);
+    let mut master = Server::builder().env(master_env).start();
+    let replica = Server::builder()
+        .replica_of(&master)
+        .env(replica_env)
+        .start();
     let mut m = master.con();
     acquire(&mut m, "seen", "a", 60_000).unwrap();
     sync(&mut m);
@@ -70,7 +73,7 @@ fn a_restart_from_an_older_snapshot_starts_above_every_token_issued() {
     let clock = ClockFile::new("restart", "+0");
     let stepped = clock.env();
     let env: Vec<(String, String)> = stepped.clone().unwrap_or_default();
-    let mut s = Server::start_with_env(&pairs(&env), &[]);
+    let mut s = Server::builder().env(&pairs(&env)).start();
     let mut c = s.con();
     acquire(&mut c, "before", "a", 60_000).unwrap();
     ok(&mut c, &["SAVE"]);
@@ -99,8 +102,8 @@ fn a_restart_from_an_older_snapshot_starts_above_every_token_issued() {
 /// granting anything, the master leaves a replica that starts above that epoch.
 #[test]
 fn a_restarted_masters_epoch_reaches_its_replica_before_any_grant() {
-    let mut master = Server::start_with(&["--save", "3600 1"]);
-    let replica = Server::replica_of(&master, &[]);
+    let mut master = Server::builder().args(&["--save", "3600 1"]).start();
+    let replica = Server::builder().replica_of(&master).start();
     let mut m = master.con();
     acquire(&mut m, "k", "a", 60_000).unwrap();
     sync(&mut m);
@@ -163,7 +166,9 @@ fn an_epoch_that_cannot_be_stored_grants_nothing() {
 /// from its AOF alone (no epoch file, no grant ever) still starts above the epoch it used.
 #[test]
 fn lock_epoch_is_accepted_only_from_the_master_link_or_the_aof() {
-    let mut s = Server::start_with(&["--appendonly", "yes", "--appendfsync", "always"]);
+    let mut s = Server::builder()
+        .args(&["--appendonly", "yes", "--appendfsync", "always"])
+        .start();
     let mut c = s.con();
     assert_eq!(
         cmd(&mut c, &["LOCK.EPOCH", "5"]).unwrap_err(),

@@ -270,8 +270,10 @@ fn guard_checks_the_callers_acl_and_reports_keys() {
 
 #[test]
 fn replicas_and_the_aof_see_the_command_not_the_guard() {
-    let mut m = Server::start_with(&["--appendonly", "yes", "--appendfsync", "always"]);
-    let r = Server::replica_of(&m, &[]);
+    let mut m = Server::builder()
+        .args(&["--appendonly", "yes", "--appendfsync", "always"])
+        .start();
+    let r = Server::builder().replica_of(&m).start();
     let mut rc = r.con();
     let mut mc = m.con();
     ok(&mut mc, &["SET", "stock", "10"]);

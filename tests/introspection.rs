@@ -112,7 +112,7 @@ fn info_and_forcerelease_reject_bad_input() {
 #[test]
 fn forcerelease_hands_off_and_replicates() {
     let master = Server::start();
-    let replica = Server::replica_of(&master, &[]);
+    let replica = Server::builder().replica_of(&master).start();
     let mut r = replica.con();
     let mut m = master.con();
     assert_eq!(

@@ -138,7 +138,7 @@ fn a_lock_moved_to_another_name_or_db_still_ends_on_time() {
 #[test]
 fn a_promoted_replica_ends_the_leases_that_ran_out_while_it_was_a_replica() {
     let master = Server::start();
-    let replica = Server::replica_of(&master, &[]);
+    let replica = Server::builder().replica_of(&master).start();
     wait_link_up(&mut replica.con());
     let mut m = master.con();
     wait_streaming(&mut m);
@@ -172,7 +172,7 @@ fn server_with_clock(clock: &ClockFile) -> Option<Server> {
         eprintln!("SKIPPED on this server: libfaketime cannot start a jemalloc build");
         return None;
     };
-    Some(Server::start_with_env(&pairs(&env), &[]))
+    Some(Server::builder().env(&pairs(&env)).start())
 }
 
 /// The cases: the wall clock stepped an hour forward while a 3 s lease runs (it is
@@ -249,7 +249,10 @@ fn a_replica_with_a_skewed_clock_ends_a_lease_on_its_own_clock() {
             return;
         };
         let master = Server::start();
-        let replica = Server::replica_of_with_env(&master, &pairs(&env), &[]);
+        let replica = Server::builder()
+            .replica_of(&master)
+            .env(&pairs(&env))
+            .start();
         let mut m = master.con();
         wait_link_up(&mut replica.con());
         wait_streaming(&mut m);

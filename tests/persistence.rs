@@ -77,7 +77,9 @@ fn tokens_keep_increasing_across_rdb_restart_and_reload_without_any_key() {
 
 #[test]
 fn aof_always_survives_kill9_with_every_grant_release_and_handoff() {
-    let mut s = Server::start_with(&["--appendonly", "yes", "--appendfsync", "always"]);
+    let mut s = Server::builder()
+        .args(&["--appendonly", "yes", "--appendfsync", "always"])
+        .start();
     let mut c = s.con();
     let future = future_token();
     restore_lock_with_token(&mut c, "forged", future);
@@ -117,7 +119,9 @@ fn aof_always_survives_kill9_with_every_grant_release_and_handoff() {
 /// expiry, not a release, would count in `expired_keys`). Other releases keep their holds.
 #[test]
 fn a_release_in_the_aof_replays_as_the_deletion_whatever_the_clock() {
-    let mut s = Server::start_with(&["--appendonly", "yes", "--appendfsync", "always"]);
+    let mut s = Server::builder()
+        .args(&["--appendonly", "yes", "--appendfsync", "always"])
+        .start();
     let mut c = s.con();
     let t = acquire(&mut c, "short", "alice", 300).unwrap();
     assert_eq!(
@@ -154,7 +158,9 @@ fn a_release_in_the_aof_replays_as_the_deletion_whatever_the_clock() {
 }
 
 fn aof_rewrite_round_trip(preamble: &str) {
-    let mut s = Server::start_with(&["--appendonly", "yes", "--aof-use-rdb-preamble", preamble]);
+    let mut s = Server::builder()
+        .args(&["--appendonly", "yes", "--aof-use-rdb-preamble", preamble])
+        .start();
     let mut c = s.con();
     let t = acquire(&mut c, "k", "alice", 60_000).unwrap();
     let bin = run(&mut c, &[b"LOCK.ACQUIRE", b"bin", b"a\x00b", b"60000"]).unwrap();
@@ -266,7 +272,9 @@ fn truncated_or_newer_payloads_are_refused_cleanly() {
 
 #[test]
 fn expired_locks_do_not_come_back_after_restart() {
-    let mut s = Server::start_with(&["--appendonly", "yes", "--appendfsync", "always"]);
+    let mut s = Server::builder()
+        .args(&["--appendonly", "yes", "--appendfsync", "always"])
+        .start();
     let mut c = s.con();
     acquire(&mut c, "short", "a", 200).unwrap();
     let long = acquire(&mut c, "long", "a", 60_000).unwrap();

@@ -17,7 +17,7 @@ fn sync(m: &mut Connection) {
 #[test]
 fn replica_follows_grants_extends_handoffs_expiry_and_releases() {
     let master = Server::start();
-    let replica = Server::replica_of(&master, &[]);
+    let replica = Server::builder().replica_of(&master).start();
     let mut m = master.con();
     let mut r = replica.con();
 
@@ -68,8 +68,10 @@ fn replica_follows_grants_extends_handoffs_expiry_and_releases() {
 #[test]
 fn replica_aof_keeps_what_the_master_replicated() {
     let master = Server::start();
-    let mut replica =
-        Server::replica_of(&master, &["--appendonly", "yes", "--appendfsync", "always"]);
+    let mut replica = Server::builder()
+        .replica_of(&master)
+        .args(&["--appendonly", "yes", "--appendfsync", "always"])
+        .start();
     let mut m = master.con();
     // After the full sync the replica rewrites its AOF; let that finish first.
     wait_persistence_idle(&mut replica.con());
@@ -89,7 +91,7 @@ fn replica_aof_keeps_what_the_master_replicated() {
 #[test]
 fn promoted_replica_continues_above_replicated_tokens() {
     let master = Server::start();
-    let replica = Server::replica_of(&master, &[]);
+    let replica = Server::builder().replica_of(&master).start();
     let mut m = master.con();
     restore_lock_with_token(&mut m, "forged", future_token());
     let from_counter = acquire(&mut m, "k", "a", 60_000).unwrap();
@@ -119,7 +121,7 @@ fn waiters_of_a_demoted_master_get_an_error_at_once() {
 #[test]
 fn grants_acknowledged_with_wait_survive_failover() {
     let mut master = Server::start();
-    let replica = Server::replica_of(&master, &[]);
+    let replica = Server::builder().replica_of(&master).start();
     let mut m = master.con();
     let t = acquire(&mut m, "order:9", "alice", 60_000).unwrap();
     assert_eq!(
@@ -145,7 +147,10 @@ fn grants_acknowledged_with_wait_survive_failover() {
 #[test]
 fn a_writable_replica_refuses_lock_writes() {
     let master = Server::start();
-    let replica = Server::replica_of(&master, &["--replica-read-only", "no"]);
+    let replica = Server::builder()
+        .replica_of(&master)
+        .args(&["--replica-read-only", "no"])
+        .start();
     let mut m = master.con();
     acquire(&mut m, "k", "a", 200).unwrap();
     sync(&mut m);
@@ -169,7 +174,7 @@ fn a_writable_replica_refuses_lock_writes() {
 #[test]
 fn coordinated_failover_command() {
     let master = Server::start();
-    let replica = Server::replica_of(&master, &[]);
+    let replica = Server::builder().replica_of(&master).start();
     let mut m = master.con();
     let t = acquire(&mut m, "k", "alice", 60_000).unwrap();
     let w = spawn_wait(&master, "k", "bob", 60_000, 0);

@@ -115,8 +115,10 @@ fn a_waiter_granted_by_handoff_is_bound_to_its_own_connection() {
 
 #[test]
 fn the_lease_still_bounds_a_session_hold_on_a_replica_after_failover() {
-    let m = Server::start_with(&["--appendonly", "yes", "--appendfsync", "always"]);
-    let r = Server::replica_of(&m, &[]);
+    let m = Server::builder()
+        .args(&["--appendonly", "yes", "--appendfsync", "always"])
+        .start();
+    let r = Server::builder().replica_of(&m).start();
     let mut rc = r.con();
     let mut holder = m.con();
     let t = int(&ok(
@@ -137,8 +139,10 @@ fn the_lease_still_bounds_a_session_hold_on_a_replica_after_failover() {
 
 #[test]
 fn a_released_session_hold_is_replicated_and_logged() {
-    let mut m = Server::start_with(&["--appendonly", "yes", "--appendfsync", "always"]);
-    let r = Server::replica_of(&m, &[]);
+    let mut m = Server::builder()
+        .args(&["--appendonly", "yes", "--appendfsync", "always"])
+        .start();
+    let r = Server::builder().replica_of(&m).start();
     let mut rc = r.con();
     let mut holder = m.con();
     ok(
@@ -177,7 +181,9 @@ fn reset_ends_the_session_where_the_server_names_the_client() {
 /// ends, like any hold.
 #[test]
 fn after_a_restart_a_session_hold_lives_until_its_lease_ends() {
-    let mut s = Server::start_with(&["--appendonly", "yes", "--appendfsync", "always"]);
+    let mut s = Server::builder()
+        .args(&["--appendonly", "yes", "--appendfsync", "always"])
+        .start();
     let mut holder = s.con();
     let t = int(&ok(
         &mut holder,

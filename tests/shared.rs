@@ -184,7 +184,9 @@ fn only_a_sole_reader_upgrades_and_two_would_deadlock() {
 
 #[test]
 fn each_read_lease_ends_on_its_own() {
-    let s = Server::start_with(&["--notify-keyspace-events", "KEA"]);
+    let s = Server::builder()
+        .args(&["--notify-keyspace-events", "KEA"])
+        .start();
     let mut c = s.con();
     shared(&mut c, "doc", "short", 150).unwrap();
     let long = shared(&mut c, "doc", "long", 60_000).unwrap();
@@ -231,8 +233,10 @@ fn kinds_do_not_mix_and_holders_are_bounded() {
 /// Shared holds and semaphore permits reach replicas, the AOF, RDB and DUMP/RESTORE exactly.
 #[test]
 fn mixed_holds_survive_replication_and_persistence() {
-    let mut m = Server::start_with(&["--appendonly", "yes", "--appendfsync", "always"]);
-    let r = Server::replica_of(&m, &[]);
+    let mut m = Server::builder()
+        .args(&["--appendonly", "yes", "--appendfsync", "always"])
+        .start();
+    let r = Server::builder().replica_of(&m).start();
     let mut mc = m.con();
     let mut rc = r.con();
     shared(&mut mc, "doc", "r1", 60_000).unwrap();

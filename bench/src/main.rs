@@ -68,7 +68,7 @@ fn main() {
     let secs = if quick { 1 } else { 3 };
     let dur = Duration::from_secs(secs);
 
-    let server = Server::start_with(&["--maxclients", "20000"]);
+    let server = Server::builder().args(&["--maxclients", "20000"]).start();
     if let Some(n) = flag_value(&args, "--waiters").and_then(|n| n.parse::<usize>().ok()) {
         waiters_only(&server, n);
         return;
@@ -576,7 +576,9 @@ fn write_results(report: &Report, out: &Path) {
 /// command filter sees every command), and LOCK.ACQUIRE of fresh keys against SET NX PX.
 fn module_cost(report: &mut Report, server: &redis_lock_harness::Server, dur: Duration) {
     use overhead::{ACQUIRE, GET, SET, SET_NX_PX};
-    let plain = redis_lock_harness::Server::start_without_module();
+    let plain = redis_lock_harness::Server::builder()
+        .without_module()
+        .start();
     let r = overhead::compare(
         &[
             (&plain, GET),

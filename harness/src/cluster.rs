@@ -30,16 +30,18 @@ impl Cluster {
     pub fn start() -> Self {
         let nodes: Vec<Server> = (0..6)
             .map(|_| {
-                Server::start_with(&[
-                    "--cluster-enabled",
-                    "yes",
-                    "--cluster-config-file",
-                    "nodes.conf",
-                    "--cluster-node-timeout",
-                    "2000",
-                    "--appendonly",
-                    "no",
-                ])
+                Server::builder()
+                    .args(&[
+                        "--cluster-enabled",
+                        "yes",
+                        "--cluster-config-file",
+                        "nodes.conf",
+                        "--cluster-node-timeout",
+                        "2000",
+                        "--appendonly",
+                        "no",
+                    ])
+                    .start()
             })
             .collect();
         let mut args: Vec<String> = vec!["--cluster".into(), "create".into()];

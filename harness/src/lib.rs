@@ -75,71 +75,25 @@ pub struct Server {
 }
 
 impl Server {
+    /// A server with the module and the test defaults.
     pub fn start() -> Self {
-        Self::start_with(&[])
+        Self::builder().start()
     }
 
-    /// Start with extra `--option value` arguments.
-    pub fn start_with(extra: &[&str]) -> Self {
-        Self::start_with_module_args(&[], extra)
-    }
-
-    /// A replica of `master` (with `extra` arguments), returned once its link is up.
-    pub fn replica_of(master: &Server, extra: &[&str]) -> Self {
-        Self::replica_of_with_env(master, &[], extra)
-    }
-
-    /// A replica of `master` started with environment variables (a skewed clock, say).
-    pub fn replica_of_with_env(master: &Server, env: &[(&str, &str)], extra: &[&str]) -> Self {
-        let port = master.port.to_string();
-        let mut args = vec!["--replicaof", "127.0.0.1", &port];
-        args.extend_from_slice(extra);
-        let replica = Self::start_full(&[], &args, env);
-        wait_link_up(&mut replica.con());
-        replica
-    }
-
-    /// Start with arguments for the module (`loadmodule path name value ...`) and the server.
-    pub fn start_with_module_args(module_args: &[&str], extra: &[&str]) -> Self {
-        Self::start_full(module_args, extra, &[])
-    }
-
-    /// The same server without the module (the benchmark's yardstick for its cost).
-    pub fn start_without_module() -> Self {
-        Self::start_without_module_with(&[])
-    }
-
-    /// A server without the module, with extra `--option value` arguments.
-    pub fn start_without_module_with(extra: &[&str]) -> Self {
-        let mut server = Self::blank(&[], extra, &[]);
-        server.with_module = false;
-        server.launch();
-        server
-    }
-
-    /// Start with environment variables for the server process (e.g. LD_PRELOAD of faketime).
-    pub fn start_with_env(env: &[(&str, &str)], extra: &[&str]) -> Self {
-        Self::start_full(&[], extra, env)
-    }
-
-    fn start_full(module_args: &[&str], extra: &[&str], env: &[(&str, &str)]) -> Self {
-        let mut server = Self::blank(module_args, extra, env);
-        server.launch();
-        server
-    }
-
-    fn blank(module_args: &[&str], extra: &[&str], env: &[(&str, &str)]) -> Self {
-        Server {
-            port: 0,
-            dir: fresh_dir("srv"),
-            extra: extra.iter().map(|s| s.to_string()).collect(),
-            module_args: module_args.iter().map(|s| s.to_string()).collect(),
-            env: env
-                .iter()
-                .map(|(k, v)| (k.to_string(), v.to_string()))
-                .collect(),
-            with_module: true,
-            child: None,
+    /// A server with more than the defaults: arguments, module arguments, environment, no
+    /// module, or as a replica.
+    pub fn builder() -> ServerBuilder {
+        ServerBuilder {
+            server: Server {
+                port: 0,
+                dir: fresh_dir("srv"),
+                extra: Vec::new(),
+                module_args: Vec::new(),
+                env: Vec::new(),
+                with_module: true,
+                child: None,
+            },
+            master: None,
         }
     }
 
@@ -183,30 +137,6 @@ impl Server {
             .stdout(Stdio::null())
             .stderr(Stdio::null());
         cmd
-    }
-
-    /// Start a server that must refuse to start (e.g. the module refuses its arguments): its
-    /// exit status and log once it exited by itself. Panics if it serves instead.
-    pub fn refused_start(
-        module_args: &[&str],
-        extra: &[&str],
-    ) -> (std::process::ExitStatus, String) {
-        let mut server = Self::blank(module_args, extra, &[]);
-        server.port = free_port();
-        let mut child = server.command().spawn().expect("spawn the server");
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while Instant::now() < deadline {
-            if let Ok(Some(status)) = child.try_wait() {
-                return (status, server.log());
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        let _ = child.kill();
-        let _ = child.wait();
-        panic!(
-            "the server started although it should refuse; log:\n{}",
-            server.log()
-        );
     }
 
     fn wait_ready(&mut self) -> bool {
@@ -305,6 +235,82 @@ impl Server {
 
     pub fn is_valkey(&self) -> bool {
         server_binary().contains("valkey")
+    }
+}
+
+/// How to start a [`Server`]: `Server::builder().args(&["--appendonly", "yes"]).start()`.
+pub struct ServerBuilder {
+    server: Server,
+    /// Start as a replica of the server on this port, returned once its link is up.
+    master: Option<u16>,
+}
+
+impl ServerBuilder {
+    /// Extra `--option value` arguments of the server.
+    pub fn args(mut self, extra: &[&str]) -> Self {
+        self.server
+            .extra
+            .extend(extra.iter().map(|s| s.to_string()));
+        self
+    }
+
+    /// Arguments for the module (`loadmodule path name value ...`).
+    pub fn module_args(mut self, args: &[&str]) -> Self {
+        let args = args.iter().map(|s| s.to_string());
+        self.server.module_args.extend(args);
+        self
+    }
+
+    /// Environment variables of the server process (e.g. LD_PRELOAD of faketime).
+    pub fn env(mut self, env: &[(&str, &str)]) -> Self {
+        let env = env.iter().map(|(k, v)| (k.to_string(), v.to_string()));
+        self.server.env.extend(env);
+        self
+    }
+
+    /// The same server without the module (the benchmark's yardstick for its cost).
+    pub fn without_module(mut self) -> Self {
+        self.server.with_module = false;
+        self
+    }
+
+    /// A replica of `master`.
+    pub fn replica_of(mut self, master: &Server) -> Self {
+        self.master = Some(master.port);
+        self
+    }
+
+    pub fn start(mut self) -> Server {
+        if let Some(port) = self.master {
+            let replicaof = ["--replicaof", "127.0.0.1", &port.to_string()].map(String::from);
+            self.server.extra.splice(0..0, replicaof);
+        }
+        self.server.launch();
+        if self.master.is_some() {
+            wait_link_up(&mut self.server.con());
+        }
+        self.server
+    }
+
+    /// Start a server that must refuse to start (e.g. the module refuses its arguments): its
+    /// exit status and log once it exited by itself. Panics if it serves instead.
+    pub fn refused_start(self) -> (std::process::ExitStatus, String) {
+        let mut server = self.server;
+        server.port = free_port();
+        let mut child = server.command().spawn().expect("spawn the server");
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while Instant::now() < deadline {
+            if let Ok(Some(status)) = child.try_wait() {
+                return (status, server.log());
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = child.kill();
+        let _ = child.wait();
+        panic!(
+            "the server started although it should refuse; log:\n{}",
+            server.log()
+        );
     }
 }
 

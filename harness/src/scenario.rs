@@ -360,7 +360,7 @@ impl Servers {
             .map(|(k, v)| (k.as_str(), v.as_str()))
             .collect();
         let store = Server::start();
-        let lock_server = Server::start_with_env(&lock_env, &lock_args);
+        let lock_server = Server::builder().env(&lock_env).args(&lock_args).start();
         let port = Arc::new(AtomicU16::new(lock_server.port));
         let cluster = (topology == Topology::Cluster).then(|| {
             let cluster = Cluster::start();
@@ -368,8 +368,14 @@ impl Servers {
             port.store(cluster.nodes[owner].port, Ordering::SeqCst);
             Arc::new(Mutex::new(cluster))
         });
-        let replica = (topology == Topology::WithReplica)
-            .then(|| Arc::new(Mutex::new(Server::replica_of(&lock_server, &lock_args))));
+        let replica = (topology == Topology::WithReplica).then(|| {
+            Arc::new(Mutex::new(
+                Server::builder()
+                    .replica_of(&lock_server)
+                    .args(&lock_args)
+                    .start(),
+            ))
+        });
         Servers {
             store,
             server: Arc::new(Mutex::new(lock_server)),
