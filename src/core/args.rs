@@ -91,7 +91,7 @@ pub enum OwnerArg<'a> {
     Generate,
 }
 
-/// `LOCK.ACQUIRE key owner ttl-ms [SHARED | LIMIT max [PERMITS n]] [WAIT timeout-ms]`, after
+/// `LOCK.ACQUIRE key owner ttl-ms [SHARED | LIMIT max [PERMITS n]] [SESSION] [WAIT timeout-ms]`, after
 /// the key (options in any order, each at most once).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct AcquireArgs<'a> {
@@ -255,7 +255,7 @@ pub fn fence<A: Arg>(rest: &[A]) -> Result<Option<Token>, LockError> {
     }
 }
 
-/// `LOCK.INFO key [COUNT n]`, after the key.
+/// `LOCK.INFO key [COUNT count]`, after the key.
 pub fn info<A: Arg>(rest: &[A]) -> Result<usize, LockError> {
     match rest {
         [] => Ok(INFO_DEFAULT_COUNT),

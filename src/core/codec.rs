@@ -15,7 +15,7 @@
 //! by the time in between (replication lag, downtime): never earlier. Unix times of older
 //! versions are read against the reader's wall clock, the only meaning they have.
 //!
-//! Replicas and the AOF get an exclusive hold as `LOCK.APPLY key owner token PX left held`
+//! Replicas and the AOF get an exclusive hold as `LOCK.APPLY key owner token PX left-ms held-ms`
 //! (readable; the older `... deadline-unix-ms [granted-unix-ms]` is still read) and any other
 //! state as `LOCK.APPLYSTATE key payload`, the payload being this encoding in bytes
 //! (`to_bytes`).

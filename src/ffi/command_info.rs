@@ -32,6 +32,15 @@ pub struct Arg {
     multiple: bool,
 }
 
+impl Arg {
+    /// The words a synopsis shows for it: its keyword, then its name unless it is a keyword
+    /// alone (`WAIT timeout-ms`, `SHARED`, `key`).
+    pub fn words(&self) -> impl Iterator<Item = &'static str> {
+        let name = (!matches!(self.kind, Kind::PureToken)).then_some(self.name);
+        self.token.into_iter().chain(name)
+    }
+}
+
 /// A positional argument.
 pub const fn arg(name: &'static str, kind: Kind) -> Arg {
     Arg {

@@ -347,7 +347,7 @@ fn reply_map<const N: usize>(ctx: &Context, fields: [(&'static str, RedisValue);
     }
 }
 
-/// `LOCK.INFO key [COUNT n]`: the mode, every live hold, and who waits in order. For an
+/// `LOCK.INFO key [COUNT count]`: the mode, every live hold, and who waits in order. For an
 /// exclusive hold, its owner, token, ttl and held also stand at the top, as before.
 pub fn info(ctx: &Context, args: &[RedisString]) -> RedisResult {
     let count = args::info(&args[2..])?;

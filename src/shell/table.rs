@@ -224,4 +224,58 @@ mod tests {
             assert!(c.spec.acl.ends_with("lock"), "{}", c.spec.name);
         }
     }
+
+    /// Every synopsis in a doc comment (`` `LOCK.RELEASE key owner [TOKEN token]` ``) names the
+    /// same words as the command's arguments in this table, so none can omit one.
+    #[test]
+    fn synopses_in_comments_name_the_table_arguments() {
+        let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+        let mut checked = 0;
+        for (path, text) in rust_files(&src) {
+            for line in text.lines().filter(|l| l.trim_start().starts_with("//")) {
+                for c in &COMMANDS {
+                    let Some(synopsis) = synopsis_in(line, c) else {
+                        continue;
+                    };
+                    let mut shown: Vec<&str> = synopsis
+                        .split(|ch: char| ch.is_whitespace() || "[]|".contains(ch))
+                        .filter(|w| !w.is_empty() && *w != "...")
+                        .collect();
+                    let mut table: Vec<&str> = c.spec.args.iter().flat_map(|a| a.words()).collect();
+                    shown.sort_unstable();
+                    table.sort_unstable();
+                    assert_eq!(shown, table, "{}: {line}", path.display());
+                    checked += 1;
+                }
+            }
+        }
+        assert!(checked >= COUNT, "only {checked} synopses found");
+    }
+
+    /// The words after the name in `` `LOCK.NAME first ...` `` where `first` is the command's
+    /// first argument (so `LOCK.ACQUIRE ... WAIT` and `LOCK.APPLY key ...` are mentions, not
+    /// synopses).
+    fn synopsis_in<'a>(line: &'a str, c: &Command) -> Option<&'a str> {
+        let start = format!("`{} ", c.spec.name);
+        let at = line.find(&start)? + start.len();
+        let rest = &line[at..];
+        let synopsis = &rest[..rest.find('`')?];
+        let first = c.spec.args.first()?.words().next()?;
+        let elided = synopsis.ends_with(" ...");
+        (synopsis.split_whitespace().next() == Some(first) && !elided).then_some(synopsis)
+    }
+
+    fn rust_files(dir: &std::path::Path) -> Vec<(std::path::PathBuf, String)> {
+        let mut files = Vec::new();
+        for entry in std::fs::read_dir(dir).expect("read src").flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                files.extend(rust_files(&path));
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                let text = std::fs::read_to_string(&path).expect("read a source file");
+                files.push((path, text));
+            }
+        }
+        files
+    }
 }
