@@ -107,9 +107,11 @@ fn fuzz_arguments_of_every_command() {
             }
         }
         if rng.below(20) == 0 {
-            // Other types under the same names, for the WRONGTYPE paths.
+            // Other types under the same names: a list for the WRONGTYPE paths, a plain string
+            // for the foreign-hold paths.
+            let write: &[u8] = if rng.below(2) == 0 { b"RPUSH" } else { b"SET" };
             args = vec![
-                b"SET".to_vec(),
+                write.to_vec(),
                 format!("k{}", rng.below(4)).into_bytes(),
                 b"v".to_vec(),
             ];

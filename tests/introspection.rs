@@ -75,7 +75,7 @@ fn info_and_forcerelease_reject_bad_input() {
     let s = Server::start();
     let mut c = s.con();
     acquire(&mut c, "k", "a", 10_000).unwrap();
-    ok(&mut c, &["SET", "str", "x"]);
+    ok(&mut c, &["RPUSH", "list", "x"]);
     let cases: [(&[&str], &str); 7] = [
         (
             &["LOCK.INFO"],
@@ -96,14 +96,14 @@ fn info_and_forcerelease_reject_bad_input() {
             "ERR wrong number of arguments for 'lock.forcerelease' command",
         ),
         (
-            &["LOCK.FORCERELEASE", "str"],
+            &["LOCK.FORCERELEASE", "list"],
             "WRONGTYPE Operation against a key holding the wrong kind of value",
         ),
     ];
     for (words, expected) in cases {
         assert_eq!(cmd(&mut c, words).unwrap_err(), expected, "{words:?}");
     }
-    assert!(cmd(&mut c, &["LOCK.INFO", "str"])
+    assert!(cmd(&mut c, &["LOCK.INFO", "list"])
         .unwrap_err()
         .starts_with("WRONGTYPE"));
     assert!(fence(&mut c, "k").is_some(), "nothing changed");

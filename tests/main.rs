@@ -12,6 +12,7 @@ mod epochs;
 mod errors;
 mod events;
 mod fenced_store;
+mod foreign;
 mod guard;
 mod introspection;
 mod layers;

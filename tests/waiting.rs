@@ -246,9 +246,22 @@ fn overwriting_a_waited_lock_with_another_type_fails_its_waiters() {
     acquire(&mut c, "k", "h", 60_000).unwrap();
     let w = spawn_wait(&s, "k", "w", 60_000, 0);
     wait_blocked(&mut c, 1);
-    ok(&mut c, &["SET", "k", "plain string"]);
+    ok(&mut c, &["MULTI"]);
+    cmd(&mut c, &["DEL", "k"]).unwrap();
+    cmd(&mut c, &["RPUSH", "k", "a list"]).unwrap();
+    ok(&mut c, &["EXEC"]);
     assert!(w.join().unwrap().unwrap_err().starts_with("WRONGTYPE"));
     assert_eq!(blocked_clients(&mut c), 0);
+    // A plain string in its place is another client's old-style lock: waiters wait on.
+    ok(&mut c, &["DEL", "k"]);
+    acquire(&mut c, "k", "h", 60_000).unwrap();
+    let w = spawn_wait(&s, "k", "w", 60_000, 0);
+    wait_blocked(&mut c, 1);
+    ok(&mut c, &["SET", "k", "plain string"]);
+    ok(&mut c, &["PING"]);
+    assert_eq!(blocked_clients(&mut c), 1);
+    ok(&mut c, &["DEL", "k"]);
+    token_of(w.join().unwrap());
 }
 
 #[test]

@@ -2,7 +2,7 @@
 //! without a server. Each command's arguments after the key parse into one value; arity is the
 //! command table's business (`shell::table`), so the parsers see the right count.
 
-use crate::core::config::{Limits, LoadArgError, SETTINGS};
+use crate::core::config::{Kind, Limits, LoadArgError, Setting, SETTINGS};
 use crate::core::error::LockError;
 use crate::core::fencing;
 use crate::core::lock::{self, Millis, Token, Want};
@@ -303,20 +303,32 @@ pub fn module_args<A: Arg>(words: &[A]) -> Result<[i64; SETTINGS.len()], LoadArg
         if std::mem::replace(&mut given[i], true) {
             return Err(LoadArgError::Repeated(setting.name.into()));
         }
-        let n = integer(value)
-            .map_err(|_| LoadArgError::NotAnInteger(setting.name.into(), text(value)))?;
-        if !(setting.min..=setting.max).contains(&n) {
-            let (min, max) = (setting.min, setting.max);
-            return Err(LoadArgError::OutOfBounds(
-                setting.name.into(),
-                text(value),
-                min,
-                max,
-            ));
-        }
-        values[i] = n;
+        values[i] = setting_value(setting, value)?;
     }
     Ok(values)
+}
+
+/// One module argument's value for `setting`, checked as `CONFIG SET` checks it.
+fn setting_value(setting: &Setting, value: &[u8]) -> Result<i64, LoadArgError> {
+    let refused = |why: fn(String, String) -> LoadArgError| {
+        why(
+            setting.name.into(),
+            String::from_utf8_lossy(value).into_owned(),
+        )
+    };
+    match setting.kind {
+        Kind::YesNo if value.eq_ignore_ascii_case(b"yes") => Ok(1),
+        Kind::YesNo if value.eq_ignore_ascii_case(b"no") => Ok(0),
+        Kind::YesNo => Err(refused(LoadArgError::NotYesNo)),
+        Kind::Integer { min, max } => {
+            let n = integer(value).map_err(|_| refused(LoadArgError::NotAnInteger))?;
+            if !(min..=max).contains(&n) {
+                let (name, value) = (setting.name.into(), String::from_utf8_lossy(value));
+                return Err(LoadArgError::OutOfBounds(name, value.into(), min, max));
+            }
+            Ok(n)
+        }
+    }
 }
 
 /// `LOCK.APPLY key owner token PX left-ms held-ms` (or the unix-time form), after the key.
@@ -632,16 +644,21 @@ mod tests {
     fn module_arguments_follow_config_set_bounds() {
         let defaults = SETTINGS.each_ref().map(|s| s.default);
         assert_eq!(module_args::<&[u8]>(&[]), Ok(defaults));
-        let [waiters, ttl, holders, owner] = module_args(&args(&[
+        let [waiters, ttl, holders, owner, foreign] = module_args(&args(&[
             "max-ttl",
             "5000",
             "LOCK.MAX-WAITERS",
             "7",
             "lock.max-owner-length",
             "1048576",
+            "foreign-holds",
+            "NO",
         ]))
         .unwrap();
-        assert_eq!((waiters, ttl, holders, owner), (7, 5000, 10_000, 1 << 20));
+        assert_eq!(
+            (waiters, ttl, holders, owner, foreign),
+            (7, 5000, 10_000, 1 << 20, 0)
+        );
         let refused = |words: &[&'static str]| module_args(&args(words)).unwrap_err().to_string();
         assert_eq!(
             refused(&["max-ttl", "0"]),
@@ -654,6 +671,10 @@ mod tests {
         assert_eq!(
             refused(&["max-holders", "010"]),
             "module argument 'max-holders' ('010'): argument couldn't be parsed into an integer"
+        );
+        assert_eq!(
+            refused(&["foreign-holds", "1"]),
+            "module argument 'foreign-holds' ('1'): argument must be 'yes' or 'no'"
         );
         assert!(refused(&["max-tll", "100"]).starts_with("unknown module argument 'max-tll'"));
         assert!(refused(&["lock.", "1"]).starts_with("unknown module argument 'lock.'"));
@@ -674,7 +695,11 @@ mod tests {
             let value = n.to_string();
             let words: [&[u8]; 2] = [setting.name.as_bytes(), value.as_bytes()];
             let parsed = module_args(&words);
-            prop_assert_eq!(parsed.is_ok(), (setting.min..=setting.max).contains(&n));
+            let Kind::Integer { min, max } = setting.kind else {
+                prop_assert!(parsed.is_err(), "a yes/no setting takes no integer");
+                return Ok(());
+            };
+            prop_assert_eq!(parsed.is_ok(), (min..=max).contains(&n));
             if let Ok(values) = parsed {
                 prop_assert_eq!(values[i], n);
             }

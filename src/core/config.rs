@@ -31,45 +31,73 @@ pub const MAX_OWNER_LENGTH_MIN: i64 = 1;
 pub const MAX_OWNER_LENGTH_MAX: i64 = 1 << 20;
 pub static MAX_OWNER_LENGTH: AtomicI64 = AtomicI64::new(MAX_OWNER_LENGTH_DEFAULT);
 
+/// `lock.foreign-holds` (yes/no): a plain string under a lock's name (an old-style `SET NX PX`
+/// lock of a client not yet moved to the module) counts as held by someone else: `ACQUIRE`
+/// answers nil or queues until the string is gone, instead of `WRONGTYPE`.
+pub const FOREIGN_HOLDS_DEFAULT: i64 = 1;
+pub static FOREIGN_HOLDS: AtomicI64 = AtomicI64::new(FOREIGN_HOLDS_DEFAULT);
+
+/// What values a setting takes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    /// An integer within bounds (inclusive).
+    Integer { min: i64, max: i64 },
+    /// `yes` or `no`, kept as 1 or 0.
+    YesNo,
+}
+
 /// One `lock.*` setting: its name without the `lock.` prefix (the server adds it), where its
-/// value lives, its default and its bounds (inclusive).
+/// value lives, its default and what values it takes.
 pub struct Setting {
     pub name: &'static str,
     pub value: &'static AtomicI64,
     pub default: i64,
-    pub min: i64,
-    pub max: i64,
+    pub kind: Kind,
 }
 
 /// Every setting, in the order they are registered and documented.
-pub static SETTINGS: [Setting; 4] = [
+pub static SETTINGS: [Setting; 5] = [
     Setting {
         name: "max-waiters",
         value: &MAX_WAITERS,
         default: MAX_WAITERS_DEFAULT,
-        min: MAX_WAITERS_MIN,
-        max: MAX_WAITERS_MAX,
+        kind: Kind::Integer {
+            min: MAX_WAITERS_MIN,
+            max: MAX_WAITERS_MAX,
+        },
     },
     Setting {
         name: "max-ttl",
         value: &MAX_TTL,
         default: MAX_TTL_DEFAULT,
-        min: MAX_TTL_MIN,
-        max: MAX_TTL_MAX,
+        kind: Kind::Integer {
+            min: MAX_TTL_MIN,
+            max: MAX_TTL_MAX,
+        },
     },
     Setting {
         name: "max-holders",
         value: &MAX_HOLDERS,
         default: MAX_HOLDERS_DEFAULT,
-        min: MAX_HOLDERS_MIN,
-        max: MAX_HOLDERS_MAX,
+        kind: Kind::Integer {
+            min: MAX_HOLDERS_MIN,
+            max: MAX_HOLDERS_MAX,
+        },
     },
     Setting {
         name: "max-owner-length",
         value: &MAX_OWNER_LENGTH,
         default: MAX_OWNER_LENGTH_DEFAULT,
-        min: MAX_OWNER_LENGTH_MIN,
-        max: MAX_OWNER_LENGTH_MAX,
+        kind: Kind::Integer {
+            min: MAX_OWNER_LENGTH_MIN,
+            max: MAX_OWNER_LENGTH_MAX,
+        },
+    },
+    Setting {
+        name: "foreign-holds",
+        value: &FOREIGN_HOLDS,
+        default: FOREIGN_HOLDS_DEFAULT,
+        kind: Kind::YesNo,
     },
 ];
 
@@ -82,6 +110,7 @@ pub enum LoadArgError {
     Repeated(String),
     NotAnInteger(String, String),
     OutOfBounds(String, String, i64, i64),
+    NotYesNo(String, String),
 }
 
 impl std::fmt::Display for LoadArgError {
@@ -105,6 +134,10 @@ impl std::fmt::Display for LoadArgError {
                 f,
                 "module argument '{name}' ('{value}'): argument must be between {min} and {max} inclusive"
             ),
+            Self::NotYesNo(name, value) => write!(
+                f,
+                "module argument '{name}' ('{value}'): argument must be 'yes' or 'no'"
+            ),
         }
     }
 }
@@ -119,6 +152,11 @@ pub fn max_holders() -> usize {
 
 pub fn max_ttl() -> i64 {
     MAX_TTL.load(Ordering::Relaxed)
+}
+
+/// Whether a plain string under a lock's name counts as a hold of another owner.
+pub fn foreign_holds() -> bool {
+    FOREIGN_HOLDS.load(Ordering::Relaxed) != 0
 }
 
 pub fn max_owner_length() -> usize {

@@ -79,6 +79,9 @@ pub enum Job {
     EndSession { client_id: u64 },
     /// This server started or became master: start its fencing epoch (`effects::epochs`).
     StartEpoch,
+    /// A command ran while waiters wait behind plain strings (`effects::foreign`): settle those
+    /// names.
+    LookAtForeign,
 }
 
 impl Job {
@@ -86,7 +89,11 @@ impl Job {
     pub fn writes(&self) -> bool {
         matches!(
             self,
-            Job::Settle { .. } | Job::Revoke { .. } | Job::EndSession { .. } | Job::StartEpoch
+            Job::Settle { .. }
+                | Job::Revoke { .. }
+                | Job::EndSession { .. }
+                | Job::StartEpoch
+                | Job::LookAtForeign
         )
     }
 

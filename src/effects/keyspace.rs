@@ -14,6 +14,7 @@ use std::ffi::CStr;
 use redis_module::key::RedisKeyWritable;
 use redis_module::{Context, RedisString};
 
+use crate::core::config;
 use crate::core::error::LockError;
 use crate::core::lock::{self, LockState, Millis};
 use crate::core::metrics::STATS;
@@ -218,6 +219,29 @@ pub fn holds_lock(ctx: &Context, name: &RedisString) -> bool {
         ctx.open_key(name).get_value::<LockState>(&LOCK_TYPE),
         Ok(Some(_))
     )
+}
+
+/// The TTL of a plain string under `name` that stands for another client's hold (an
+/// old-style `SET NX PX` lock; `lock.foreign-holds`): `None` if there is no such string, else
+/// its time to live (`None` inside: it has none).
+pub fn foreign_ttl(ctx: &Context, name: &RedisString) -> Option<Option<Millis>> {
+    if !config::foreign_holds() {
+        return None;
+    }
+    server::string_ttl(ctx, name)
+}
+
+/// A read of a lock's state (`read`), unless it failed because a plain string stands under
+/// `name` for another client's hold: then `None` (nothing of the caller's is there).
+pub fn unless_foreign(
+    ctx: &Context,
+    name: &RedisString,
+    read: Result<Option<LockState>, LockError>,
+) -> Result<Option<Option<LockState>>, LockError> {
+    match read {
+        Err(LockError::WrongType) if foreign_ttl(ctx, name).is_some() => Ok(None),
+        other => other.map(Some),
+    }
 }
 
 /// Read a lock key's state without writing (replicas, read-only commands).

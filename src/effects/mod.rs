@@ -4,6 +4,7 @@
 //! Imports `core` and `ffi`, never `shell`.
 
 pub mod epochs;
+pub mod foreign;
 pub mod keyspace;
 pub mod queues;
 pub mod sessions;

@@ -146,6 +146,11 @@ pub fn start_epoch_soon() {
     run_after(0, Job::StartEpoch);
 }
 
+/// Look at the names waited on behind plain strings once the current command has run.
+pub fn look_at_foreign_soon() {
+    run_after(0, Job::LookAtForeign);
+}
+
 /// Run `job` again after `delay_ms` (paused writes, a panic).
 pub fn retry(delay_ms: Millis, job: Job) {
     run_after(delay_ms, job);

@@ -218,3 +218,24 @@ pub fn replicate_del(ctx: &Context, key: &RedisString) {
         })
     };
 }
+
+/// What a plain string under `name` (an old-style `SET NX PX` lock) says of its end: `None` if
+/// `name` holds no string, else its time to live in ms (`None` inside: it has none).
+pub fn string_ttl(ctx: &Context, name: &RedisString) -> Option<Option<i64>> {
+    // SAFETY: the key is opened for reading on the context's db, only its type and expiry are
+    // read, and it is closed before returning; `name` outlives the call.
+    unsafe {
+        let open = raw::RedisModule_OpenKey?;
+        let close = raw::RedisModule_CloseKey?;
+        let key =
+            open(ctx.ctx, name.inner, raw::REDISMODULE_READ as c_int).cast::<raw::RedisModuleKey>();
+        if key.is_null() {
+            return None;
+        }
+        let is_string = raw::RedisModule_KeyType
+            .is_some_and(|t| t(key) == raw::REDISMODULE_KEYTYPE_STRING as c_int);
+        let ttl = raw::RedisModule_GetExpire.map_or(-1, |expire| expire(key));
+        close(key);
+        is_string.then_some((ttl >= 0).then_some(ttl))
+    }
+}

@@ -17,6 +17,7 @@ use crate::core::metrics::STATS;
 use crate::core::registry::QueueKey;
 use crate::core::settle::{Answer, Job};
 use crate::effects::epochs;
+use crate::effects::foreign;
 use crate::effects::queues;
 use crate::effects::sessions;
 use crate::effects::timers;
@@ -101,6 +102,11 @@ fn run(ctx: &Context, job: &Job) {
         }
         Job::CheckResetStat => resetstat::check(),
         Job::StartEpoch => epochs::start_if_master(ctx),
+        Job::LookAtForeign => {
+            for key in foreign::take_look() {
+                settling::settle(ctx, &key, None);
+            }
+        }
         &Job::EndSession { client_id } => {
             for (key, token) in sessions::take(client_id) {
                 settling::end_session_hold(ctx, &key, token);
@@ -208,9 +214,11 @@ fn client_closed(client_id: u64) {
 
 /// Redis has no module event for `CONFIG RESETSTAT`: notice it (and EXEC / DISCARD, which may
 /// run or drop a queued one) go by; `resetstat` checks afterwards whether the server really ran
-/// it. Renames and moves are noted for `renames`. Every other command of up to three words
-/// costs one length check of its name.
+/// it. Renames and moves are noted for `renames`; while anyone waits behind a plain string,
+/// any command may have removed it (`foreign`). Every other command of up to three words costs
+/// one length check of its name.
 fn command_seen(args: &CommandArgs) {
+    foreign::command_seen();
     let first = args.get(0);
     let candidate = match first.len() {
         // RESET starts the connection afresh: its session ends (where the server names the

@@ -17,6 +17,7 @@ use crate::core::owner::{self, Owner};
 use crate::core::queue::Waiter;
 use crate::core::registry::QueueKey;
 use crate::effects::epochs;
+use crate::effects::foreign;
 use crate::effects::keyspace::{self, LockEvent, LockKey};
 use crate::effects::queues::{self, Blocked};
 use crate::effects::sessions;
@@ -59,7 +60,19 @@ pub fn acquire(ctx: &Context, args: &[RedisString]) -> RedisResult {
         }
     };
     let lock = LockKey::open(ctx, &args[1]);
-    let (state, waiting) = state_with_queue_served(&lock, now)?;
+    let (state, waiting) = match state_with_queue_served(&lock, now) {
+        Ok(found) => found,
+        Err(err) => {
+            // A plain string: another client's old-style lock holds the name.
+            let ttl = keyspace::foreign_ttl(ctx, &args[1]).ok_or(err)?;
+            let due = foreign::due(ttl, now);
+            let reply = busy(ctx, &lock, due, &parsed, (owner, with_owner), &limits);
+            if matches!(reply, Ok(RedisValue::NoReply)) {
+                foreign::watch(&lock.queue_key(), due); // queued behind it
+            }
+            return reply;
+        }
+    };
     let request = Request {
         owner,
         want: parsed.want,
@@ -89,16 +102,20 @@ pub fn acquire(ctx: &Context, args: &[RedisString]) -> RedisResult {
             (state, token)
         }
         Acquire::Busy => {
-            let asked = (owner, with_owner);
-            return busy(ctx, &lock, state.as_ref(), &parsed, asked, &limits, now);
+            // The queue is settled when the first live lease ends.
+            let due = lock::live(state.as_ref(), now)
+                .and_then(|s| s.next_deadline(now))
+                .unwrap_or(now);
+            return busy(ctx, &lock, due, &parsed, (owner, with_owner), &limits);
         }
     };
     store_grant(ctx, &lock, granted, token, waiting, parsed.session, now)?;
     Ok(reply::grant(owner, token, with_owner))
 }
 
-/// The lock's state and whether anyone waits for it, once a lease that ran out a moment ago
-/// (its timer has not fired yet) has let the queue go first.
+/// The lock's state and whether anyone waits for it, once the queue went first where the lock
+/// is free but its settle has not run yet (a lease ran out a moment ago, or the value or the
+/// plain string that held the name was deleted).
 fn state_with_queue_served(
     lock: &LockKey,
     now: Millis,
@@ -106,29 +123,25 @@ fn state_with_queue_served(
     let state = lock.state()?;
     let others_waiting = || queues::anyone_waiting() && queues::has_waiters(&lock.queue_key());
     let waiting = others_waiting();
-    if waiting && state.as_ref().is_some_and(|s| s.has_expired(now)) {
+    if waiting && state.as_ref().is_none_or(|s| s.has_expired(now)) {
         settling::pass_on(lock, state.as_ref(), now);
         return Ok((lock.state()?, others_waiting()));
     }
     Ok((state, waiting))
 }
 
-/// The lock is not free for this request: queue the caller (`WAIT`, where it may block) or
-/// answer nil.
+/// The lock is not free for this request: queue the caller (`WAIT`, where it may block; its
+/// queue is settled at `due`) or answer nil.
 fn busy(
     ctx: &Context,
     lock: &LockKey,
-    state: Option<&LockState>,
+    due: Millis,
     parsed: &args::AcquireArgs,
     (owner, with_owner): (&[u8], bool),
     limits: &Limits,
-    now: Millis,
 ) -> RedisResult {
     match parsed.wait {
         Some(timeout) if server::can_block(ctx) => {
-            let due = lock::live(state, now)
-                .and_then(|s| s.next_deadline(now))
-                .unwrap_or(now);
             let waiter = Waiter {
                 client: (),
                 owner: Owner::new(owner),
@@ -240,7 +253,10 @@ pub fn release(ctx: &Context, args: &[RedisString]) -> RedisResult {
     let (owner, only) = args::release(&args[2..])?;
     let now = clock::now_ms();
     let lock = LockKey::open(ctx, &args[1]);
-    let state = lock.state()?;
+    let Some(state) = keyspace::unless_foreign(ctx, &args[1], lock.state())? else {
+        STATS.release_not_owner.incr();
+        return Ok(RedisValue::Integer(0));
+    };
     let Some(rest) = lock::release(state.as_ref(), owner, only, now) else {
         STATS.release_not_owner.incr();
         return Ok(RedisValue::Integer(0));
@@ -276,7 +292,8 @@ pub fn force_release(ctx: &Context, args: &[RedisString]) -> RedisResult {
     refuse_on_replica(ctx)?;
     let now = clock::now_ms();
     let lock = LockKey::open(ctx, &args[1]);
-    let state = lock.state()?;
+    // Another client's plain-string lock is not the module's to release.
+    let state = keyspace::unless_foreign(ctx, &args[1], lock.state())?.flatten();
     if lock::live(state.as_ref(), now).is_none() {
         return Ok(RedisValue::Integer(0));
     }
@@ -291,7 +308,10 @@ pub fn extend(ctx: &Context, args: &[RedisString]) -> RedisResult {
     let now = clock::now_ms();
     let (owner, ttl, only) = args::extend(&args[2..], now, &Limits::current())?;
     let lock = LockKey::open(ctx, &args[1]);
-    let state = lock.state()?;
+    let Some(state) = keyspace::unless_foreign(ctx, &args[1], lock.state())? else {
+        STATS.extend_not_owner.incr();
+        return Ok(RedisValue::Integer(0));
+    };
     match lock::extend(state.as_ref(), owner, only, ttl, now)? {
         Some(extended) => {
             STATS.extends.incr();
@@ -308,7 +328,9 @@ pub fn extend(ctx: &Context, args: &[RedisString]) -> RedisResult {
 /// `LOCK.FENCE key [token]`
 pub fn fence(ctx: &Context, args: &[RedisString]) -> RedisResult {
     let token = args::fence(&args[2..])?;
-    let state = keyspace::read_state(ctx, &args[1])?;
+    // Another client's plain-string lock has no token.
+    let read = keyspace::read_state(ctx, &args[1]);
+    let state = keyspace::unless_foreign(ctx, &args[1], read)?.flatten();
     let now = clock::now_ms();
     Ok(match token {
         Some(token) => RedisValue::Integer(i64::from(lock::token_is_current(
@@ -351,16 +373,23 @@ fn reply_map<const N: usize>(ctx: &Context, fields: [(&'static str, RedisValue);
 /// exclusive hold, its owner, token, ttl and held also stand at the top, as before.
 pub fn info(ctx: &Context, args: &[RedisString]) -> RedisResult {
     let count = args::info(&args[2..])?;
-    let state = keyspace::read_state(ctx, &args[1])?;
-    let now = clock::now_ms();
-    let Some(state) = lock::live(state.as_ref(), now) else {
-        return Ok(RedisValue::Null);
-    };
     let queue = QueueKey {
         db: server::selected_db(ctx),
         name: args[1].as_slice().into(),
     };
-    let (waiting, queued) = queues::owners(&queue, count);
+    let state = match keyspace::read_state(ctx, &args[1]) {
+        Ok(state) => state,
+        Err(err) => {
+            let ttl = keyspace::foreign_ttl(ctx, &args[1]).ok_or(err)?;
+            foreign_info(ctx, &queue, ttl, count);
+            return Ok(RedisValue::NoReply);
+        }
+    };
+    let now = clock::now_ms();
+    let Some(state) = lock::live(state.as_ref(), now) else {
+        return Ok(RedisValue::Null);
+    };
+    let [waiters, queue_owners] = queue_fields(&queue, count);
     let live: Vec<(&Holder, u32)> = state.holds().filter(|(h, _)| h.is_live(now)).collect();
     let limit = match state {
         LockState::Semaphore { limit, .. } => RedisValue::Integer(i64::from(*limit)),
@@ -373,19 +402,8 @@ pub fn info(ctx: &Context, args: &[RedisString]) -> RedisResult {
             "permits",
             RedisValue::Integer(i64::from(state.permits_in_use(now))),
         ),
-        (
-            "waiters",
-            RedisValue::Integer(i64::try_from(waiting).unwrap_or(i64::MAX)),
-        ),
-        (
-            "queue",
-            RedisValue::Array(
-                queued
-                    .into_iter()
-                    .map(|o| RedisValue::StringBuffer(o.into()))
-                    .collect(),
-            ),
-        ),
+        waiters,
+        queue_owners,
         // Rendered below: a list of maps.
         ("holders", RedisValue::NoReply),
     ];
@@ -409,6 +427,39 @@ pub fn info(ctx: &Context, args: &[RedisString]) -> RedisResult {
         }
     }
     Ok(RedisValue::NoReply)
+}
+
+/// LOCK.INFO's `waiters` (how many) and `queue` (the first `count` owners, in order).
+fn queue_fields(queue: &QueueKey, count: usize) -> [(&'static str, RedisValue); 2] {
+    let (waiting, queued) = queues::owners(queue, count);
+    let owners = queued
+        .into_iter()
+        .map(|o| RedisValue::StringBuffer(o.into()));
+    [
+        (
+            "waiters",
+            RedisValue::Integer(i64::try_from(waiting).unwrap_or(i64::MAX)),
+        ),
+        ("queue", RedisValue::Array(owners.collect())),
+    ]
+}
+
+/// `LOCK.INFO` of a name another client's plain-string lock holds: mode `foreign`, the string's
+/// TTL (-1: none), no holds the module knows, and who waits behind it.
+fn foreign_info(ctx: &Context, queue: &QueueKey, ttl: Option<Millis>, count: usize) {
+    let [waiters, queue_owners] = queue_fields(queue, count);
+    reply_map(
+        ctx,
+        [
+            ("mode", RedisValue::SimpleStringStatic("foreign")),
+            ("ttl", RedisValue::Integer(ttl.unwrap_or(-1))),
+            ("limit", RedisValue::Null),
+            ("permits", RedisValue::Integer(0)),
+            waiters,
+            queue_owners,
+            ("holders", RedisValue::Array(Vec::new())),
+        ],
+    );
 }
 
 /// Only the master link and the AOF may send the internal commands.

@@ -26,7 +26,9 @@ pub fn guard(ctx: &Context, args: &[RedisString]) -> RedisResult {
     refuse_on_replica(ctx)?;
     let (token, command) = args::guard(&args[2..])?;
     check_command(ctx, &args[1], command)?;
-    let state = keyspace::read_state(ctx, &args[1])?;
+    // Another client's plain-string lock: no token of the module's is live there.
+    let read = keyspace::read_state(ctx, &args[1]);
+    let state = keyspace::unless_foreign(ctx, &args[1], read)?.flatten();
     if !lock::is_exclusive_token(state.as_ref(), token, clock::now_ms()) {
         STATS.guard_stale.incr();
         return Err(LockError::Stale.into());

@@ -4,6 +4,7 @@
 use redis_module::{InfoContext, RedisResult};
 
 use crate::core::metrics::STATS;
+use crate::effects::foreign;
 use crate::ffi::alloc;
 
 fn ms(micros: u64) -> String {
@@ -28,7 +29,9 @@ pub fn render(ctx: &InfoContext) -> RedisResult<()> {
             .field(&format!("{name}_p99_ms"), ms(h.quantile(0.99)))?
             .field(&format!("{name}_max_ms"), ms(h.max()))?;
     }
-    section = section.field("module_heap_bytes", alloc::held_bytes() as u64)?;
+    section = section
+        .field("module_heap_bytes", alloc::held_bytes() as u64)?
+        .field("foreign_waited_names", foreign::watched_count() as u64)?;
     section.build_section()?.build_info()?;
     Ok(())
 }

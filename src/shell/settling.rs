@@ -16,7 +16,8 @@ use crate::core::queue::Handed;
 use crate::core::registry::QueueKey;
 use crate::core::settle::{self, Answer, Grant, Look, Next};
 use crate::effects::epochs;
-use crate::effects::keyspace::{LockEvent, LockKey};
+use crate::effects::foreign;
+use crate::effects::keyspace::{self, LockEvent, LockKey};
 use crate::effects::queues::{self, BlockedWaiter};
 use crate::effects::sessions;
 use crate::effects::timers;
@@ -45,6 +46,7 @@ pub fn settle(ctx: &Context, key: &QueueKey, revoked: Option<Token>) {
     let now = clock::now_ms();
     match lock.state() {
         Ok(state) => {
+            foreign::unwatch(key);
             let revoked_hold = revoked.and_then(|token| {
                 let state = state.as_ref()?;
                 state
@@ -63,10 +65,16 @@ pub fn settle(ctx: &Context, key: &QueueKey, revoked: Option<Token>) {
             };
             pass_on(&lock, state.as_ref(), now);
         }
-        Err(err) => {
-            // Another type now lives under this name (SET, RESTORE, RENAME onto it).
-            fail(queues::take_all(key), err);
-        }
+        Err(err) => match keyspace::foreign_ttl(ctx, &name) {
+            // Another client's plain-string lock holds the name: its waiters wait on.
+            Some(ttl) if queues::has_waiters(key) => foreign::watch(key, foreign::due(ttl, now)),
+            Some(_) => foreign::unwatch(key),
+            None => {
+                // Another type now lives under this name (SET, RESTORE, RENAME onto it).
+                foreign::unwatch(key);
+                fail(queues::take_all(key), err);
+            }
+        },
     }
 }
 
