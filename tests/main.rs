@@ -8,6 +8,7 @@ mod cluster;
 mod command_docs;
 mod commands;
 mod config;
+mod docs;
 mod epochs;
 mod errors;
 mod events;
