@@ -374,7 +374,8 @@ class LockBase:
         released = False
         if token is not None:
             try:
-                released = p.released((yield self._execute, p.release_args(self.key, self.owner, token)))
+                args = p.release_args(self.key, self.owner, token)
+                released = p.released((yield self._execute, args))
             except p.BROKEN_LINK:
                 released = False
         newly_lost = not released and self._mark_lost(p.GONE_AT_RELEASE)
@@ -459,4 +460,5 @@ class SemaphoreBase:
 
     def __init__(self, client: Any, key: str, limit: int, ttl: float = 30.0, permits: int = 1,
                  **kw: Any):
-        super().__init__(client, key, ttl, _mode=p.Mode.semaphore(limit, permits), **kw)  # type: ignore[call-arg]
+        mode = p.Mode.semaphore(limit, permits)
+        super().__init__(client, key, ttl, _mode=mode, **kw)  # type: ignore[call-arg]

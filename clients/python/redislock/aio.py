@@ -60,6 +60,8 @@ class Lock(_AsyncWith, _core.LockBase):
 
     async def _take_local(self, patience: Optional[float]) -> bool:
         if patience == 0:  # one try, as ``threading.Lock.acquire(timeout=0)``
+            # (asyncio.Lock has no try-acquire: in the instant between a release and the wake-up
+            # of a task waiting for this object, this waits behind that task.)
             if self._local.locked():
                 return False
             await self._local.acquire()
