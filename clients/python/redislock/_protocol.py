@@ -1,5 +1,6 @@
-"""The LOCK.* commands as argument lists, and their replies as values: shared by the
-threading and asyncio APIs so both speak the module's protocol the same way."""
+"""The LOCK.* commands as argument lists, their replies as values, and the timing rules of waits
+and renewals: pure functions, shared by the threading and asyncio APIs so both speak the
+module's protocol the same way (what a lock object does with them is ``redislock._core``)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import asyncio
 import time
 import uuid
 from dataclasses import dataclass
-from typing import Any, Callable, List, Optional, Sequence, Union
+from typing import Any, List, Optional, Sequence, Union
 
 from redis.exceptions import ConnectionError, ResponseError, TimeoutError
 
@@ -27,6 +28,35 @@ GONE_AT_RELEASE = "the hold was gone when released (its lease ran out)"
 
 #: How long a wait pauses before it asks again after a broken link.
 RETRY_PAUSE = 0.05
+
+
+def patience(blocking: bool, timeout: Optional[Number]) -> Optional[float]:
+    """How long ``acquire(blocking, timeout)`` may wait, read as ``threading.Lock.acquire`` reads
+    its arguments: 0 (not blocking, or a timeout of 0) is one try, None (no timeout, or a
+    negative one) is without limit, else seconds."""
+    if not blocking:
+        return 0.0
+    if timeout is None or timeout < 0:
+        return None
+    return float(timeout)
+
+
+def left(patience: Optional[float], started: float) -> Optional[float]:
+    """What is left of ``patience`` (see ``patience``) since ``started`` (at least 0)."""
+    return None if patience is None else max(0.0, patience - (time.monotonic() - started))
+
+
+def server_wait(patience: Optional[float]) -> Optional[Number]:
+    """The ``WAIT`` of ``LOCK.ACQUIRE`` for ``patience`` (see ``acquire_args``): without limit
+    (0) for None, no ``WAIT`` (one try: None) for 0, else the seconds."""
+    if patience is None:
+        return 0
+    return None if patience <= 0 else patience
+
+
+def deadline_of(wait: Optional[Number]) -> Optional[float]:
+    """When a wait of ``wait`` (``server_wait``) ends; None: it has no end (or does not wait)."""
+    return None if not wait else time.monotonic() + wait
 
 
 def expired(deadline: Optional[float]) -> bool:
@@ -83,6 +113,13 @@ class Mode:
     limit: Optional[int] = None
     permits: int = 1
 
+    @classmethod
+    def semaphore(cls, limit: int, permits: int) -> "Mode":
+        """``permits`` of a semaphore of ``limit`` (``ValueError`` unless 1 <= permits <= limit)."""
+        if not 1 <= permits <= limit:
+            raise ValueError("need 1 <= permits <= limit")
+        return cls(limit=limit, permits=permits)
+
     def words(self) -> List[Any]:
         if self.limit is not None:
             return ["LIMIT", self.limit, "PERMITS", self.permits]
@@ -112,6 +149,21 @@ def extend_args(key: str, owner: str, ttl: Number, token: int) -> List[Any]:
 
 def release_args(key: str, owner: str, token: int) -> List[Any]:
     return ["LOCK.RELEASE", key, owner, "TOKEN", token]
+
+
+def wait_args(replicas: int, timeout: Number) -> List[Any]:
+    """``WAIT`` for a durable grant: ``replicas`` must have it within ``timeout`` seconds."""
+    return ["WAIT", replicas, millis(timeout)]
+
+
+def replicated(acked: Any, replicas: int) -> bool:
+    """Whether ``WAIT`` answered that ``replicas`` have the grant."""
+    return int(acked) >= replicas
+
+
+def released(reply: Any) -> bool:
+    """Whether ``LOCK.RELEASE`` found the hold (1) or not (0: it was gone)."""
+    return int(reply) == 1
 
 
 def guard_args(key: str, token: int, command: Sequence[Any]) -> List[Any]:
@@ -169,86 +221,3 @@ class Renewals:
     def broken(self) -> Optional[str]:
         """The link broke: retried (None) until the lease would have ended."""
         return UNREACHABLE if time.monotonic() >= self.lease_end else None
-
-
-class LockBase:
-    """What a lock object is and holds (its settings and the live hold), shared by
-    ``redislock.Lock`` and ``redislock.aio.Lock``."""
-
-    def __init__(
-        self,
-        client: Any,
-        key: str,
-        ttl: float = 30.0,
-        *,
-        owner: Optional[str] = None,
-        shared: bool = False,
-        session: bool = False,
-        replicas: int = 0,
-        replicas_timeout: float = 1.0,
-        watchdog: bool = True,
-        reentrant: bool = False,
-        on_lost: Optional[Callable[[str], Any]] = None,
-        raise_on_lost: bool = True,
-        on_event: Optional[Callable[[str, dict], None]] = None,
-        _mode: Optional[Mode] = None,
-    ):
-        if ttl <= 0:
-            raise ValueError("ttl must be positive")
-        self.client = client
-        self.key = key
-        self.ttl = float(ttl)
-        self.owner = owner or new_owner()
-        self.mode = _mode or Mode(shared=shared)
-        self.session = session
-        self.replicas = replicas
-        self.replicas_timeout = replicas_timeout
-        self.watchdog = watchdog
-        self.reentrant = reentrant
-        self.on_lost = on_lost
-        self.raise_on_lost = raise_on_lost
-        self.on_event = on_event
-        #: The fencing token of the current hold (None when not held).
-        self.token: Optional[int] = None
-        #: Why the last hold was lost (None while it holds, or if it was released in time).
-        self.lost: Optional[str] = None
-        self._depth = 0
-        self._session_conn: Any = None
-        self._granted_at = 0.0
-
-    def locked(self) -> bool:
-        """Whether this object holds the lock (and has not lost it)."""
-        return self.token is not None and self.lost is None
-
-    def _mark_lost(self, reason: str) -> bool:
-        """Record the loss (with the state lock held); True the first time, when the caller
-        announces it once the state lock is free (the callback may use the lock)."""
-        if self.lost is not None:
-            return False
-        self.lost = reason
-        return True
-
-    def _lose(self, token: int, reason: Optional[str]) -> Optional[str]:
-        """The watchdog of hold ``token`` found ``reason`` (with the state lock held): the reason
-        to announce, or None when there is nothing to (no loss, released meanwhile, or lost)."""
-        if reason is None or self.token != token or not self._mark_lost(reason):
-            return None
-        return reason
-
-    def _guard_args(self, command: Sequence[Any]) -> List[Any]:
-        """``LOCK.GUARD`` of this hold; ``Stale`` when not held, or once it was lost (the server
-        may still accept it until the lease runs out, but the application has been told)."""
-        if self.token is None:
-            raise Stale("this lock is not held")
-        if self.lost is not None:
-            raise Stale(f"this hold was lost: {self.lost}")
-        return guard_args(self.key, self.token, command)
-
-    def _emit(self, event: str, **fields: Any) -> None:
-        if self.on_event is not None:
-            try:
-                self.on_event(event, fields)
-            except Exception:
-                import logging
-
-                logging.getLogger("redislock").exception("redislock: on_event hook failed")

@@ -1,7 +1,11 @@
 """Real servers for the client's tests: a redis-server (or valkey-server) with the freshly built
 module on a free loopback port, stopped by PID. LOCK_TEST_SERVER picks the binary (default
-redis-server), LOCK_MODULE the module (default target/debug/libredis_lock.so of this repo)."""
+redis-server), LOCK_MODULE the module (default target/debug/libredis_lock.so of this repo).
 
+``flavour`` runs a test once per client flavour (threads, asyncio tasks; see flavours.py): an
+``async def`` test taking it is run by it, with no plugin."""
+
+import inspect
 import os
 import pathlib
 import shutil
@@ -68,6 +72,26 @@ def server():
     s = Server()
     yield s
     s.stop()
+
+
+@pytest.fixture(params=["sync", "async"])
+def flavour(request, server):
+    """The client flavour a test body runs with (``flavours.Threads`` or ``flavours.Tasks``)."""
+    from flavours import FLAVOURS
+
+    return FLAVOURS[request.param](server.port)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_pyfunc_call(pyfuncitem):
+    """An ``async def`` test is run by its ``flavour`` driver (which closes its clients)."""
+    if not inspect.iscoroutinefunction(pyfuncitem.obj):
+        return None
+    args = {name: pyfuncitem.funcargs[name] for name in pyfuncitem._fixtureinfo.argnames}
+    if "flavour" not in args:
+        raise TypeError(f"{pyfuncitem.name}: an async test takes the flavour fixture")
+    args["flavour"].run(pyfuncitem.obj(**args))
+    return True
 
 
 @pytest.fixture

@@ -1,0 +1,464 @@
+"""What a lock object does, written once for both flavours, sans-IO.
+
+Every rule (waiting and retrying, re-entrancy, granting, renewing, losing, releasing, guarded
+writes, ``with`` and ``hold()``) is a generator method of ``LockBase`` that does no I/O itself:
+where it needs some, it yields a *step*, a tuple ``(method, *args)`` naming one of the flavour's
+I/O methods (listed in ``LockBase``), and gets back what that returned, or has raised at its
+``yield`` what that raised. So a rule reads as straight-line code, ``try``/``except`` included.
+``run`` carries a rule out with plain calls (``redislock.lock``: threads), ``arun`` by awaiting
+each step (``redislock.aio``: tasks); a flavour holds nothing but those I/O methods.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any, Callable, Generator, Optional, Sequence, Tuple, TypeVar
+
+from redis.exceptions import ResponseError
+
+from . import _protocol as p
+from .errors import LockLost, NotAcquired, Stale
+
+log = logging.getLogger("redislock")
+
+T = TypeVar("T")
+
+#: A rule: a generator that yields steps ``(io_method, *args)`` and returns its result.
+Steps = Generator[Tuple[Any, ...], Any, T]
+
+#: ``on_event(name, fields)``: "acquired" (wait_s, token), "released" (held_s), "lost" (reason).
+EventHook = Callable[[str, dict], None]
+
+
+def run(steps: Steps[T]) -> T:
+    """Carry out ``steps`` with plain calls: each step's method is called, and what it returns
+    (or raises) goes back to the rule, which decides."""
+    send: Callable[[Any], Any] = steps.send
+    value: Any = None
+    while True:
+        try:
+            step = send(value)
+        except StopIteration as done:
+            return done.value
+        try:
+            value, send = step[0](*step[1:]), steps.send
+        except BaseException as err:  # raised in the rule, at its ``yield``
+            value, send = err, steps.throw
+
+
+async def arun(steps: Steps[T]) -> T:
+    """``run`` for asyncio: each step's method is a coroutine, awaited."""
+    send: Callable[[Any], Any] = steps.send
+    value: Any = None
+    while True:
+        try:
+            step = send(value)
+        except StopIteration as done:
+            return done.value
+        try:
+            value, send = await step[0](*step[1:]), steps.send
+        except BaseException as err:  # cancellation included: the rule cleans up, then re-raises
+            value, send = err, steps.throw
+
+
+def _now(fn: Callable[..., T], *args: Any) -> Steps[T]:
+    """``fn(*args)`` as steps (none): a rule without I/O, to run under the state lock."""
+    return fn(*args)
+    yield  # a generator all the same: ``fn`` runs when it is carried out
+
+
+class LockBase:
+    """A lock object's settings, its live hold and every rule of ``redislock.Lock`` and
+    ``redislock.aio.Lock``; each flavour sets the class attributes below and does the I/O."""
+
+    #: Named in ``repr`` and errors.
+    _NAME = "redislock.Lock"
+    #: Makes the object's own mutexes (one holder at a time; the state lock serializing the
+    #: watchdog's renewals with release and loss): ``threading.Lock`` or ``asyncio.Lock``.
+    _Mutex: Callable[[], Any]
+    #: Makes the signal release gives the watchdog: ``threading.Event`` or ``asyncio.Event``.
+    _Event: Callable[[], Any]
+    #: The class of ``hold()``'s object (a ``HoldBase`` with the flavour's ``with``).
+    _Hold: Callable[..., Any]
+    #: What the watchdog takes for its own failure, which loses the hold at once: inherent to
+    #: the flavour (a thread has nobody to raise to; a task leaves cancellation and interrupts
+    #: to the event loop).
+    _WATCHDOG_FAILURES: Tuple[type, ...] = (BaseException,)
+
+    def __init__(
+        self,
+        client: Any,
+        key: str,
+        ttl: float = 30.0,
+        *,
+        owner: Optional[str] = None,
+        shared: bool = False,
+        session: bool = False,
+        replicas: int = 0,
+        replicas_timeout: float = 1.0,
+        watchdog: bool = True,
+        reentrant: bool = False,
+        on_lost: Optional[Callable[[str], Any]] = None,
+        raise_on_lost: bool = True,
+        on_event: Optional[EventHook] = None,
+        _mode: Optional[p.Mode] = None,
+    ):
+        if ttl <= 0:
+            raise ValueError("ttl must be positive")
+        self.client = client
+        self.key = key
+        self.ttl = float(ttl)
+        self.owner = owner or p.new_owner()
+        self.mode = _mode or p.Mode(shared=shared)
+        self.session = session
+        self.replicas = replicas
+        self.replicas_timeout = replicas_timeout
+        self.watchdog = watchdog
+        self.reentrant = reentrant
+        self.on_lost = on_lost
+        self.raise_on_lost = raise_on_lost
+        self.on_event = on_event
+        #: The fencing token of the current hold (None when not held).
+        self.token: Optional[int] = None
+        #: Why the last hold was lost (None while it holds, or if it was released in time).
+        self.lost: Optional[str] = None
+        self._local = self._Mutex()
+        self._state = self._Mutex()
+        self._holder: Any = None  # the thread or task of the hold (see ``_me``)
+        self._depth = 0
+        self._session_conn: Any = None
+        self._granted_at = 0.0
+        self._stop: Any = None
+        self._watchdog: Any = None
+
+    # -- the flavour's I/O: plain methods in redislock.lock, coroutines in redislock.aio --------
+
+    def _me(self) -> Any:
+        """Who calls (a plain method in both): the thread, or the task."""
+        raise NotImplementedError
+
+    def _take_local(self, patience: Optional[float]) -> bool:
+        """This object's own mutex, waiting as long as ``patience`` (``p.patience``) allows."""
+        raise NotImplementedError
+
+    def _lend(self, pool: Any) -> Any:
+        """A connection lent by ``pool``."""
+        raise NotImplementedError
+
+    def _send(self, conn: Any, args: list, wait_forever: bool = False) -> Any:
+        """``args`` sent on ``conn`` and its reply (``wait_forever``: without a read timeout)."""
+        raise NotImplementedError
+
+    def _put_back(self, pool: Any, conn: Any, close: bool, to_pool: bool) -> None:
+        """Close ``conn`` if ``close``, then give it to ``pool`` if ``to_pool``, in that order
+        whatever happens (so not interrupted by a cancellation)."""
+        raise NotImplementedError
+
+    def _disconnect(self, conn: Any) -> None:
+        raise NotImplementedError
+
+    def _execute(self, args: list) -> Any:
+        """``args`` through the client (its pool, its retries)."""
+        raise NotImplementedError
+
+    def _pause(self, seconds: float) -> None:
+        raise NotImplementedError
+
+    def _stopped(self, stop: Any, seconds: float) -> bool:
+        """Wait up to ``seconds`` for ``stop`` (a ``_Event``); whether it is set."""
+        raise NotImplementedError
+
+    def _in_state(self, steps: Steps[T]) -> T:
+        """``steps`` carried out with the state lock held."""
+        raise NotImplementedError
+
+    def _start_watchdog(self, token: int, stop: Any) -> None:
+        """Carry out ``_watch(token, stop)`` on its own: a thread, or a task."""
+        raise NotImplementedError
+
+    def _call_back(self, fn: Callable[..., Any], *args: Any) -> None:
+        """The application's callback (a coroutine's result is awaited, in asyncio)."""
+        raise NotImplementedError
+
+    # -- acquiring ---------------------------------------------------------------------------
+
+    def locked(self) -> bool:
+        """Whether this object holds the lock (and has not lost it)."""
+        return self.token is not None and self.lost is None
+
+    def _acquire(self, blocking: bool, timeout: Optional[float]) -> Steps[bool]:
+        """Take the lock, waiting in the server's queue when ``blocking`` (up to ``timeout``
+        seconds; None: without limit). True if granted, as ``threading.Lock.acquire``."""
+        started = time.monotonic()
+        me = self._me()
+        if self.reentrant and self._depth > 0 and self._holder is me:
+            self._depth += 1  # nested in the caller's own hold: one hold, one token
+            return True
+        patience = p.patience(blocking, timeout)
+        if not (yield self._take_local, patience):
+            return False
+        try:
+            granted = yield from self._ask_server(p.left(patience, started))
+        except BaseException:
+            self._local.release()
+            raise
+        if not granted:
+            self._local.release()
+            return False
+        self._holder, self._depth = me, 1
+        self._emit("acquired", wait_s=time.monotonic() - started, token=self.token)
+        return True
+
+    def _ask_server(self, patience: Optional[float]) -> Steps[bool]:
+        wait = p.server_wait(patience)
+        deadline = p.deadline_of(wait)
+        pool = p.pool_of(self.client, self.key)
+        while True:
+            # A session hold lives as long as its connection: one of its own, never the pool's.
+            try:
+                conn = p.own_connection(pool, None) if self.session else (yield self._lend, pool)
+            except p.BROKEN_LINK:
+                # Nobody to ask yet (the server is down, or Sentinel names a master that is not
+                # up yet): a wait asks again until its deadline; a call that does not wait fails.
+                if wait is None or p.expired(deadline):
+                    raise
+                yield self._pause, p.RETRY_PAUSE
+                wait = p.next_wait(deadline, wait)
+                continue
+            try:
+                args = p.acquire_args(self.key, self.owner, self.ttl, self.mode, self.session, wait)
+                token = p.token_of((yield self._send, conn, args, wait is not None))
+                if token is not None and self.replicas and not (yield from self._durable(conn)):
+                    # Not durable: give it back and report no grant.
+                    yield self._send, conn, p.release_args(self.key, self.owner, token)
+                    self._emit("not-durable", replicas=self.replicas)
+                    token = None
+            except ResponseError as err:
+                yield from self._done_with(pool, conn)
+                raise p.translate(err) from err
+            except p.BROKEN_LINK:
+                # The connection broke while waiting: the same owner asks again, which the
+                # server treats as a safe retry (a grant whose reply never went out is revoked).
+                yield from self._done_with(pool, conn, broken=True)
+                if p.expired(deadline):
+                    raise
+                yield self._pause, p.RETRY_PAUSE
+                wait = p.next_wait(deadline, wait)
+                continue
+            except BaseException:
+                # Interrupted mid-call (cancelled, KeyboardInterrupt, a signal handler's
+                # exception): the reply may still come, so the connection is closed, which takes
+                # the waiter out of the server's queue, before the pool has it back.
+                yield from self._done_with(pool, conn, broken=True)
+                raise
+            if token is None:
+                yield from self._done_with(pool, conn)
+                return False
+            if self.session:
+                self._session_conn = conn  # kept open while the hold lives
+            else:
+                yield self._put_back, pool, conn, False, True
+            yield self._in_state, self._grant(token)
+            return True
+
+    def _durable(self, conn: Any) -> Steps[bool]:
+        acked = yield self._send, conn, p.wait_args(self.replicas, self.replicas_timeout)
+        return p.replicated(acked, self.replicas)
+
+    def _done_with(self, pool: Any, conn: Any, broken: bool = False) -> Steps[None]:
+        """Give a lent connection back (closed first if ``broken``: a reply may still be on its
+        way; the pool reconnects it), or close a session's own."""
+        yield self._put_back, pool, conn, broken or self.session, not self.session
+
+    def _grant(self, token: int) -> Steps[None]:
+        """Hold ``token`` from now (with the state lock held), renewed by a new watchdog."""
+        self.token, self.lost = token, None
+        self._granted_at = time.monotonic()
+        self._stop = self._Event()
+        if self.watchdog:
+            yield self._start_watchdog, token, self._stop
+
+    # -- the watchdog ------------------------------------------------------------------------
+
+    def _watch(self, token: int, stop: Any) -> Steps[None]:
+        """Renew the lease of hold ``token`` by the rules of ``p.Renewals`` on a connection of
+        its own, outside the pool (see ``p.own_connection``), closed when the watchdog ends,
+        until ``stop`` is set (by release, in one step with the renewals). Whatever fails, the
+        hold is marked lost and announced: renewals never end silently."""
+        renewals = p.Renewals(self.ttl)
+        conn = None
+        lost: Optional[str] = None
+        try:
+            conn = p.own_connection(p.pool_of(self.client, self.key), renewals.timeout)
+            while lost is None and not (yield self._stopped, stop, renewals.interval):
+                lost = yield self._in_state, self._renewal(conn, token, renewals)
+        except self._WATCHDOG_FAILURES as err:  # nobody would hear of it: say it, once
+            log.error("redislock: the watchdog of %s failed", self.key, exc_info=err)
+            lost = yield self._in_state, _now(self._lose, token, p.watchdog_failed(err))
+        finally:
+            if conn is not None:
+                yield self._disconnect, conn
+        if lost is not None:
+            yield from self._announce_lost(lost)
+
+    def _renewal(self, conn: Any, token: int, renewals: p.Renewals) -> Steps[Optional[str]]:
+        """One renewal (with the state lock held); the reason to announce if it lost the hold."""
+        if self.token != token:
+            return None  # released in the same step: never renew a released hold
+        reason = None
+        try:
+            sent = time.monotonic()
+            args = p.extend_args(self.key, self.owner, self.ttl, token)
+            reason = renewals.answered(sent, (yield self._send, conn, args))
+        except p.BROKEN_LINK:
+            yield self._disconnect, conn
+            reason = renewals.broken()
+        except ResponseError as err:
+            reason = p.refused(err)
+        return self._lose(token, reason)
+
+    def _mark_lost(self, reason: str) -> bool:
+        """Record the loss (with the state lock held); True the first time, when the caller
+        announces it once the state lock is free (the callback may use the lock)."""
+        if self.lost is not None:
+            return False
+        self.lost = reason
+        return True
+
+    def _lose(self, token: int, reason: Optional[str]) -> Optional[str]:
+        """The watchdog of hold ``token`` found ``reason`` (with the state lock held): the reason
+        to announce, or None when there is nothing to (no loss, released meanwhile, or lost)."""
+        if reason is None or self.token != token or not self._mark_lost(reason):
+            return None
+        return reason
+
+    def _announce_lost(self, reason: str) -> Steps[None]:
+        log.warning("redislock: lost %s: %s", self.key, reason)
+        self._emit("lost", reason=reason)
+        if self.on_lost is not None:
+            try:
+                yield self._call_back, self.on_lost, reason
+            except Exception:  # the application's callback must not kill the watchdog
+                log.exception("redislock: on_lost callback failed")
+
+    # -- releasing ---------------------------------------------------------------------------
+
+    def _release(self) -> Steps[bool]:
+        """Release the hold. False if it was lost first (its lease ran out, or the watchdog
+        gave it up): the work done under it may have overlapped another holder's."""
+        if self.reentrant and self._depth > 1:
+            self._depth -= 1
+            return True
+        if self._depth == 0:
+            raise RuntimeError(f"release of an unheld {self._NAME}")
+        try:
+            released, newly_lost, held = yield self._in_state, self._end()
+            if newly_lost:
+                yield from self._announce_lost(self.lost or "")
+            if self._session_conn is not None:
+                conn, self._session_conn = self._session_conn, None
+                yield self._disconnect, conn  # closing it ends the session hold in any case
+            self._emit("released", held_s=held, released=released)
+            return self.lost is None
+        finally:
+            self._depth, self._holder = 0, None
+            self._local.release()
+
+    def _end(self) -> Steps[Tuple[bool, bool, float]]:
+        """End the hold (with the state lock held, so the watchdog stops in this very step):
+        whether the server released it, whether it is newly lost, how long it was held."""
+        if self._stop is not None:
+            self._stop.set()
+        token, self.token = self.token, None
+        released = False
+        if token is not None:
+            try:
+                args = p.release_args(self.key, self.owner, token)
+                released = p.released((yield self._execute, args))
+            except p.BROKEN_LINK:
+                released = False
+        newly_lost = not released and self._mark_lost(p.GONE_AT_RELEASE)
+        return released, newly_lost, time.monotonic() - self._granted_at
+
+    # -- guarded writes ----------------------------------------------------------------------
+
+    def _guarded(self, command: Sequence[Any]) -> Steps[Any]:
+        """Run ``command`` through ``LOCK.GUARD`` with this hold's token: it runs only while the
+        hold is the live exclusive one, else ``redislock.Stale``."""
+        args = self._guard_args(command)
+        try:
+            return (yield self._execute, args)
+        except ResponseError as err:
+            raise p.translate(err) from err
+
+    def _guard_args(self, command: Sequence[Any]) -> list:
+        """``LOCK.GUARD`` of this hold; ``Stale`` for a semaphore, when not held, or once it was
+        lost (the server may still accept it until the lease runs out, but the application has
+        been told)."""
+        if self.mode.limit is not None:
+            raise Stale("a semaphore's permits never guard a write; use an exclusive Lock")
+        if self.token is None:
+            raise Stale("this lock is not held")
+        if self.lost is not None:
+            raise Stale(f"this hold was lost: {self.lost}")
+        return p.guard_args(self.key, self.token, command)
+
+    # -- with, and hold() ----------------------------------------------------------------------
+
+    def _enter(self, blocking: bool = True, timeout: Optional[float] = None,
+               hold: bool = False) -> Steps["LockBase"]:
+        """Entering ``with lock`` (or ``with lock.hold(...)``): ``NotAcquired`` if not granted."""
+        if not (yield from self._acquire(blocking, timeout)):
+            within = f" within {timeout} s" if hold else ""
+            raise NotAcquired(f"{self.key} was not granted{within}")
+        return self
+
+    def _exit(self, exc_type: Any) -> Steps[None]:
+        """Leaving it: release; ``LockLost`` if the hold was lost, unless the block raised."""
+        depth = self._depth
+        released = yield from self._release()
+        if depth <= 1 and not released and self.raise_on_lost and exc_type is None:
+            raise LockLost(self.lost or "the hold was gone when released")
+
+    def hold(self, timeout: Optional[float] = None, blocking: bool = True) -> Any:
+        """``with lock.hold(timeout=5.0):`` raises ``NotAcquired`` if not granted in time
+        (``blocking=False``: at once)."""
+        return self._Hold(self, timeout, blocking)
+
+    # -- the rest ----------------------------------------------------------------------------
+
+    def _emit(self, event: str, **fields: Any) -> None:
+        if self.on_event is not None:
+            try:
+                self.on_event(event, fields)
+            except Exception:
+                log.exception("redislock: on_event hook failed")
+
+    def __repr__(self) -> str:
+        return f"<{self._NAME} {self.key!r} owner={self.owner} token={self.token}>"
+
+
+class HoldBase:
+    """``hold()``'s object: the lock's own ``with``, acquiring with ``timeout`` and
+    ``blocking``."""
+
+    def __init__(self, lock: LockBase, timeout: Optional[float], blocking: bool):
+        self.lock, self.timeout, self.blocking = lock, timeout, blocking
+
+    def _enter(self) -> Steps[LockBase]:
+        return self.lock._enter(self.blocking, self.timeout, hold=True)
+
+    def _exit(self, exc_type: Any) -> Steps[None]:
+        return self.lock._exit(exc_type)
+
+
+class SemaphoreBase:
+    """``permits`` of a counting semaphore of ``limit`` permits at ``key``: never more than
+    ``limit`` held at once, waiters served in order (a big request is never passed by smaller
+    ones), each holder with its own lease and token. Mixed in before a flavour's Lock."""
+
+    def __init__(self, client: Any, key: str, limit: int, ttl: float = 30.0, permits: int = 1,
+                 **kw: Any):
+        mode = p.Mode.semaphore(limit, permits)
+        super().__init__(client, key, ttl, _mode=mode, **kw)  # type: ignore[call-arg]
