@@ -3,10 +3,8 @@
 //! to the `HANDLERS` below, which `lib.rs` installs at load; the expired-key event is registered
 //! by `lib.rs` directly. Nothing imports this file but `lib.rs`.
 //!
-//! Re-entrancy: `unlinked` can fire inside any key lookup, including one made while settling a
-//! queue, so it never settles there and then: it only notes the expiry and starts a timer. The
-//! queue registry's lock (`effects::queues`) is never held while calling Redis, so a callback
-//! that arrives in the middle of a command finds it free.
+//! Handlers here may run in the middle of a command (`unlinked` inside any key lookup): the
+//! rules they follow are written once, in `docs/architecture.md`, *Re-entrancy rules*.
 
 use redis_module::{Context, InfoContext};
 
