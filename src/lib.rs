@@ -64,7 +64,7 @@ mod registration {
 
     redis_module! {
         name: "lock",
-        version: 1,
+        version: crate::core::version::MODULE_VERSION,
         allocator: (crate::ffi::alloc::Counting<redis_module::alloc::RedisAlloc>, crate::ffi::alloc::Counting(redis_module::alloc::RedisAlloc)),
         data_types: [LOCK_TYPE],
         acl_categories: ["lock",],

@@ -171,3 +171,21 @@ fn resetstat_resets_only_when_the_server_runs_it() {
     ok(&mut c, &["CONFIG", "RESETSTAT"]);
     assert_eq!(stat(&mut c, "releases"), 0.0);
 }
+
+#[test]
+fn the_module_reports_its_version() {
+    let s = Server::start();
+    let mut c = s.con();
+    let version = env!("CARGO_PKG_VERSION");
+    assert_eq!(info_field(&mut c, "lock", "lock_version"), version);
+    let Value::Array(modules) = ok(&mut c, &["MODULE", "LIST"]) else {
+        panic!("MODULE LIST")
+    };
+    let listed = format!("{modules:?}");
+    let parts: Vec<i64> = version.split('.').map(|p| p.parse().unwrap()).collect();
+    let number = parts[0] * 10_000 + parts[1] * 100 + parts[2];
+    assert!(
+        listed.contains("\"lock\"") && listed.contains(&format!("int({number})")),
+        "MODULE LIST shows lock {number}: {listed}"
+    );
+}

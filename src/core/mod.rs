@@ -16,3 +16,4 @@ pub mod registry;
 pub mod schedule;
 pub mod settle;
 pub mod slot;
+pub mod version;

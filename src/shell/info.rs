@@ -4,6 +4,7 @@
 use redis_module::{InfoContext, RedisResult};
 
 use crate::core::metrics::STATS;
+use crate::core::version;
 use crate::effects::foreign;
 use crate::ffi::alloc;
 
@@ -13,7 +14,10 @@ fn ms(micros: u64) -> String {
 
 pub fn render(ctx: &InfoContext) -> RedisResult<()> {
     let s = &STATS;
-    let mut section = ctx.builder().add_section("stats");
+    let mut section = ctx
+        .builder()
+        .add_section("stats")
+        .field("version", version::VERSION)?;
     for (name, counter) in s.counters() {
         section = section.field(name, counter.get())?;
     }

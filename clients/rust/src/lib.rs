@@ -20,6 +20,22 @@
 //! guard.release().await?;
 //! # let _ = sold; Ok(()) }
 //! ```
+//!
+//! The main README's example (a lock and its data in one cluster slot):
+//!
+//! ```no_run
+//! # async fn demo(locker: redis_lock_client::Locker) -> Result<(), redis_lock_client::Error> {
+//! # use std::time::Duration;
+//! let guard = locker.lock("{sku:9}:lock").ttl(Duration::from_secs(30)).wait_forever().acquire().await?.unwrap();
+//! let left: i64 = guard.run(redis::cmd("DECRBY").arg("{sku:9}:stock").arg(1)).await?;
+//! guard.release().await?;
+//! # let _ = left; Ok(()) }
+//! ```
+
+/// The README's examples, compiled as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
