@@ -60,7 +60,7 @@ pyvenv: $(PYVENV)/.ready
 $(PYVENV)/.ready: clients/python/pyproject.toml
 	python3 -m venv $(PYVENV)
 	$(PYVENV)/bin/pip install -q --disable-pip-version-check "redis>=5" pytest
-	$(PYVENV)/bin/pip install -q --disable-pip-version-check -e clients/python
+	$(PYVENV)/bin/pip install -q --disable-pip-version-check -e 'clients/python[test]'
 	touch $@
 
 test-python: build valkey pyvenv

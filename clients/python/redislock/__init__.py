@@ -7,7 +7,8 @@
 Shared locks (``shared=True``), semaphores (``Semaphore``), session holds (``session=True``),
 durable grants (``replicas=n``), guarded writes (``lock.guard(...)``), a watchdog that renews
 the lease and says when a hold is lost (``on_lost``, ``LockLost``); ``redislock.aio`` has the
-same API for asyncio.
+same API for asyncio. ``redislock.compat`` has drop-in adapters for code written for redis-py's
+``Lock`` and for python-redis-lock.
 """
 
 from . import aio
@@ -23,4 +24,14 @@ __all__ = [
     "LockLost",
     "Stale",
     "Deadlock",
+    "compat",
 ]
+
+
+def __getattr__(name: str):
+    # ``redislock.compat`` on first use, so ``import redislock`` alone stays as light as it was.
+    if name == "compat":
+        import importlib
+
+        return importlib.import_module(".compat", __name__)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

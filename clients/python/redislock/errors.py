@@ -1,19 +1,33 @@
-"""The errors of redislock, one class per thing that can go wrong."""
+"""The errors of redislock, one class per thing that can go wrong.
+
+Each is also a ``redis.exceptions.LockError`` (redis-py's lock error), and ``LockLost`` a
+``redis.exceptions.LockNotOwnedError``, so the ``except`` clauses of code written for
+redis-py's ``Lock`` catch them too."""
+
+from redis.exceptions import LockError as _RedisLockError
+from redis.exceptions import LockNotOwnedError as _RedisLockNotOwnedError
 
 
-class LockError(Exception):
-    """Base class of every redislock error."""
+class LockError(_RedisLockError):
+    """Base class of every redislock error (a ``redis.exceptions.LockError``)."""
+
+    # redis-py 6+ prints its errors as ``server:ClassName``, without the message: ours keep
+    # the message in ``repr`` (and in logs that use ``%r``), as they did before.
+    __repr__ = Exception.__repr__
 
 
 class NotAcquired(LockError):
     """The lock was not granted in time (``with lock.hold(timeout=...)``, ``acquire`` inside
-    ``with``), or a durable grant did not reach its replicas."""
+    ``with``), or a durable grant did not reach its replicas. (redis-py raises its
+    ``LockError`` when ``with`` cannot take a lock in time: the same meaning.)"""
 
 
-class LockLost(LockError):
+class LockLost(LockError, _RedisLockNotOwnedError):
     """The hold ended before it was released: its lease ran out (a renewal answered 0, or the
     server could not be reached before the lease would end), or a release found it gone. Raised
-    when leaving the ``with`` block, so the work done under the lock can be rolled back."""
+    when leaving the ``with`` block, so the work done under the lock can be rolled back. (Also a
+    ``redis.exceptions.LockNotOwnedError``: redis-py's word for a release of a lock no longer
+    owned.)"""
 
     def __init__(self, reason: str):
         super().__init__(f"lock lost: {reason}")
