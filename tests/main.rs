@@ -28,6 +28,7 @@ mod restore;
 mod semaphore;
 mod session;
 mod shared;
+mod upgrade;
 mod waiting;
 
 /// With `autotests = false`, a file under `tests/` that is not named above would never run.

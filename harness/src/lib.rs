@@ -71,6 +71,8 @@ pub struct Server {
     env: Vec<(String, String)>,
     /// Load the module (all but the benchmark's yardstick server do).
     with_module: bool,
+    /// Another build of the module than `module_path()` (an upgrade test's previous one).
+    module: Option<PathBuf>,
     child: Option<Child>,
 }
 
@@ -91,6 +93,7 @@ impl Server {
                 module_args: Vec::new(),
                 env: Vec::new(),
                 with_module: true,
+                module: None,
                 child: None,
             },
             master: None,
@@ -128,7 +131,7 @@ impl Server {
             .args(["--repl-diskless-sync-delay", "0", "--protected-mode", "no"]);
         if self.with_module {
             cmd.arg("--loadmodule")
-                .arg(module_path())
+                .arg(self.module.clone().unwrap_or_else(module_path))
                 .args(&self.module_args);
         }
         cmd.args(&self.extra)
@@ -226,6 +229,21 @@ impl Server {
         self.launch();
     }
 
+    /// Start again on the same port and directory with another build of the module (`None`:
+    /// this one), as an operator upgrading in place does (after `SAVE`, or with the AOF).
+    pub fn restart_with_module(&mut self, module: Option<PathBuf>) {
+        self.kill9();
+        self.module = module;
+        self.launch();
+    }
+
+    /// Whether the server process has exited by itself.
+    pub fn exited(&mut self) -> bool {
+        self.child
+            .as_mut()
+            .is_none_or(|c| matches!(c.try_wait(), Ok(Some(_))))
+    }
+
     /// Start again with other options.
     pub fn restart_with(&mut self, extra: &[&str]) {
         self.kill9();
@@ -265,6 +283,12 @@ impl ServerBuilder {
     pub fn env(mut self, env: &[(&str, &str)]) -> Self {
         let env = env.iter().map(|(k, v)| (k.to_string(), v.to_string()));
         self.server.env.extend(env);
+        self
+    }
+
+    /// Load this build of the module instead of `module_path()`.
+    pub fn module(mut self, path: PathBuf) -> Self {
+        self.server.module = Some(path);
         self
     }
 
