@@ -353,7 +353,11 @@ class LockBase:
         if self._depth == 0:
             raise RuntimeError(f"release of an unheld {self._NAME}")
         try:
-            released, newly_lost, held = yield self._in_state, self._end()
+            try:
+                released, newly_lost, held = yield self._in_state, self._end()
+            except BaseException:
+                self._abandon()
+                raise
             if newly_lost:
                 yield from self._announce_lost(self.lost or "")
             if self._session_conn is not None:
@@ -364,6 +368,14 @@ class LockBase:
         finally:
             self._depth, self._holder = 0, None
             self._local.release()
+
+    def _abandon(self) -> None:
+        """A release interrupted before it ended the hold (cancelled or interrupted while the
+        state lock was busy, or its command failed): stop the watchdog all the same, so the
+        hold ends with its lease instead of being renewed for as long as the process lives."""
+        if self._stop is not None:
+            self._stop.set()
+        self.token = None
 
     def _end(self) -> Steps[Tuple[bool, bool, float]]:
         """End the hold (with the state lock held, so the watchdog stops in this very step):
