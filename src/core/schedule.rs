@@ -7,10 +7,11 @@
 //! is set again from here. Generic over the job and over the key that keyed entries are
 //! deduplicated by, so it is tested with plain numbers.
 
-use std::collections::hash_map::Entry;
-use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::hash::Hash;
+use std::collections::{BTreeMap, BTreeSet};
+use std::hash::{BuildHasher, Hash, RandomState};
 use std::num::NonZeroU64;
+
+use hashbrown::HashTable;
 
 use crate::core::lock::Millis;
 
@@ -49,8 +50,11 @@ pub struct Schedule<K, J> {
     jobs: BTreeMap<Slot, J>,
     /// Keys apart from jobs: there is one per lock, and a key is smaller than a job.
     keys: BTreeMap<Slot, K>,
-    /// The one pending entry of each key (the earliest asked for).
-    keyed: HashMap<K, Slot>,
+    /// The one pending entry of each key (the earliest asked for) and the key's hash, found by
+    /// that hash: the key itself is kept once, in `keys` (a lock's name is most of what it
+    /// costs here).
+    keyed: HashTable<(Slot, u64)>,
+    hasher: RandomState,
     /// Ids due at a time, kept apart in 16 bytes each: there is one per waiting client with a
     /// timeout, and a waiter is meant to cost little.
     ids: BTreeSet<(Millis, u64)>,
@@ -62,7 +66,8 @@ impl<K, J> Default for Schedule<K, J> {
         Self {
             jobs: BTreeMap::new(),
             keys: BTreeMap::new(),
-            keyed: HashMap::new(),
+            keyed: HashTable::new(),
+            hasher: RandomState::new(),
             ids: BTreeSet::new(),
             last_seq: 0,
         }
@@ -99,39 +104,45 @@ impl<K: Hash + Eq + Clone, J> Schedule<K, J> {
     /// Let `key` come up at `due`, unless it already comes up at or before then. True when
     /// the schedule changed.
     pub fn add_key(&mut self, key: &K, due: Millis) -> bool {
-        if !self.wants(key, due) {
+        let hash = self.hasher.hash_one(key);
+        if !self.wants(key, hash, due) {
             return false;
         }
-        self.insert_key(key.clone(), due);
+        self.insert_key(key.clone(), hash, due);
         true
     }
 
-    /// `add_key` for a key the caller no longer needs (one copy and one hash fewer).
+    /// `add_key` for a key the caller no longer needs (one copy fewer).
     pub fn add_key_owned(&mut self, key: K, due: Millis) -> bool {
-        let slot = match self.keyed.entry(key) {
-            Entry::Occupied(pending) if pending.get().due <= due => return false,
-            Entry::Occupied(mut pending) => {
-                self.keys.remove(pending.get());
-                let slot = next_slot(&mut self.last_seq, due);
-                pending.insert(slot);
-                (slot, pending.key().clone())
-            }
-            Entry::Vacant(vacant) => {
-                let slot = next_slot(&mut self.last_seq, due);
-                let key = vacant.key().clone();
-                vacant.insert(slot);
-                (slot, key)
-            }
-        };
-        self.keys.insert(slot.0, slot.1);
+        let hash = self.hasher.hash_one(&key);
+        if !self.wants(&key, hash, due) {
+            return false;
+        }
+        self.insert_key(key, hash, due);
         true
+    }
+
+    /// The pending entry of `key` (whose hash is `hash`).
+    fn pending(&self, key: &K, hash: u64) -> Option<Slot> {
+        let keys = &self.keys;
+        self.keyed
+            .find(hash, |(slot, _)| keys.get(slot) == Some(key))
+            .map(|(slot, _)| *slot)
+    }
+
+    /// Drop the pending entry `slot` of the key whose hash is `hash`.
+    fn unkey(&mut self, hash: u64, slot: Slot) {
+        if let Ok(entry) = self.keyed.find_entry(hash, |(s, _)| *s == slot) {
+            entry.remove();
+        }
     }
 
     /// Whether `key` needs an entry at `due` (dropping a later pending one).
-    fn wants(&mut self, key: &K, due: Millis) -> bool {
-        match self.keyed.get(key) {
+    fn wants(&mut self, key: &K, hash: u64, due: Millis) -> bool {
+        match self.pending(key, hash) {
             Some(pending) if pending.due <= due => false,
-            Some(&pending) => {
+            Some(pending) => {
+                self.unkey(hash, pending);
                 self.keys.remove(&pending);
                 true
             }
@@ -139,15 +150,22 @@ impl<K: Hash + Eq + Clone, J> Schedule<K, J> {
         }
     }
 
-    fn insert_key(&mut self, key: K, due: Millis) {
+    fn insert_key(&mut self, key: K, hash: u64, due: Millis) {
         let slot = self.slot(due);
-        self.keys.insert(slot, key.clone());
-        self.keyed.insert(key, slot);
+        self.insert_key_at(key, hash, slot);
+    }
+
+    fn insert_key_at(&mut self, key: K, hash: u64, slot: Slot) {
+        self.keys.insert(slot, key);
+        // The hash is kept so that growing the table never hashes a key again.
+        self.keyed.insert_unique(hash, (slot, hash), |(_, h)| *h);
     }
 
     /// Forget `key`'s pending entry (the lock it watched is gone).
     pub fn cancel_key(&mut self, key: &K) {
-        if let Some(slot) = self.keyed.remove(key) {
+        let hash = self.hasher.hash_one(key);
+        if let Some(slot) = self.pending(key, hash) {
+            self.unkey(hash, slot);
             self.keys.remove(&slot);
         }
         self.shrink_if_idle();
@@ -175,24 +193,20 @@ impl<K: Hash + Eq + Clone, J> Schedule<K, J> {
         if job == Some(slot) {
             return self.jobs.pop_first().map(|(_, job)| Due::Job(job));
         }
-        let (_, key) = self.keys.pop_first()?;
-        self.keyed.remove(&key);
+        let (slot, key) = self.keys.pop_first()?;
+        self.unkey(self.hasher.hash_one(&key), slot);
         self.shrink_if_idle();
         Some(Due::Key(key))
     }
 
     /// Rewrite or drop every keyed entry (SWAPDB moves locks between dbs, FLUSHALL drops them).
     pub fn rekey(&mut self, mut f: impl FnMut(&K) -> Option<K>) {
-        let keyed = std::mem::take(&mut self.keyed);
-        for (key, slot) in keyed {
-            match f(&key) {
-                Some(new) => {
-                    self.keys.insert(slot, new.clone());
-                    self.keyed.insert(new, slot);
-                }
-                None => {
-                    self.keys.remove(&slot);
-                }
+        let keys = std::mem::take(&mut self.keys);
+        self.keyed.clear();
+        for (slot, key) in keys {
+            if let Some(new) = f(&key) {
+                let hash = self.hasher.hash_one(&new);
+                self.insert_key_at(new, hash, slot);
             }
         }
     }
@@ -208,7 +222,7 @@ impl<K: Hash + Eq + Clone, J> Schedule<K, J> {
     /// A burst of waiters or locks should not leave its high-water mark behind.
     fn shrink_if_idle(&mut self) {
         if self.keyed.is_empty() && self.keyed.capacity() > 64 {
-            self.keyed = HashMap::new();
+            self.keyed = HashTable::new();
         }
     }
 }
