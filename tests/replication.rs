@@ -3,7 +3,7 @@
 //! answered.
 
 use redis_lock_harness::*;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// Wait until every replica acknowledged everything the master wrote.
 fn sync(m: &mut Connection) {
@@ -195,4 +195,50 @@ fn coordinated_failover_command() {
     assert_eq!(fence(&mut r, "k"), Some(t));
     assert_eq!(release(&mut r, "k", "alice"), 1);
     assert!(acquire(&mut r, "k", "bob", 1_000).unwrap() > t);
+}
+
+/// With `min-replicas-to-write`, a master cut off from its replicas refuses clients' writes
+/// (NOREPLICAS); it must not hand a lock over on its own either (a lease that ends, a timer),
+/// or the far side of a partition hands out a lock that a promoted replica hands out too.
+#[test]
+fn a_master_without_its_replicas_hands_nothing_over() {
+    let master = Server::builder()
+        .args(&[
+            "--min-replicas-to-write",
+            "1",
+            "--min-replicas-max-lag",
+            "1",
+        ])
+        .start();
+    let mut replica = Server::builder().replica_of(&master).start();
+    let mut m = master.con();
+    let writable = |m: &mut Connection| cmd(m, &["SET", "probe", "x"]).is_ok();
+    assert!(
+        eventually(Duration::from_secs(5), || writable(&mut m)),
+        "the replica counts"
+    );
+    let started = Instant::now();
+    acquire(&mut m, "k", "holder", 4_000).unwrap();
+    let waiter = spawn_wait(&master, "k", "waiter", 60_000, 6_000);
+    wait_blocked(&mut m, 1);
+    replica.kill9();
+    let refused = eventually(Duration::from_secs(3), || {
+        cmd(&mut m, &["SET", "probe", "x"]).is_err_and(|e| e.starts_with("NOREPLICAS"))
+    });
+    assert!(refused, "the master noticed its replica is gone");
+    assert!(
+        started.elapsed() < Duration::from_millis(3_800),
+        "inconclusive: the lease ended before the master refused writes"
+    );
+    // The holder's lease ends at 4 s; nobody is handed the lock; the WAIT ends at 6 s.
+    assert_eq!(
+        waiter.join().unwrap(),
+        Ok(Value::Nil),
+        "no grant without replicas"
+    );
+    // Replicas back: grants again.
+    replica.restart();
+    wait_link_up(&mut replica.con());
+    assert!(eventually(Duration::from_secs(5), || writable(&mut m)));
+    assert!(acquire(&mut m, "k", "next", 1_000).is_some());
 }

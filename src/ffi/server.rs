@@ -3,10 +3,16 @@
 
 use std::ffi::CStr;
 use std::os::raw::c_int;
+use std::sync::atomic::{AtomicI64, Ordering};
 
-use redis_module::{raw, Context, ContextFlags, InfoContext, RedisString};
+use redis_module::{
+    raw, CallOptionsBuilder, CallResult, Context, ContextFlags, InfoContext, RedisString,
+    RedisValue,
+};
 
+use crate::core::error::LockError;
 use crate::core::lock::LockState;
+use crate::ffi::clock;
 use crate::ffi::handlers;
 use crate::ffi::panics;
 
@@ -237,5 +243,54 @@ pub fn string_ttl(ctx: &Context, name: &RedisString) -> Option<Option<i64>> {
         let ttl = raw::RedisModule_GetExpire.map_or(-1, |expire| expire(key));
         close(key);
         is_string.then_some((ttl >= 0).then_some(ttl))
+    }
+}
+
+/// The server's `min-replicas-to-write`, read at most every `SETTING_READ_MS` (a `CONFIG GET`
+/// costs far more than the check it guards, and the setting rarely changes).
+static MIN_REPLICAS: AtomicI64 = AtomicI64::new(0);
+static MIN_REPLICAS_READ_AT: AtomicI64 = AtomicI64::new(i64::MIN);
+const SETTING_READ_MS: i64 = 100;
+
+fn min_replicas_to_write(ctx: &Context) -> i64 {
+    let now = clock::now_ms();
+    let read_at = MIN_REPLICAS_READ_AT.load(Ordering::Relaxed);
+    if now.saturating_sub(read_at) >= SETTING_READ_MS {
+        let reply = ctx.call("CONFIG", &["GET", "min-replicas-to-write"]);
+        let value = match reply {
+            Ok(RedisValue::Array(pair)) => match pair.get(1) {
+                Some(RedisValue::BulkString(s)) => s.parse().unwrap_or(0),
+                Some(RedisValue::SimpleString(s)) => s.parse().unwrap_or(0),
+                Some(RedisValue::BulkRedisString(s)) => s.to_string_lossy().parse().unwrap_or(0),
+                _ => 0,
+            },
+            _ => 0,
+        };
+        MIN_REPLICAS.store(value, Ordering::Relaxed);
+        MIN_REPLICAS_READ_AT.store(now, Ordering::Relaxed);
+    }
+    MIN_REPLICAS.load(Ordering::Relaxed)
+}
+
+/// Whether the server refuses clients' writes right now for want of good replicas
+/// (`min-replicas-to-write`; or after a failed save, `MISCONF`): the module then grants and
+/// deletes nothing on its own either, or an isolated master would hand a lock over that a
+/// promoted replica hands out too. Only asked where `min-replicas-to-write` is set.
+pub fn writes_refused(ctx: &Context) -> bool {
+    if min_replicas_to_write(ctx) <= 0 {
+        return false;
+    }
+    // The module API has no such question, but a call in script mode runs the server's own
+    // checks of a client's write first. LOCK.EPOCH is a write that the module refuses from
+    // anyone but the master link or the AOF, so when the server lets it through, nothing
+    // changes: its own refusal is the answer "writes are allowed".
+    let options = CallOptionsBuilder::new()
+        .script_mode()
+        .errors_as_replies()
+        .build();
+    let result: CallResult = ctx.call_ext("LOCK.EPOCH", &options, &["1"]);
+    match result {
+        Ok(_) => false,
+        Err(err) => err.to_utf8_string().as_deref() != Some(LockError::EpochNotAllowed.as_wire()),
     }
 }

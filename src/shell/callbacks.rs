@@ -67,8 +67,8 @@ fn revoke_soon(job: Job) {
 }
 
 fn run_contained(ctx: &Context, job: Job) {
-    if job.writes() && server::writes_paused() {
-        // Hand nothing over until writes resume.
+    if job.writes() && (server::writes_paused() || server::writes_refused(ctx)) {
+        // Hand nothing over until writes resume (a pause ends, or replicas are back).
         timers::retry(PAUSED_RETRY_MS, job);
         return;
     }
