@@ -75,6 +75,22 @@ export class LinkTimeout extends Error {
   override name = "LinkTimeout";
 }
 
+/** A connection that could not be made (whatever the server or the library answered: a full
+ * server's `ERR max number of clients reached` is a link failure, not a command's refusal). */
+export class ConnectError extends Error {
+  override name = "ConnectError";
+}
+
+/** `connecting`, bounded by `ms`; any failure as a `ConnectError`, after `close` ran. */
+export async function connecting(connecting: Promise<unknown>, ms: number, close: () => void): Promise<void> {
+  try {
+    await within(connecting, ms, close);
+  } catch (e) {
+    close();
+    throw new ConnectError(`could not connect: ${e instanceof Error ? e.message : String(e)}`, { cause: e });
+  }
+}
+
 /** `promise`, or a `LinkTimeout` after `ms` (then `onTimeout` runs: close the link). */
 export function within<T>(promise: Promise<T>, ms: number, onTimeout: () => void): Promise<T> {
   return new Promise<T>((resolve, reject) => {

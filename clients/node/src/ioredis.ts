@@ -2,7 +2,7 @@
  * ioredis (v5 and later): a `Redis` (standalone, or Sentinel with `sentinels` and `name`) or a
  * `Cluster`. Typed structurally, so this package imports nothing of it.
  */
-import { noop, within, type Adapter, type Connection, type ConnectOptions } from "./adapter.js";
+import { connecting, noop, type Adapter, type Connection, type ConnectOptions } from "./adapter.js";
 import { movedAway, slotOf, type Arg } from "./protocol.js";
 
 interface IoRedis {
@@ -58,10 +58,7 @@ async function own(client: IoRedis, options: ConnectOptions): Promise<Connection
   });
   dup.on("error", noop); // reported through the commands' rejections
   const close = (): void => dup.disconnect(false);
-  await within(dup.connect(), connectTimeout + 100, close).catch((e: unknown) => {
-    close();
-    throw e;
-  });
+  await connecting(dup.connect(), connectTimeout + 100, close);
   return {
     send: (args) => dup.call(String(args[0]), ...args.slice(1)),
     close,

@@ -2,7 +2,7 @@
  * node-redis (`redis` / `@redis/client`, v4 and later): a client, a cluster (`createCluster`) or a
  * Sentinel (`createSentinel`). Typed structurally, so this package imports nothing of it.
  */
-import { noop, within, type Adapter, type Connection, type ConnectOptions } from "./adapter.js";
+import { connecting, noop, type Adapter, type Connection, type ConnectOptions } from "./adapter.js";
 import { slotOf, type Arg } from "./protocol.js";
 
 type Args = (string | Buffer)[];
@@ -72,10 +72,7 @@ async function own(client: NodeRedisClient, options: ConnectOptions): Promise<Co
       // already closed
     }
   };
-  await within(dup.connect(), connectTimeout + 100, close).catch((e: unknown) => {
-    close();
-    throw e;
-  });
+  await connecting(dup.connect(), connectTimeout + 100, close);
   return {
     send: (args) => dup.sendCommand(strings(args)),
     close,
@@ -111,10 +108,7 @@ export function nodeRedisAdapter(client: unknown): Adapter {
         const dup = client.duplicate({ masterPoolSize: 1, reserveClient: false });
         dup.on("error", noop);
         const close = (): void => void Promise.resolve(dup.destroy()).catch(noop);
-        await within(dup.connect(), options.timeout ?? CONNECT_TIMEOUT, close).catch((e: unknown) => {
-          close();
-          throw e;
-        });
+        await connecting(dup.connect(), options.timeout ?? CONNECT_TIMEOUT, close);
         return { send: (args) => dup.sendCommand(false, strings(args)), close, ref: noop };
       },
       route: () => "",

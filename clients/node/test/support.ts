@@ -5,8 +5,8 @@
  *
  * `FLAVOURS` are the two Redis libraries: every behaviour test runs once with each.
  */
-import { spawn, spawnSync, type ChildProcess } from "node:child_process";
-import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { spawn, type ChildProcess } from "node:child_process";
+import { mkdtempSync, rmSync } from "node:fs";
 import { createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { dirname, join, resolve } from "node:path";
@@ -60,13 +60,20 @@ export class Server {
     readonly args: string[],
   ) {}
 
-  static async start(...args: string[]): Promise<Server> {
+  static start(...args: string[]): Promise<Server> {
+    return Server.#start(["--loadmodule", MODULE, ...args]);
+  }
+
+  /** A server without the module. */
+  static startPlain(): Promise<Server> {
+    return Server.#start([]);
+  }
+
+  static async #start(args: string[]): Promise<Server> {
     const s = new Server(await freePort(), args);
-    s.proc = spawn(
-      BINARY,
-      ["--port", String(s.port), "--bind", "127.0.0.1", "--dir", s.dir, "--save", "", "--appendonly", "no", "--loadmodule", MODULE, ...args],
-      { stdio: "ignore" },
-    );
+    s.proc = spawn(BINARY, ["--port", String(s.port), "--bind", "127.0.0.1", "--dir", s.dir, "--save", "", "--appendonly", "no", ...args], {
+      stdio: "ignore",
+    });
     s.admin = new Redis({ port: s.port, host: "127.0.0.1", lazyConnect: true, maxRetriesPerRequest: 1, retryStrategy: () => 50 });
     s.admin.on("error", () => undefined);
     const up = await eventually(async () => (await s.admin.ping()) === "PONG", 10_000);
@@ -130,8 +137,6 @@ export interface Flavour {
   sentinel(ports: number[], name: string): Promise<unknown>;
   close(client: unknown): Promise<void>;
 }
-
-const opened = new Set<{ close(): void }>();
 
 export const FLAVOURS: Flavour[] = [
   {
@@ -201,5 +206,3 @@ export class Clients {
     for (const c of this.#made.splice(0)) await this.flavour.close(c).catch(() => undefined);
   }
 }
-
-export { opened, spawnSync, writeFileSync };
