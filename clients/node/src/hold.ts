@@ -9,6 +9,7 @@ import { LockLostError, StaleError, translate } from "./errors.js";
 import {
   GONE_AT_RELEASE,
   LEASE_RAN_OUT,
+  RETRY_PAUSE,
   Renewals,
   extendArgs,
   guardArgs,
@@ -167,10 +168,16 @@ export class Hold extends EventEmitter<HoldEvents> implements AsyncDisposable {
 
   // -- the watchdog ----------------------------------------------------------------------------
 
-  #schedule(): void {
-    this.#timer = setTimeout(() => {
-      this.#renewing = this.#renew().finally(() => (this.#renewing = undefined));
-    }, this.#renewals.interval);
+  /** The next renewal, ttl/3 after the last one was sent (at once, after a pause, if that one
+   * took so long, say to connect through Sentinel during a failover). */
+  #schedule(lastSent?: number): void {
+    const wait = lastSent === undefined ? this.#renewals.interval : lastSent + this.#renewals.interval - performance.now();
+    this.#timer = setTimeout(
+      () => {
+        this.#renewing = this.#renew().finally(() => (this.#renewing = undefined));
+      },
+      Math.max(RETRY_PAUSE, wait),
+    );
     this.#timer.unref(); // a hold never keeps the process alive by itself
   }
 
@@ -179,8 +186,8 @@ export class Hold extends EventEmitter<HoldEvents> implements AsyncDisposable {
     const { adapter, key, owner, token, ttl } = this.#grant;
     const renewals = this.#renewals;
     let reason: string | undefined;
+    const sent = performance.now();
     try {
-      const sent = performance.now();
       try {
         if (!this.#conn) {
           this.#conn = await adapter.connect(key, { timeout: renewals.timeout });
@@ -204,7 +211,7 @@ export class Hold extends EventEmitter<HoldEvents> implements AsyncDisposable {
       reason = watchdogFailed(e); // nobody would hear of it otherwise: the hold is given up
     }
     if (this.#phase !== "held") return; // released (or lost) meanwhile: nothing to say
-    if (reason === undefined) this.#schedule();
+    if (reason === undefined) this.#schedule(sent);
     else this.#lose(reason);
   }
 

@@ -6,7 +6,7 @@
  * `FLAVOURS` are the two Redis libraries: every behaviour test runs once with each.
  */
 import { spawn, type ChildProcess } from "node:child_process";
-import { mkdtempSync, rmSync } from "node:fs";
+import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { dirname, join, resolve } from "node:path";
@@ -204,5 +204,164 @@ export class Clients {
   }
   async close(): Promise<void> {
     for (const c of this.#made.splice(0)) await this.flavour.close(c).catch(() => undefined);
+  }
+}
+
+/** A Redis Cluster of 3 masters on loopback (`redis-cli --cluster create`), as harness/src/cluster.rs. */
+export class ClusterServers {
+  constructor(readonly nodes: Server[]) {}
+
+  static async start(): Promise<ClusterServers> {
+    const args = ["--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "2000"];
+    const nodes = await Promise.all([0, 1, 2].map(() => Server.start(...args)));
+    const c = new ClusterServers(nodes);
+    try {
+      const { spawnSync } = await import("node:child_process");
+      const out = spawnSync(
+        "redis-cli",
+        ["--cluster", "create", ...nodes.map((n) => `127.0.0.1:${n.port}`), "--cluster-replicas", "0", "--cluster-yes"],
+        { encoding: "utf8", timeout: 60_000 },
+      );
+      if (out.status !== 0) throw new Error(`cluster create: ${out.stdout}${out.stderr}`);
+      for (const n of nodes) {
+        const ok = await eventually(async () => String(await n.cmd("CLUSTER", "INFO")).includes("cluster_state:ok"), 30_000);
+        if (!ok) throw new Error("the cluster never became ok");
+      }
+    } catch (e) {
+      c.stop();
+      throw e;
+    }
+    return c;
+  }
+
+  get ports(): number[] {
+    return this.nodes.map((n) => n.port);
+  }
+
+  /** The node that serves `key`'s slot. */
+  async ownerOf(key: string): Promise<Server> {
+    const slot = Number(await this.nodes[0]!.cmd("CLUSTER", "KEYSLOT", key));
+    for (const n of this.nodes) {
+      const lines = String(await n.cmd("CLUSTER", "NODES")).split("\n");
+      const mine = lines.find((l) => l.includes("myself"));
+      const serves = mine
+        ?.split(" ")
+        .slice(8)
+        .some((spec) => {
+          const [lo, hi = lo] = spec.split("-").map(Number);
+          return lo! <= slot && slot <= hi!;
+        });
+      if (serves) return n;
+    }
+    throw new Error(`nobody serves ${key}`);
+  }
+
+  stop(): void {
+    for (const n of this.nodes) n.stop();
+  }
+}
+
+/** One Sentinel (`<server> sentinel.conf --sentinel`) watching `masterPort`. */
+export class SentinelProcess {
+  readonly dir = mkdtempSync(join(tmpdir(), "redislock-node-sentinel-"));
+  proc!: ChildProcess;
+  constructor(readonly port: number) {}
+
+  static async start(masterPort: number, name: string): Promise<SentinelProcess> {
+    const s = new SentinelProcess(await freePort());
+    const conf = join(s.dir, "sentinel.conf");
+    writeFileSync(
+      conf,
+      `port ${s.port}\nbind 127.0.0.1\nprotected-mode no\ndir ${s.dir}\n` +
+        `sentinel monitor ${name} 127.0.0.1 ${masterPort} 2\n` +
+        `sentinel down-after-milliseconds ${name} 1000\nsentinel failover-timeout ${name} 3000\n`,
+    );
+    s.proc = spawn(BINARY, [conf, "--sentinel"], { stdio: "ignore" });
+    return s;
+  }
+
+  stop(): void {
+    if (this.proc.exitCode === null && this.proc.signalCode === null) this.proc.kill("SIGKILL");
+    rmSync(this.dir, { recursive: true, force: true });
+  }
+}
+
+/** A master and a replica (each with the module) and three Sentinels watching them, as
+ * clients/python/tests/test_sentinel.py and harness/src/sentinel.rs. */
+export class SentinelDeployment {
+  static readonly NAME = "lockm";
+  servers: Server[] = [];
+  sentinels: SentinelProcess[] = [];
+
+  static async start(): Promise<SentinelDeployment> {
+    const d = new SentinelDeployment();
+    try {
+      const master = await Server.start("--repl-diskless-sync-delay", "0");
+      d.servers.push(master);
+      d.servers.push(await Server.start("--replicaof", "127.0.0.1", String(master.port), "--repl-diskless-sync-delay", "0"));
+      for (let i = 0; i < 3; i++) d.sentinels.push(await SentinelProcess.start(master.port, SentinelDeployment.NAME));
+      if (!(await eventually(async () => (await d.replica.info("replication", "master_link_status")) === "up", 20_000))) {
+        throw new Error("the replica never synced");
+      }
+      const ready = await eventually(async () => {
+        for (const s of d.sentinels) {
+          const fields = (await d.ask(s.port, "SENTINEL", "MASTER", SentinelDeployment.NAME)) as string[];
+          const get = (f: string): string => fields[fields.indexOf(f) + 1] ?? "";
+          if (get("num-other-sentinels") !== "2" || get("num-slaves") !== "1") return false;
+        }
+        return true;
+      }, 30_000);
+      if (!ready) throw new Error("the Sentinels never saw the replica and each other");
+    } catch (e) {
+      d.stop();
+      throw e;
+    }
+    return d;
+  }
+
+  get master(): Server {
+    return this.servers[0]!;
+  }
+
+  get replica(): Server {
+    return this.servers[1]!;
+  }
+
+  get sentinelPorts(): number[] {
+    return this.sentinels.map((s) => s.port);
+  }
+
+  /** One command to the process on `port`, on a connection of its own. */
+  async ask(port: number, ...args: string[]): Promise<unknown> {
+    const c = new Redis({ port, host: "127.0.0.1", lazyConnect: true, maxRetriesPerRequest: 0, retryStrategy: () => null });
+    c.on("error", () => undefined);
+    try {
+      return await c.call(args[0]!, ...args.slice(1));
+    } finally {
+      c.disconnect();
+    }
+  }
+
+  killMaster(): void {
+    this.master.proc.kill("SIGKILL");
+  }
+
+  /** Wait until every Sentinel names the replica; the ms it took. */
+  async failover(timeout = 30_000): Promise<number> {
+    const started = performance.now();
+    const named = await eventually(async () => {
+      for (const s of this.sentinels) {
+        const addr = (await this.ask(s.port, "SENTINEL", "GET-MASTER-ADDR-BY-NAME", SentinelDeployment.NAME)) as string[];
+        if (Number(addr[1]) !== this.replica.port) return false;
+      }
+      return true;
+    }, timeout);
+    if (!named) throw new Error("no failover");
+    return performance.now() - started;
+  }
+
+  stop(): void {
+    for (const s of this.sentinels) s.stop();
+    for (const s of this.servers) s.stop();
   }
 }
