@@ -171,7 +171,8 @@ export class Hold extends EventEmitter<HoldEvents> implements AsyncDisposable {
   /** The next renewal, ttl/3 after the last one was sent (at once, after a pause, if that one
    * took so long, say to connect through Sentinel during a failover). */
   #schedule(lastSent?: number): void {
-    const wait = lastSent === undefined ? this.#renewals.interval : lastSent + this.#renewals.interval - performance.now();
+    const wait =
+      lastSent === undefined ? this.#renewals.interval : lastSent + this.#renewals.interval - performance.now();
     this.#timer = setTimeout(
       () => {
         this.#renewing = this.#renew().finally(() => (this.#renewing = undefined));
@@ -194,7 +195,10 @@ export class Hold extends EventEmitter<HoldEvents> implements AsyncDisposable {
           this.#conn.ref(false);
         }
         const conn = this.#conn;
-        reason = renewals.answered(sent, await within(conn.send(extendArgs(key, owner, ttl, token)), renewals.timeout, () => conn.close()));
+        reason = renewals.answered(
+          sent,
+          await within(conn.send(extendArgs(key, owner, ttl, token)), renewals.timeout, () => conn.close()),
+        );
       } catch (e) {
         if (isReplyError(e) && !movedAway(e)) {
           reason = refused(e);

@@ -72,13 +72,12 @@ export function ioredisAdapter(client: unknown): Adapter {
     const nodeOf = async (key: string): Promise<IoRedis> => {
       if (nodeKey(key) === undefined && client.status !== "ready") await client.connect().catch(noop);
       const want = nodeKey(key);
-      const node = client
-        .nodes("master")
-        .find((n) => `${n.options.host}:${n.options.port}` === want);
+      const node = client.nodes("master").find((n) => `${n.options.host}:${n.options.port}` === want);
       if (!node) throw new Error(`no connection to the master of slot ${slotOf(key)} yet`);
       return node;
     };
-    const refresh = (): Promise<void> => new Promise((resolve) => client.refreshSlotsCache?.(() => resolve()) ?? resolve());
+    const refresh = (): Promise<void> =>
+      new Promise((resolve) => client.refreshSlotsCache?.(() => resolve()) ?? resolve());
     return {
       name: "ioredis cluster",
       // The cluster's own connection to the key's master (ioredis does not know the key of a

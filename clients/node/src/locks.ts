@@ -92,7 +92,11 @@ export class Locks {
    * is lost meanwhile (its reason a `LockLostError`). Rejects with the routine's error, or
    * else with `LockLostError` if the hold was lost.
    */
-  async using<T>(key: string, options: AcquireOptions, routine: (hold: Hold, signal: AbortSignal) => Promise<T>): Promise<T> {
+  async using<T>(
+    key: string,
+    options: AcquireOptions,
+    routine: (hold: Hold, signal: AbortSignal) => Promise<T>,
+  ): Promise<T> {
     const hold = await this.acquire(key, options);
     const lost = new AbortController();
     void hold.lost.then((reason) => lost.abort(new LockLostError(reason)));
@@ -120,7 +124,9 @@ export class Locks {
     if (!(wait >= 0)) throw new RangeError("wait must be a number of ms >= 0 (Infinity: without limit)");
     const ttl = o.ttl ?? DEFAULT_TTL;
     if (!(ttl > 0)) throw new RangeError("ttl must be a positive number of ms");
-    const mode: Mode = o.semaphore ? { limit: o.semaphore.limit, permits: o.semaphore.permits ?? 1 } : { shared: !!o.shared };
+    const mode: Mode = o.semaphore
+      ? { limit: o.semaphore.limit, permits: o.semaphore.permits ?? 1 }
+      : { shared: !!o.shared };
     const owner = o.owner ?? randomUUID();
     const session = !!o.session;
     const signal = o.signal;
@@ -182,7 +188,14 @@ export class Locks {
     return int(await conn.send(waitArgs(replicas, timeout))) >= replicas;
   }
 
-  #hold(key: string, owner: string, token: number, ttl: number, o: AcquireOptions, session: Connection | undefined): Hold {
+  #hold(
+    key: string,
+    owner: string,
+    token: number,
+    ttl: number,
+    o: AcquireOptions,
+    session: Connection | undefined,
+  ): Hold {
     session?.ref(true);
     return new Hold({
       adapter: this.adapter,
@@ -226,7 +239,12 @@ export class Locks {
    * `work`, unless `signal` aborts first: then it rejects with the reason, `now` runs at once
    * (closing the connection a wait is on) and `later` on what `work` still resolves with.
    */
-  #abortable<T>(work: Promise<T>, signal: AbortSignal | undefined, now: () => void, later?: (value: T) => void): Promise<T> {
+  #abortable<T>(
+    work: Promise<T>,
+    signal: AbortSignal | undefined,
+    now: () => void,
+    later?: (value: T) => void,
+  ): Promise<T> {
     if (!signal) return work;
     return new Promise<T>((resolve, reject) => {
       const onAbort = (): void => {

@@ -40,9 +40,11 @@ interface NodeRedisSentinel {
 const has = (x: unknown, ...names: string[]): boolean =>
   typeof x === "object" && x !== null && names.every((n) => typeof (x as Record<string, unknown>)[n] === "function");
 
-const isCluster = (x: unknown): x is NodeRedisCluster => has(x, "sendCommand", "nodeClient") && "slots" in (x as object);
+const isCluster = (x: unknown): x is NodeRedisCluster =>
+  has(x, "sendCommand", "nodeClient") && "slots" in (x as object);
 const isSentinel = (x: unknown): x is NodeRedisSentinel => has(x, "sendCommand", "getMasterNode", "getSentinelNode");
-const isClient = (x: unknown): x is NodeRedisClient => has(x, "sendCommand", "duplicate", "connect") && "isOpen" in (x as object);
+const isClient = (x: unknown): x is NodeRedisClient =>
+  has(x, "sendCommand", "duplicate", "connect") && "isOpen" in (x as object);
 
 export function isNodeRedis(x: unknown): boolean {
   return isCluster(x) || isSentinel(x) || isClient(x);

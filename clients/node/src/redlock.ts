@@ -112,7 +112,12 @@ export default class Redlock extends EventEmitter {
     return this.#acquire(resources, duration, settings, false);
   }
 
-  async #acquire(resources: string[], duration: number, settings: Partial<Settings> | undefined, watchdog: boolean): Promise<Lock> {
+  async #acquire(
+    resources: string[],
+    duration: number,
+    settings: Partial<Settings> | undefined,
+    watchdog: boolean,
+  ): Promise<Lock> {
     const s = { ...this.settings, ...settings };
     const value = randomUUID();
     const wait = s.retryCount < 0 ? Infinity : s.retryCount * s.retryDelay;
@@ -130,7 +135,14 @@ export default class Redlock extends EventEmitter {
       throw e;
     }
     const byResource = new Map(holds.map((h) => [h.key, h]));
-    return new Lock(this, resources, value, [], Date.now() + duration, resources.map((r) => byResource.get(r)!));
+    return new Lock(
+      this,
+      resources,
+      value,
+      [],
+      Date.now() + duration,
+      resources.map((r) => byResource.get(r)!),
+    );
   }
 
   /** Release every hold of `lock`; `ExecutionError` if one had already expired (as redlock). */
@@ -155,7 +167,12 @@ export default class Redlock extends EventEmitter {
    * `signal.error` a `LockLostError`, if a hold is lost meanwhile. Always settles: with the
    * routine's result or error (the release's own error is not raised over it).
    */
-  using<T>(resources: string[], duration: number, settings: Partial<Settings>, routine?: (signal: RedlockAbortSignal) => Promise<T>): Promise<T>;
+  using<T>(
+    resources: string[],
+    duration: number,
+    settings: Partial<Settings>,
+    routine?: (signal: RedlockAbortSignal) => Promise<T>,
+  ): Promise<T>;
   using<T>(resources: string[], duration: number, routine: (signal: RedlockAbortSignal) => Promise<T>): Promise<T>;
   async using<T>(
     resources: string[],

@@ -19,11 +19,15 @@ for (const flavour of FLAVOURS) {
     try {
       await server.cmd("SET", "{sku:9}:stock", 100);
       const workers = Array.from({ length: 4 }, () => {
-        const child = spawn(process.execPath, [WORKER, flavour.name, String(server.port), "4"], { stdio: ["ignore", "pipe", "inherit"] });
+        const child = spawn(process.execPath, [WORKER, flavour.name, String(server.port), "4"], {
+          stdio: ["ignore", "pipe", "inherit"],
+        });
         let out = "";
         child.stdout.on("data", (d: Buffer) => (out += d.toString()));
         const done = new Promise<{ sold: number; stale: number }>((resolve, reject) =>
-          child.on("exit", (code) => (code === 0 ? resolve(JSON.parse(out)) : reject(new Error(`worker exited ${code}: ${out}`)))),
+          child.on("exit", (code) =>
+            code === 0 ? resolve(JSON.parse(out)) : reject(new Error(`worker exited ${code}: ${out}`)),
+          ),
         );
         return { child, done, alive: true };
       });
@@ -49,7 +53,10 @@ for (const flavour of FLAVOURS) {
       assert.equal(Number(await server.cmd("GET", "{sku:9}:stock")), 0);
       assert.equal(sold, 100, `sold ${sold}`);
       assert.ok(pauses > 0 && stale > 0, `${pauses} pauses, ${stale} stale writes`);
-      console.log(`# ${flavour.name}: 100 sold, ${stale} guarded writes refused as stale, ${pauses} pauses`, JSON.stringify(results));
+      console.log(
+        `# ${flavour.name}: 100 sold, ${stale} guarded writes refused as stale, ${pauses} pauses`,
+        JSON.stringify(results),
+      );
     } finally {
       server.stop();
     }

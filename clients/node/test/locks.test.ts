@@ -72,9 +72,13 @@ for (const flavour of FLAVOURS) {
       // ioredis's commandTimeout, node-redis's commandOptions.timeout
       const impatient =
         flavour.name === "ioredis"
-          ? clients.track(new (await import("ioredis")).Redis({ port: server.port, host: "127.0.0.1", commandTimeout: 200 }))
+          ? clients.track(
+              new (await import("ioredis")).Redis({ port: server.port, host: "127.0.0.1", commandTimeout: 200 }),
+            )
           : clients.track(
-              await (await import("redis"))
+              await (
+                await import("redis")
+              )
                 .createClient({ socket: { port: server.port, host: "127.0.0.1" }, commandOptions: { timeout: 200 } })
                 .on("error", () => undefined)
                 .connect(),
@@ -101,7 +105,11 @@ for (const flavour of FLAVOURS) {
       assert.ok(free && (await free.release()));
     });
 
-    it("rule 3: an aborted wait leaves the queue, its connection closed, and is never granted", async ({ locks, other, server }) => {
+    it("rule 3: an aborted wait leaves the queue, its connection closed, and is never granted", async ({
+      locks,
+      other,
+      server,
+    }) => {
       const holder = await locks.acquire("h", { ttl: 10_000 });
       const l = await other();
       const baseline = Number(await server.info("clients", "connected_clients"));
@@ -116,7 +124,10 @@ for (const flavour of FLAVOURS) {
       const reason = new Error("shutting down");
       await assert.rejects(l.acquire("h", { signal: AbortSignal.abort(reason) }), (e) => e === reason);
       await assert.rejects(l.acquire("h", { signal: AbortSignal.timeout(100) }), { name: "TimeoutError" });
-      assert.ok(await eventually(async () => Number(await server.info("clients", "connected_clients")) <= baseline, 2000), "no connection kept");
+      assert.ok(
+        await eventually(async () => Number(await server.info("clients", "connected_clients")) <= baseline, 2000),
+        "no connection kept",
+      );
       assert.equal(await holder.release(), true);
       assert.equal(await server.cmd("EXISTS", "h"), 0, "the release granted nobody");
       const next = await l.tryAcquire("h");
@@ -130,7 +141,10 @@ for (const flavour of FLAVOURS) {
       const before = (await server.cmd("LOCK.INFO", "retry")) as unknown[];
       const queued = (before[before.indexOf("queue") + 1] as string[])[0];
       await server.cmd("CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes"); // every link breaks
-      assert.ok(await eventually(async () => (await server.info("clients", "blocked_clients")) === "1"), "it waits again");
+      assert.ok(
+        await eventually(async () => (await server.info("clients", "blocked_clients")) === "1"),
+        "it waits again",
+      );
       assert.equal(await holder.release(), true);
       const hold = await waiter;
       assert.equal(hold.owner, queued, "asked again with the owner it queued with");
@@ -149,7 +163,10 @@ for (const flavour of FLAVOURS) {
       await server.cmd("SET", "{sku:9}:stock", 10);
       const hold = await locks.acquire("{sku:9}:lock", { ttl: 200, watchdog: false });
       assert.equal(await hold.guard("DECRBY", "{sku:9}:stock", 1), 9);
-      await assert.rejects(hold.guard("HSET", "{sku:9}:stock", "f", "v"), (e: Error) => !(e instanceof StaleError) && /WRONGTYPE/.test(e.message));
+      await assert.rejects(
+        hold.guard("HSET", "{sku:9}:stock", "f", "v"),
+        (e: Error) => !(e instanceof StaleError) && /WRONGTYPE/.test(e.message),
+      );
       await sleep(300);
       await assert.rejects(hold.guard("DECRBY", "{sku:9}:stock", 1), StaleError);
       assert.equal(await server.cmd("GET", "{sku:9}:stock"), "9");
@@ -157,7 +174,11 @@ for (const flavour of FLAVOURS) {
       await assert.rejects(hold.guard("GET", "{sku:9}:stock"), StaleError);
     });
 
-    it("rule 6: the watchdog keeps a hold 10x past its ttl, on a connection of its own", async ({ locks, other, server }) => {
+    it("rule 6: the watchdog keeps a hold 10x past its ttl, on a connection of its own", async ({
+      locks,
+      other,
+      server,
+    }) => {
       const hold = await locks.acquire("w", { ttl: 300 });
       const waiting = (await other()).acquire("w", { ttl: 300, wait: 10_000 });
       for (let i = 0; i < 15; i++) {
@@ -190,7 +211,10 @@ for (const flavour of FLAVOURS) {
       assert.equal(await server.calls("lock.release"), 4, "and sends nothing");
     });
 
-    it("rule 8: lost within one renewal period after LOCK.FORCERELEASE, once, with a reason", async ({ locks, server }) => {
+    it("rule 8: lost within one renewal period after LOCK.FORCERELEASE, once, with a reason", async ({
+      locks,
+      server,
+    }) => {
       const ttl = 900;
       const reasons: string[] = [];
       const events: string[] = [];
@@ -214,7 +238,10 @@ for (const flavour of FLAVOURS) {
       assert.deepEqual(reasons, [reason], "signalled once");
     });
 
-    it("rule 8: a watchdog that cannot reach the server loses the hold when the lease ends", async ({ locks, server }) => {
+    it("rule 8: a watchdog that cannot reach the server loses the hold when the lease ends", async ({
+      locks,
+      server,
+    }) => {
       const hold = await locks.acquire("k", { ttl: 600 });
       assert.ok(await eventually(async () => (await server.calls("lock.extend")) >= 1, 2000));
       await server.cmd("CONFIG", "SET", "maxclients", 1); // every new connection is refused
@@ -319,16 +346,24 @@ for (const flavour of FLAVOURS) {
       const clean = await locks.acquire("s2", { session: true });
       const clientsBefore = Number(await server.info("clients", "connected_clients"));
       assert.equal(await clean.release(), true);
-      assert.ok(await eventually(async () => Number(await server.info("clients", "connected_clients")) === clientsBefore - 1), "its connection closes with it");
+      assert.ok(
+        await eventually(async () => Number(await server.info("clients", "connected_clients")) === clientsBefore - 1),
+        "its connection closes with it",
+      );
     });
 
-    it("rule 9: a durable grant needs its replicas (WAIT), else not granted and nothing held", async ({ locks, clients }) => {
+    it("rule 9: a durable grant needs its replicas (WAIT), else not granted and nothing held", async ({
+      locks,
+      clients,
+    }) => {
       assert.equal(await locks.tryAcquire("d", { replicas: 1, replicasTimeout: 200 }), null);
       await assert.rejects(locks.acquire("d", { replicas: 1, replicasTimeout: 200, wait: 100 }), NotAcquiredError);
       const master = await Server.start("--repl-diskless-sync-delay", "0");
       const replica = await Server.start("--replicaof", "127.0.0.1", String(master.port));
       try {
-        assert.ok(await eventually(async () => (await replica.info("replication", "master_link_status")) === "up", 20_000));
+        assert.ok(
+          await eventually(async () => (await replica.info("replication", "master_link_status")) === "up", 20_000),
+        );
         const durable = new Locks(await clients.client(master.port));
         const hold = await durable.acquire("d", { replicas: 1 });
         assert.equal(await replica.cmd("LOCK.FENCE", "d"), hold.token);
@@ -340,11 +375,16 @@ for (const flavour of FLAVOURS) {
       }
     });
 
-    it("a hold never keeps the process alive (the watchdog's timer and connection are unref'ed)", async ({ server }) => {
+    it("a hold never keeps the process alive (the watchdog's timer and connection are unref'ed)", async ({
+      server,
+    }) => {
       const { spawnSync } = await import("node:child_process");
       const worker = new URL("./alive-worker.js", import.meta.url).pathname;
       const started = performance.now();
-      const out = spawnSync(process.execPath, [worker, flavour.name, String(server.port)], { encoding: "utf8", timeout: 10_000 });
+      const out = spawnSync(process.execPath, [worker, flavour.name, String(server.port)], {
+        encoding: "utf8",
+        timeout: 10_000,
+      });
       assert.equal(out.status, 0, out.stderr);
       assert.match(out.stdout, /renewed \d+/);
       assert.ok(performance.now() - started < 5000, "exited by itself while holding");

@@ -15,7 +15,17 @@ const pkg = JSON.parse(readFileSync(new URL("../../package.json", import.meta.ur
 test("ESM and CommonJS export the same names", () => {
   const cjs = require("redis-lock-client");
   assert.deepEqual(Object.keys(cjs).sort(), Object.keys(esm).sort());
-  for (const name of ["Locks", "Hold", "StaleError", "NotAcquiredError", "LockLostError", "DeadlockError", "LockError", "adapt", "slotOf"]) {
+  for (const name of [
+    "Locks",
+    "Hold",
+    "StaleError",
+    "NotAcquiredError",
+    "LockLostError",
+    "DeadlockError",
+    "LockError",
+    "adapt",
+    "slotOf",
+  ]) {
     assert.ok(name in esm, name);
   }
   const cjsRedlock = require("redis-lock-client/redlock");
@@ -38,7 +48,18 @@ test("no runtime dependency; the Redis libraries are optional peers", () => {
   assert.equal(pkg.dependencies, undefined);
   assert.deepEqual(Object.keys(pkg.peerDependencies).sort(), ["ioredis", "redis"]);
   assert.ok(pkg.peerDependenciesMeta.redis.optional && pkg.peerDependenciesMeta.ioredis.optional);
-  for (const file of ["index", "locks", "hold", "adapter", "node-redis", "ioredis", "protocol", "errors", "redlock", "dispose"]) {
+  for (const file of [
+    "index",
+    "locks",
+    "hold",
+    "adapter",
+    "node-redis",
+    "ioredis",
+    "protocol",
+    "errors",
+    "redlock",
+    "dispose",
+  ]) {
     const src = readFileSync(new URL(`../../dist/esm/${file}.js`, import.meta.url), "utf8");
     const imports = [...src.matchAll(/^(?:(?:import|export) [^;\n]* from |import )"([^"]+)";$/gm)].map((m) => m[1]!);
     for (const i of imports) assert.ok(i.startsWith("./") || i.startsWith("node:"), `${file}.js imports ${i}`);

@@ -4,13 +4,35 @@ import { test } from "node:test";
 import { slotOf } from "redis-lock-client";
 
 // The built module itself (not part of the package's API).
-const p: typeof import("../src/protocol.js") = await import(new URL("../../dist/esm/protocol.js", import.meta.url).href);
+const p: typeof import("../src/protocol.js") = await import(
+  new URL("../../dist/esm/protocol.js", import.meta.url).href
+);
 const { Renewals, acquireArgs, movedAway, tokenOf, LEASE_RAN_OUT, UNREACHABLE } = p;
 
 test("LOCK.ACQUIRE words for each mode and wait", () => {
   assert.deepEqual(acquireArgs("k", "o", 30_000, {}, false, undefined), ["LOCK.ACQUIRE", "k", "o", 30000]);
-  assert.deepEqual(acquireArgs("k", "o", 1.4, { shared: true }, true, Infinity), ["LOCK.ACQUIRE", "k", "o", 1, "SHARED", "SESSION", "WAIT", 0]);
-  assert.deepEqual(acquireArgs("k", "o", 10, { limit: 5, permits: 2 }, false, 250.6), ["LOCK.ACQUIRE", "k", "o", 10, "LIMIT", 5, "PERMITS", 2, "WAIT", 251]);
+  assert.deepEqual(acquireArgs("k", "o", 1.4, { shared: true }, true, Infinity), [
+    "LOCK.ACQUIRE",
+    "k",
+    "o",
+    1,
+    "SHARED",
+    "SESSION",
+    "WAIT",
+    0,
+  ]);
+  assert.deepEqual(acquireArgs("k", "o", 10, { limit: 5, permits: 2 }, false, 250.6), [
+    "LOCK.ACQUIRE",
+    "k",
+    "o",
+    10,
+    "LIMIT",
+    5,
+    "PERMITS",
+    2,
+    "WAIT",
+    251,
+  ]);
   assert.throws(() => acquireArgs("k", "o", 10, { limit: 2, permits: 3 }, false, undefined), RangeError);
   assert.throws(() => acquireArgs("k", "o", 10, { limit: 2, shared: true }, false, undefined), RangeError);
 });
@@ -20,7 +42,15 @@ test("replies: tokens exact below 2^53, nil, owner-star arrays; moved-away error
   assert.equal(tokenOf("1795950867669407"), 1795950867669407);
   assert.equal(tokenOf(null), null);
   assert.equal(tokenOf(["c8da1ac0", 7]), 7);
-  for (const e of ["READONLY You can't write", "MOVED 3999 127.0.0.1:1", "TRYAGAIN x", "UNBLOCKED x", "CLUSTERDOWN x", "LOADING x"]) assert.ok(movedAway(new Error(e)), e);
+  for (const e of [
+    "READONLY You can't write",
+    "MOVED 3999 127.0.0.1:1",
+    "TRYAGAIN x",
+    "UNBLOCKED x",
+    "CLUSTERDOWN x",
+    "LOADING x",
+  ])
+    assert.ok(movedAway(new Error(e)), e);
   assert.ok(!movedAway(new Error("ERR syntax error")));
 });
 

@@ -12,8 +12,16 @@ import { LockLostError } from "redis-lock-client";
 import { FLAVOURS, Server, sleep, type Flavour } from "./support.js";
 
 interface RedlockLike {
-  acquire(resources: string[], duration: number, settings?: object): Promise<{ release(): Promise<unknown>; extend(d: number): Promise<{ release(): Promise<unknown> }> }>;
-  using<T>(resources: string[], duration: number, routine: (signal: AbortSignal & { error?: Error }) => Promise<T>): Promise<T>;
+  acquire(
+    resources: string[],
+    duration: number,
+    settings?: object,
+  ): Promise<{ release(): Promise<unknown>; extend(d: number): Promise<{ release(): Promise<unknown> }> }>;
+  using<T>(
+    resources: string[],
+    duration: number,
+    routine: (signal: AbortSignal & { error?: Error }) => Promise<T>,
+  ): Promise<T>;
 }
 
 /** What an application written for redlock does. */
@@ -79,7 +87,10 @@ for (const flavour of FLAVOURS) {
       withRedlock(flavour, async (redlock) => {
         const lock = await redlock.acquire(["e"], 200);
         await sleep(300);
-        await assert.rejects(lock.extend(1000), (e: Error) => e instanceof ExecutionError && /already-expired/.test(e.message));
+        await assert.rejects(
+          lock.extend(1000),
+          (e: Error) => e instanceof ExecutionError && /already-expired/.test(e.message),
+        );
         await assert.rejects(lock.release(), ExecutionError);
       }));
 

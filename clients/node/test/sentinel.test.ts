@@ -34,9 +34,19 @@ for (const flavour of FLAVOURS) {
       d.killMaster();
       const took = await d.failover();
       const next = d.replica;
-      assert.ok(await eventually(async () => (await next.calls("lock.extend")) >= 1, 15_000), "renewed on the new master");
-      assert.equal(await next.cmd("LOCK.FENCE", "k"), holder.token, JSON.stringify([await next.cmd("LOCK.INFO", "k"), holder.lostReason, queued, holder.owner]));
-      assert.ok(await eventually(async () => (await next.waiters("k")) === 1, 15_000), "the waiter waits again, on the new master");
+      assert.ok(
+        await eventually(async () => (await next.calls("lock.extend")) >= 1, 15_000),
+        "renewed on the new master",
+      );
+      assert.equal(
+        await next.cmd("LOCK.FENCE", "k"),
+        holder.token,
+        JSON.stringify([await next.cmd("LOCK.INFO", "k"), holder.lostReason, queued, holder.owner]),
+      );
+      assert.ok(
+        await eventually(async () => (await next.waiters("k")) === 1, 15_000),
+        "the waiter waits again, on the new master",
+      );
       assert.ok(holder.held && lost.length === 0, `not lost: ${lost}`);
       assert.equal(await holder.release(), true, "released on the new master");
       const hold = await waiting;

@@ -71,10 +71,20 @@ export class Server {
 
   static async #start(args: string[]): Promise<Server> {
     const s = new Server(await freePort(), args);
-    s.proc = spawn(BINARY, ["--port", String(s.port), "--bind", "127.0.0.1", "--dir", s.dir, "--save", "", "--appendonly", "no", ...args], {
-      stdio: "ignore",
+    s.proc = spawn(
+      BINARY,
+      ["--port", String(s.port), "--bind", "127.0.0.1", "--dir", s.dir, "--save", "", "--appendonly", "no", ...args],
+      {
+        stdio: "ignore",
+      },
+    );
+    s.admin = new Redis({
+      port: s.port,
+      host: "127.0.0.1",
+      lazyConnect: true,
+      maxRetriesPerRequest: 1,
+      retryStrategy: () => 50,
     });
-    s.admin = new Redis({ port: s.port, host: "127.0.0.1", lazyConnect: true, maxRetriesPerRequest: 1, retryStrategy: () => 50 });
     s.admin.on("error", () => undefined);
     const up = await eventually(async () => (await s.admin.ping()) === "PONG", 10_000);
     if (!up) {
@@ -224,7 +234,10 @@ export class ClusterServers {
       );
       if (out.status !== 0) throw new Error(`cluster create: ${out.stdout}${out.stderr}`);
       for (const n of nodes) {
-        const ok = await eventually(async () => String(await n.cmd("CLUSTER", "INFO")).includes("cluster_state:ok"), 30_000);
+        const ok = await eventually(
+          async () => String(await n.cmd("CLUSTER", "INFO")).includes("cluster_state:ok"),
+          30_000,
+        );
         if (!ok) throw new Error("the cluster never became ok");
       }
     } catch (e) {
@@ -298,9 +311,13 @@ export class SentinelDeployment {
     try {
       const master = await Server.start("--repl-diskless-sync-delay", "0");
       d.servers.push(master);
-      d.servers.push(await Server.start("--replicaof", "127.0.0.1", String(master.port), "--repl-diskless-sync-delay", "0"));
+      d.servers.push(
+        await Server.start("--replicaof", "127.0.0.1", String(master.port), "--repl-diskless-sync-delay", "0"),
+      );
       for (let i = 0; i < 3; i++) d.sentinels.push(await SentinelProcess.start(master.port, SentinelDeployment.NAME));
-      if (!(await eventually(async () => (await d.replica.info("replication", "master_link_status")) === "up", 20_000))) {
+      if (
+        !(await eventually(async () => (await d.replica.info("replication", "master_link_status")) === "up", 20_000))
+      ) {
         throw new Error("the replica never synced");
       }
       const ready = await eventually(async () => {
@@ -333,7 +350,13 @@ export class SentinelDeployment {
 
   /** One command to the process on `port`, on a connection of its own. */
   async ask(port: number, ...args: string[]): Promise<unknown> {
-    const c = new Redis({ port, host: "127.0.0.1", lazyConnect: true, maxRetriesPerRequest: 0, retryStrategy: () => null });
+    const c = new Redis({
+      port,
+      host: "127.0.0.1",
+      lazyConnect: true,
+      maxRetriesPerRequest: 0,
+      retryStrategy: () => null,
+    });
     c.on("error", () => undefined);
     try {
       return await c.call(args[0]!, ...args.slice(1));
@@ -351,7 +374,12 @@ export class SentinelDeployment {
     const started = performance.now();
     const named = await eventually(async () => {
       for (const s of this.sentinels) {
-        const addr = (await this.ask(s.port, "SENTINEL", "GET-MASTER-ADDR-BY-NAME", SentinelDeployment.NAME)) as string[];
+        const addr = (await this.ask(
+          s.port,
+          "SENTINEL",
+          "GET-MASTER-ADDR-BY-NAME",
+          SentinelDeployment.NAME,
+        )) as string[];
         if (Number(addr[1]) !== this.replica.port) return false;
       }
       return true;
