@@ -96,8 +96,12 @@ try {
 
   const base = results[results.length - 1]!;
   const pad = (s: string, n: number): string => s.padEnd(n);
-  console.log(`\n${TASKS} tasks, one lock, ${HOLD_MS} ms holds, ${SECONDS} s each, ${process.env.LOCK_TEST_SERVER ?? "redis-server"}\n`);
-  console.log(pad("", 36) + pad("grants/s", 11) + pad("Jain", 8) + pad("wait p50", 11) + pad("wait p99", 11) + "overlaps");
+  console.log(
+    `\n${TASKS} tasks, one lock, ${HOLD_MS} ms holds, ${SECONDS} s each, ${process.env.LOCK_TEST_SERVER ?? "redis-server"}\n`,
+  );
+  console.log(
+    pad("", 36) + pad("grants/s", 11) + pad("Jain", 8) + pad("wait p50", 11) + pad("wait p99", 11) + "overlaps",
+  );
   for (const r of results) {
     console.log(
       pad(r.name, 36) +

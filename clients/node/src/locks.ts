@@ -97,7 +97,8 @@ export class Locks {
     options: AcquireOptions,
     routine: (hold: Hold, signal: AbortSignal) => Promise<T>,
   ): Promise<T> {
-    const hold = await this.acquire(key, options);
+    const o = { ...this.#defaults, ...options };
+    const hold = await this.acquire(key, o);
     const lost = new AbortController();
     void hold.lost.then((reason) => lost.abort(new LockLostError(reason)));
     let result: T;
@@ -107,7 +108,7 @@ export class Locks {
       await hold.release().catch(() => undefined);
       throw e;
     }
-    if (!(await hold.release()) && options.raiseOnLost !== false) {
+    if (!(await hold.release()) && o.raiseOnLost !== false) {
       throw new LockLostError(hold.lostReason ?? "the hold was gone when released");
     }
     return result;
@@ -196,7 +197,7 @@ export class Locks {
     o: AcquireOptions,
     session: Connection | undefined,
   ): Hold {
-    session?.ref(true);
+    session?.ref(false); // a hold never keeps the process alive (its end releases a session hold)
     return new Hold({
       adapter: this.adapter,
       key,
