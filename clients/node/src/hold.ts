@@ -189,16 +189,16 @@ export class Hold extends EventEmitter<HoldEvents> implements AsyncDisposable {
     let reason: string | undefined;
     const sent = performance.now();
     try {
+      const args = extendArgs(key, owner, ttl, token);
+      let reply: unknown;
+      let broken = false;
       try {
         if (!this.#conn) {
           this.#conn = await adapter.connect(key, { timeout: renewals.timeout });
           this.#conn.ref(false);
         }
         const conn = this.#conn;
-        reason = renewals.answered(
-          sent,
-          await within(conn.send(extendArgs(key, owner, ttl, token)), renewals.timeout, () => conn.close()),
-        );
+        reply = await within(conn.send(args), renewals.timeout, () => conn.close());
       } catch (e) {
         if (isReplyError(e) && !movedAway(e)) {
           reason = refused(e);
@@ -208,11 +208,15 @@ export class Hold extends EventEmitter<HoldEvents> implements AsyncDisposable {
           // until the lease would have ended.
           this.#conn?.close();
           this.#conn = undefined;
-          reason = renewals.broken();
+          broken = true;
         }
       }
+      if (broken) reason = renewals.broken();
+      else if (reason === undefined) reason = renewals.answered(sent, reply);
     } catch (e) {
-      reason = watchdogFailed(e); // nobody would hear of it otherwise: the hold is given up
+      // Anything else (a reply that is not an integer, a bug): nobody would hear of it
+      // otherwise, so the hold is given up at once.
+      reason = watchdogFailed(e);
     }
     if (this.#phase !== "held") return; // released (or lost) meanwhile: nothing to say
     if (reason === undefined) this.#schedule(sent);

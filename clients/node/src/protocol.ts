@@ -80,8 +80,9 @@ export function waitArgs(replicas: number, timeout: number): Arg[] {
 /** An integer reply as a number (tokens stay below 2^53, so they are exact). */
 export function int(reply: unknown): number {
   if (typeof reply === "number") return reply;
-  if (typeof reply === "bigint" || typeof reply === "string") return Number(reply);
-  if (Buffer.isBuffer(reply)) return Number(reply.toString());
+  if (typeof reply === "bigint") return Number(reply);
+  const digits = typeof reply === "string" ? reply : Buffer.isBuffer(reply) ? reply.toString() : undefined;
+  if (digits !== undefined && /^-?\d+$/.test(digits)) return Number(digits);
   throw new TypeError(`expected an integer reply, got ${String(reply)}`);
 }
 

@@ -4,7 +4,16 @@
  */
 import assert from "node:assert/strict";
 import { describe, test } from "node:test";
-import { DeadlockError, LockLostError, Locks, NotAcquiredError, StaleError, type Hold } from "redis-lock-client";
+import {
+  DeadlockError,
+  LockLostError,
+  Locks,
+  NotAcquiredError,
+  StaleError,
+  adapt,
+  type Adapter,
+  type Hold,
+} from "redis-lock-client";
 import { Clients, FLAVOURS, Server, eventually, sleep, type Flavour } from "./support.js";
 
 interface Ctx {
@@ -254,6 +263,27 @@ for (const flavour of FLAVOURS) {
       assert.match(reason, /could not be reached/);
       assert.ok(performance.now() - started < 1200);
       await server.cmd("CONFIG", "SET", "maxclients", 10000);
+    });
+
+    it("rule 8: any other watchdog failure loses the hold at once (a custom Adapter)", async ({ clients, server }) => {
+      const real = adapt(await clients.client(server.port));
+      const garbled: Adapter = {
+        ...real,
+        name: "garbled",
+        route: (key) => real.route(key),
+        send: (key, args) => real.send(key, args),
+        connect: async (key, options) => {
+          const conn = await real.connect(key, options);
+          return { ...conn, send: async (args) => (args[0] === "LOCK.EXTEND" ? "not a number" : conn.send(args)) };
+        },
+      };
+      const hold = await new Locks(garbled).acquire("g", { ttl: 3000 });
+      const started = performance.now();
+      const reason = await hold.lost;
+      assert.match(reason, /the watchdog failed/);
+      assert.ok(performance.now() - started < 1500, "at the first renewal, not at the lease's end");
+      await assert.rejects(hold.guard("SET", "x", 1), StaleError);
+      assert.equal(await hold.release(), false, "a hold given up answers false");
     });
 
     it("a fixed lease (watchdog: false) ends with its ttl; release answers false", async ({ locks }) => {

@@ -41,6 +41,7 @@ test("replies: tokens exact below 2^53, nil, owner-star arrays; moved-away error
   assert.equal(tokenOf(1795950867669407), 1795950867669407);
   assert.equal(tokenOf("1795950867669407"), 1795950867669407);
   assert.equal(tokenOf(null), null);
+  assert.throws(() => tokenOf("OK"), TypeError, "a reply that is not an integer is not a token");
   assert.equal(tokenOf(["c8da1ac0", 7]), 7);
   for (const e of [
     "READONLY You can't write",

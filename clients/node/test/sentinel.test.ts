@@ -4,12 +4,36 @@
  * ioredis `Redis` with `sentinels`. The master is killed with kill -9 while one client holds a
  * durable lock (`replicas: 1`) and another waits for it: the holder's watchdog renews on the
  * promoted replica and keeps the hold, the waiter asks again with its owner there and is
- * granted when the holder releases.
+ * granted when the holder releases. And a grant the replica never received: the promoted
+ * replica does not know the hold, so the watchdog's first renewal there reports it lost.
  */
 import assert from "node:assert/strict";
 import { test } from "node:test";
 import { Locks } from "redis-lock-client";
-import { FLAVOURS, SentinelDeployment, eventually } from "./support.js";
+import { FLAVOURS, SentinelDeployment, eventually, type Flavour } from "./support.js";
+
+/** `body` with a fresh deployment and a `Locks` maker on `flavour`'s Sentinel clients. */
+async function withDeployment(
+  flavour: Flavour,
+  body: (d: SentinelDeployment, locks: () => Promise<Locks>) => Promise<void>,
+): Promise<void> {
+  const d = await SentinelDeployment.start();
+  const made: unknown[] = [];
+  const all: Locks[] = [];
+  try {
+    await body(d, async () => {
+      const c = await flavour.sentinel(d.sentinelPorts, SentinelDeployment.NAME);
+      made.push(c);
+      const l = new Locks(c);
+      all.push(l);
+      return l;
+    });
+  } finally {
+    for (const l of all) l.close();
+    for (const c of made) await flavour.close(c).catch(() => undefined);
+    d.stop();
+  }
+}
 
 for (const flavour of FLAVOURS) {
   test(`${flavour.name} sentinel: across kill -9 of the master, the holder keeps its hold and the waiter is granted`, async () => {
@@ -61,4 +85,27 @@ for (const flavour of FLAVOURS) {
       d.stop();
     }
   });
+}
+
+for (const flavour of FLAVOURS) {
+  test(`${flavour.name} sentinel: a hold the promoted replica lacks is reported lost`, () =>
+    withDeployment(flavour, async (d, locks) => {
+      const l = await locks();
+      d.replica.signal("SIGSTOP");
+      try {
+        await d.master.cmd("CLIENT", "KILL", "TYPE", "replica"); // the grant never reaches it
+        const lost: string[] = [];
+        const hold = await l.acquire("k", { ttl: 6000, onLost: (r) => lost.push(r) });
+        d.killMaster();
+        d.replica.signal("SIGCONT");
+        await d.failover();
+        const reason = await hold.lost;
+        assert.match(reason, /ran out/);
+        assert.deepEqual(lost, [reason]);
+        assert.equal(await hold.release(), false);
+      } finally {
+        d.replica.signal("SIGCONT");
+      }
+      assert.equal(await d.replica.cmd("EXISTS", "k"), 0);
+    }));
 }
