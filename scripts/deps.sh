@@ -2,7 +2,7 @@
 # Make sure what building and testing need is installed: Rust (new enough), a C toolchain for
 # linking, libclang (bindgen), redis-server,
 # redis-cli (cluster tests), faketime (fault suite), a TrueType font (benchmark charts), Python
-# with pip and venv (the Python client's tests).
+# with pip and venv (the Python client's tests), Node.js 20+ with npm (the TypeScript client's).
 # Installs with apt when run as root on Debian/Ubuntu; otherwise prints the exact command.
 set -euo pipefail
 
@@ -25,6 +25,18 @@ command -v python3 >/dev/null 2>&1 || missing_pkgs+=(python3)
 python3 -m pip --version >/dev/null 2>&1 || missing_pkgs+=(python3-pip)
 # The Python client's tests run in a virtual environment (target/pyvenv).
 python3 -c 'import ensurepip, venv' >/dev/null 2>&1 || missing_pkgs+=(python3-venv)
+# The TypeScript client's tests (clients/node) need Node.js 20 or newer and npm: node-redis 6
+# and ioredis 6 require Node 20; Debian 13's nodejs is 20, Debian 12's is 18, too old.
+command -v node >/dev/null 2>&1 || missing_pkgs+=(nodejs)
+command -v npm >/dev/null 2>&1 || missing_pkgs+=(npm)
+if command -v node >/dev/null 2>&1; then
+    node_major=$(node -p 'process.versions.node.split(".")[0]')
+    if [ "$node_major" -lt 20 ]; then
+        echo "Node.js $(node --version) is too old for clients/node: install Node.js 20 or newer" >&2
+        echo "  (Debian 13: apt-get install -y nodejs npm; elsewhere the nodejs.org or NodeSource packages)" >&2
+        exit 1
+    fi
+fi
 
 if [ ${#missing_pkgs[@]} -eq 0 ]; then
     exit 0

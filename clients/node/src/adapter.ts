@@ -1,0 +1,115 @@
+/**
+ * The one small interface between the lock rules and a Redis client library. `adapt` makes one
+ * for a node-redis client, cluster or Sentinel, or an ioredis `Redis` (standalone or Sentinel)
+ * or `Cluster`; anything else can implement `Adapter` itself.
+ */
+import type { Arg } from "./protocol.js";
+import { ioredisAdapter, isIoredis } from "./ioredis.js";
+import { isNodeRedis, nodeRedisAdapter } from "./node-redis.js";
+
+/** A connection of the library's own: a wait's, a watchdog's or a session hold's. */
+export interface Connection {
+  /** One command and its reply (an error reply rejects). */
+  send(args: readonly Arg[]): Promise<unknown>;
+  /** Closed at once, without QUIT: the server takes a waiter on it out of the queue. */
+  close(): void;
+  /** Whether it keeps the process alive (a watchdog's and an idle one's do not). */
+  ref(keepAlive: boolean): void;
+}
+
+export interface ConnectOptions {
+  /** Bounds connecting (ms); undefined: the library's own default. */
+  timeout?: number;
+}
+
+export interface Adapter {
+  /** Which library, for messages. */
+  readonly name: string;
+  /** A command on the application's client, routed to the master serving `key`. */
+  send(key: string, args: readonly Arg[]): Promise<unknown>;
+  /**
+   * A new connection to the master serving `key`, made like the client's (same server or
+   * Sentinel deployment, credentials, database), but outside it and without its retries,
+   * offline queue or command timeouts. Through Sentinel it asks for the master as it connects.
+   */
+  connect(key: string, options?: ConnectOptions): Promise<Connection>;
+  /** Where `key`'s connections go (a node of a cluster); idle connections are kept per route. */
+  route(key: string): string;
+}
+
+/** The client (or adapter) `Locks` was given, as an adapter. */
+export function adapt(client: unknown): Adapter {
+  if (isAdapter(client)) return client;
+  if (isIoredis(client)) return ioredisAdapter(client);
+  if (isNodeRedis(client)) return nodeRedisAdapter(client);
+  throw new TypeError(
+    "redis-lock-client: expected a node-redis client, cluster or sentinel, an ioredis Redis or Cluster, or an Adapter",
+  );
+}
+
+function isAdapter(x: unknown): x is Adapter {
+  const a = x as Partial<Adapter> | null;
+  return (
+    typeof a === "object" &&
+    a !== null &&
+    typeof a.send === "function" &&
+    typeof a.connect === "function" &&
+    typeof a.route === "function"
+  );
+}
+
+/** Whether `err` is an error reply of the server (else the link failed: it broke, timed out or
+ * could not be made). Both libraries' reply errors are recognized by their class names. */
+export function isReplyError(err: unknown): boolean {
+  if (!(err instanceof Error)) return false;
+  if (err.name === "ReplyError") return true; // ioredis (redis-errors)
+  for (let p = Object.getPrototypeOf(err); p && p !== Error.prototype; p = Object.getPrototypeOf(p)) {
+    const name = (p.constructor as { name?: string } | undefined)?.name;
+    if (name === "ErrorReply" || name === "ReplyError") return true; // node-redis
+  }
+  return false;
+}
+
+/** A link that did not answer in time. */
+export class LinkTimeout extends Error {
+  override name = "LinkTimeout";
+}
+
+/** A connection that could not be made (whatever the server or the library answered: a full
+ * server's `ERR max number of clients reached` is a link failure, not a command's refusal). */
+export class ConnectError extends Error {
+  override name = "ConnectError";
+}
+
+/** `connecting`, bounded by `ms`; any failure as a `ConnectError`, after `close` ran. */
+export async function connecting(connecting: Promise<unknown>, ms: number, close: () => void): Promise<void> {
+  try {
+    await within(connecting, ms, close);
+  } catch (e) {
+    close();
+    throw new ConnectError(`could not connect: ${e instanceof Error ? e.message : String(e)}`, { cause: e });
+  }
+}
+
+/** `promise`, or a `LinkTimeout` after `ms` (then `onTimeout` runs: close the link). */
+export function within<T>(promise: Promise<T>, ms: number, onTimeout: () => void): Promise<T> {
+  return new Promise<T>((resolve, reject) => {
+    const timer = setTimeout(() => {
+      onTimeout();
+      reject(new LinkTimeout(`no answer within ${Math.round(ms)} ms`));
+    }, ms);
+    timer.unref();
+    promise.then(
+      (v) => {
+        clearTimeout(timer);
+        resolve(v);
+      },
+      (e: unknown) => {
+        clearTimeout(timer);
+        reject(e);
+      },
+    );
+  });
+}
+
+export const noop = (): void => {};

@@ -1,0 +1,14 @@
+/**
+ * redis-lock-client: locks for the redis-lock module on node-redis and ioredis. The server
+ * does the hard parts (fair FIFO waits, fencing tokens, leases, shared locks, semaphores,
+ * session holds, guarded writes); this package writes the loop around them: wait without
+ * polling, leave the queue when aborted, renew the lease while working, say when a hold is lost,
+ * never renew a released hold, and carry the token to the write.
+ */
+import "./dispose.js";
+
+export { Locks, type AcquireOptions, type LocksOptions } from "./locks.js";
+export { Hold, type HoldEvents } from "./hold.js";
+export { DeadlockError, LockError, LockLostError, NotAcquiredError, StaleError } from "./errors.js";
+export { adapt, isReplyError, type Adapter, type Connection, type ConnectOptions } from "./adapter.js";
+export { slotOf, type Arg, type Mode } from "./protocol.js";

@@ -1,0 +1,107 @@
+/**
+ * ioredis (v5 and later): a `Redis` (standalone, or Sentinel with `sentinels` and `name`) or a
+ * `Cluster`. Typed structurally, so this package imports nothing of it.
+ */
+import { connecting, noop, type Adapter, type Connection, type ConnectOptions } from "./adapter.js";
+import { movedAway, slotOf, type Arg } from "./protocol.js";
+
+interface IoRedis {
+  options: { host?: string; port?: number };
+  status: string;
+  stream?: { ref?(): void; unref?(): void };
+  call(command: string, ...args: Arg[]): Promise<unknown>;
+  duplicate(override?: Record<string, unknown>): IoRedis;
+  connect(): Promise<void>;
+  disconnect(reconnect?: boolean): void;
+  on(event: string, listener: (...a: unknown[]) => void): unknown;
+}
+
+interface IoCluster {
+  slots: string[][];
+  nodes(role?: string): IoRedis[];
+  call(command: string, ...args: Arg[]): Promise<unknown>;
+  refreshSlotsCache?(callback?: (err?: unknown) => void): void;
+  connect(): Promise<void>;
+  status: string;
+}
+
+const has = (x: unknown, ...names: string[]): boolean =>
+  typeof x === "object" && x !== null && names.every((n) => typeof (x as Record<string, unknown>)[n] === "function");
+
+const isCluster = (x: unknown): x is IoCluster => has(x, "call", "nodes") && Array.isArray((x as IoCluster).slots);
+const isRedis = (x: unknown): x is IoRedis => has(x, "call", "duplicate", "disconnect") && "status" in (x as object);
+
+export function isIoredis(x: unknown): boolean {
+  return isCluster(x) || isRedis(x);
+}
+
+const CONNECT_TIMEOUT = 5000;
+
+/** A duplicate of `client` of this library's own: no reconnects, no resent commands, no
+ * command timeout (a wait takes as long as the server does); through Sentinel, it asks the
+ * Sentinels for the master as it connects. */
+async function own(client: IoRedis, options: ConnectOptions): Promise<Connection> {
+  const connectTimeout = options.timeout ?? CONNECT_TIMEOUT;
+  const dup = client.duplicate({
+    lazyConnect: true,
+    retryStrategy: () => null,
+    sentinelRetryStrategy: () => null,
+    reconnectOnError: null,
+    autoResendUnfulfilledCommands: false,
+    maxRetriesPerRequest: 0,
+    enableOfflineQueue: true,
+    commandTimeout: undefined,
+    socketTimeout: undefined,
+    connectTimeout,
+    enableAutoPipelining: false,
+    keepAlive: 0,
+  });
+  dup.on("error", noop); // reported through the commands' rejections
+  const close = (): void => dup.disconnect(false);
+  await connecting(dup.connect(), connectTimeout + 100, close);
+  return {
+    send: (args) => dup.call(String(args[0]), ...args.slice(1)),
+    close,
+    ref: (keepAlive) => (keepAlive ? dup.stream?.ref?.() : dup.stream?.unref?.()),
+  };
+}
+
+export function ioredisAdapter(client: unknown): Adapter {
+  if (isCluster(client)) {
+    const nodeKey = (key: string): string | undefined => client.slots[slotOf(key)]?.[0];
+    const nodeOf = async (key: string): Promise<IoRedis> => {
+      if (nodeKey(key) === undefined && client.status !== "ready") await client.connect().catch(noop);
+      const want = nodeKey(key);
+      const node = client.nodes("master").find((n) => `${n.options.host}:${n.options.port}` === want);
+      if (!node) throw new Error(`no connection to the master of slot ${slotOf(key)} yet`);
+      return node;
+    };
+    const refresh = (): Promise<void> =>
+      new Promise((resolve) => client.refreshSlotsCache?.(() => resolve()) ?? resolve());
+    return {
+      name: "ioredis cluster",
+      // The cluster's own connection to the key's master (ioredis does not know the key of a
+      // module's command); a moved slot refreshes the map and asks the new master, once.
+      send: async (key, args) => {
+        try {
+          return await (await nodeOf(key)).call(String(args[0]), ...args.slice(1));
+        } catch (e) {
+          if (!movedAway(e)) throw e;
+          await refresh();
+          return await (await nodeOf(key)).call(String(args[0]), ...args.slice(1));
+        }
+      },
+      connect: async (key, options = {}) => own(await nodeOf(key), options),
+      route: (key) => nodeKey(key) ?? "",
+    };
+  }
+  if (isRedis(client)) {
+    return {
+      name: "ioredis",
+      send: (_key, args) => client.call(String(args[0]), ...args.slice(1)),
+      connect: (_key, options = {}) => own(client, options),
+      route: () => "",
+    };
+  }
+  throw new TypeError("not an ioredis client");
+}

@@ -1,0 +1,71 @@
+/**
+ * The package as an application gets it: the ESM and CommonJS builds export the same API (one
+ * `Symbol.asyncDispose` for both), types are declared, and no runtime dependency is pulled in.
+ */
+import assert from "node:assert/strict";
+import { readFileSync, existsSync } from "node:fs";
+import { createRequire } from "node:module";
+import { test } from "node:test";
+import * as esm from "redis-lock-client";
+import * as esmRedlock from "redis-lock-client/redlock";
+
+const require = createRequire(import.meta.url);
+const pkg = JSON.parse(readFileSync(new URL("../../package.json", import.meta.url), "utf8"));
+
+test("ESM and CommonJS export the same names", () => {
+  const cjs = require("redis-lock-client");
+  assert.deepEqual(Object.keys(cjs).sort(), Object.keys(esm).sort());
+  for (const name of [
+    "Locks",
+    "Hold",
+    "StaleError",
+    "NotAcquiredError",
+    "LockLostError",
+    "DeadlockError",
+    "LockError",
+    "adapt",
+    "slotOf",
+  ]) {
+    assert.ok(name in esm, name);
+  }
+  const cjsRedlock = require("redis-lock-client/redlock");
+  assert.equal(typeof cjsRedlock.default, "function");
+  assert.equal(typeof esmRedlock.default, "function");
+  assert.equal(typeof cjs.Hold.prototype[Symbol.asyncDispose], "function");
+  assert.equal(typeof esm.Hold.prototype[Symbol.asyncDispose], "function");
+});
+
+test("types are declared for both builds", () => {
+  for (const cond of ["import", "require"] as const) {
+    for (const entry of [".", "./redlock"]) {
+      const types = pkg.exports[entry][cond].types as string;
+      assert.ok(existsSync(new URL(`../../${types}`, import.meta.url)), types);
+    }
+  }
+});
+
+test("no runtime dependency; the Redis libraries are optional peers", () => {
+  assert.equal(pkg.dependencies, undefined);
+  assert.deepEqual(Object.keys(pkg.peerDependencies).sort(), ["ioredis", "redis"]);
+  assert.ok(pkg.peerDependenciesMeta.redis.optional && pkg.peerDependenciesMeta.ioredis.optional);
+  for (const file of [
+    "index",
+    "locks",
+    "hold",
+    "adapter",
+    "node-redis",
+    "ioredis",
+    "protocol",
+    "errors",
+    "redlock",
+    "dispose",
+  ]) {
+    const src = readFileSync(new URL(`../../dist/esm/${file}.js`, import.meta.url), "utf8");
+    const imports = [...src.matchAll(/^(?:(?:import|export) [^;\n]* from |import )"([^"]+)";$/gm)].map((m) => m[1]!);
+    for (const i of imports) assert.ok(i.startsWith("./") || i.startsWith("node:"), `${file}.js imports ${i}`);
+  }
+});
+
+test("Symbol.asyncDispose is Node's own symbol (polyfilled the same way before Node 20.5)", () => {
+  assert.equal(Symbol.asyncDispose, Symbol.for("nodejs.asyncDispose"));
+});
