@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -14,29 +15,39 @@ import (
 // conn.go: connections of their own, outside the client's pool (waits, session holds and
 // watchdogs), and what an error reply means.
 
-// dedicated returns a connection of its own to the master that serves key: a go-redis Client
-// with a pool of one connection, made from the options of the caller's client (for a
-// FailoverClient, its dialer asks the Sentinels for the master on every connect; in a
-// cluster, the options of the node that serves key's slot). It takes nothing from the
-// caller's pool, so a busy pool cannot starve it, and closing it closes the connection:
-// nothing it carried ever goes back to a pool. timeout bounds each read and write (0: none,
-// for a wait the server ends itself).
-func (l *Locker) dedicated(ctx context.Context, key string, timeout time.Duration) (*redis.Client, error) {
-	var base *redis.Options
+// node returns the options of the master that serves key (the caller's client's own, or in a
+// cluster those of the node that serves key's slot).
+func (l *Locker) node(ctx context.Context, key string) (*redis.Options, error) {
 	switch c := l.client.(type) {
 	case *redis.Client:
-		base = c.Options()
+		return c.Options(), nil
 	case *redis.ClusterClient:
 		node, err := c.MasterForKey(ctx, key)
 		if err != nil {
 			return nil, err
 		}
-		base = node.Options()
-	default:
-		return nil, fmt.Errorf("redislock: a %T cannot make connections of its own: waits, "+
-			"sessions, durable grants and the watchdog need a *redis.Client (standalone or "+
-			"NewFailoverClient) or a *redis.ClusterClient", l.client)
+		return node.Options(), nil
 	}
+	return nil, fmt.Errorf("redislock: a %T cannot make connections of its own: waits, "+
+		"sessions, durable grants and the watchdog need a *redis.Client (standalone or "+
+		"NewFailoverClient) or a *redis.ClusterClient", l.client)
+}
+
+// dedicated returns a connection of its own to the master that serves key: a go-redis Client
+// with a pool of one connection, made from the options of the caller's client (for a
+// FailoverClient, its dialer asks the Sentinels for the master on every connect). It takes
+// nothing from the caller's pool, so a busy pool cannot starve it, and closing it closes the
+// connection. timeout bounds each read and write (0: none, for waits, which the server ends
+// itself, or the context).
+func (l *Locker) dedicated(ctx context.Context, key string, timeout time.Duration) (*redis.Client, error) {
+	base, err := l.node(ctx, key)
+	if err != nil {
+		return nil, err
+	}
+	return own(base, timeout), nil
+}
+
+func own(base *redis.Options, timeout time.Duration) *redis.Client {
 	opt := *base
 	opt.PoolSize, opt.MinIdleConns, opt.MaxIdleConns, opt.MaxActiveConns = 1, 0, 1, 1
 	opt.PipelinePoolSize = -1
@@ -52,7 +63,74 @@ func (l *Locker) dedicated(ctx context.Context, key string, timeout time.Duratio
 	opt.Limiter = nil
 	opt.ClientSideCache, opt.ClientSideCacheConfig = nil, nil
 	opt.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
-	return redis.NewClient(&opt), nil
+	return redis.NewClient(&opt)
+}
+
+// A waitConn is a connection of its own for waits (and the session hold it may receive).
+type waitConn struct {
+	*redis.Client
+	node string // the address it was made for: where it goes back to when kept
+	keep int    // how many the Locker keeps for that node: the client's pool size
+	once sync.Once
+}
+
+func (c *waitConn) close() { c.once.Do(func() { _ = c.Client.Close() }) }
+
+// waitConn returns a kept connection to key's master, or a new one. A session hold gets a new
+// one: it is closed with the hold.
+func (l *Locker) waitConn(ctx context.Context, key string, session bool) (*waitConn, error) {
+	base, err := l.node(ctx, key)
+	if err != nil {
+		return nil, err
+	}
+	if !session {
+		l.mu.Lock()
+		kept := l.idle[base.Addr]
+		if n := len(kept); n > 0 {
+			c := kept[n-1]
+			l.idle[base.Addr] = kept[:n-1]
+			l.mu.Unlock()
+			return c, nil
+		}
+		l.mu.Unlock()
+	}
+	return &waitConn{Client: own(base, 0), node: base.Addr, keep: base.PoolSize}, nil
+}
+
+// done is the end of a wait on c that ended with err: a connection whose reply came (a grant,
+// not granted, an error reply of this node) is kept for the next wait, up to the client's pool
+// size per node; any other is closed.
+func (l *Locker) done(c *waitConn, err error) {
+	var reply redis.Error
+	answered := err == nil || errors.Is(err, ErrNotObtained) && !errors.Is(err, context.Canceled) &&
+		!errors.Is(err, context.DeadlineExceeded) || errors.As(err, &reply) && !retryable(err)
+	l.mu.Lock()
+	if answered && !l.closed && len(l.idle[c.node]) < c.keep {
+		if l.idle == nil {
+			l.idle = map[string][]*waitConn{}
+		}
+		l.idle[c.node] = append(l.idle[c.node], c)
+		c = nil
+	}
+	l.mu.Unlock()
+	if c != nil {
+		c.close()
+	}
+}
+
+// Close closes the connections the Locker keeps for waits (not the client, nor the
+// connections of live holds). Waits after Close make new connections and keep none.
+func (l *Locker) Close() error {
+	l.mu.Lock()
+	idle := l.idle
+	l.idle, l.closed = nil, true
+	l.mu.Unlock()
+	for _, kept := range idle {
+		for _, c := range kept {
+			c.close()
+		}
+	}
+	return nil
 }
 
 // reconnect prepares the next connection after err: in a cluster whose slot moved, the

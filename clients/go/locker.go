@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -15,11 +16,17 @@ import (
 // client: make one per client, share it between goroutines.
 type Locker struct {
 	client redis.UniversalClient
+
+	mu     sync.Mutex
+	idle   map[string][]*waitConn // connections whose last wait was answered, by node
+	closed bool
 }
 
 // New returns a Locker on client. Short commands (a try without waiting, releases, guarded
 // writes) go through the client and its pool; waits, session holds, durable grants and
-// watchdogs each use a connection of their own, made with the client's options.
+// watchdogs each use a connection of their own, made with the client's options. A wait's
+// connection is kept for the next wait once its reply has come (the server can then no longer
+// grant to it); a wait that ends early closes it. Close closes the kept ones.
 func New(client redis.UniversalClient) *Locker {
 	return &Locker{client: client}
 }
@@ -54,23 +61,24 @@ func (l *Locker) Obtain(ctx context.Context, key string, ttl time.Duration, opts
 		return nil, err
 	}
 	if o.replicas > 0 {
-		if err := l.durable(ctx, conn, key, owner, token, &o); err != nil {
-			_ = conn.Close()
+		err := l.durable(ctx, conn, key, owner, token, &o)
+		if err != nil {
+			l.done(conn, err)
 			return nil, err
 		}
 	}
 	var session *redis.Client
 	if o.session {
-		session = conn
+		session = conn.Client
 	} else if conn != nil {
-		_ = conn.Close()
+		l.done(conn, nil)
 	}
 	return l.hold(key, owner, token, ttl, session, !o.noWatchdog), nil
 }
 
 // acquire sends LOCK.ACQUIRE until it has an answer: the token, and the connection it came on
 // when it needed one of its own (a wait, a session, a durable grant).
-func (l *Locker) acquire(ctx context.Context, key, owner string, ttl time.Duration, o *options) (int64, *redis.Client, error) {
+func (l *Locker) acquire(ctx context.Context, key, owner string, ttl time.Duration, o *options) (int64, *waitConn, error) {
 	waits := !o.waitSet || o.wait > 0
 	if !waits && !o.session && o.replicas == 0 {
 		token, err := parseToken(l.client.Do(ctx, o.args(key, owner, ttl, -1)...))
@@ -78,7 +86,7 @@ func (l *Locker) acquire(ctx context.Context, key, owner string, ttl time.Durati
 	}
 	deadline, bounded, byCtx := o.deadline(ctx)
 	for {
-		wait, timeout := int64(-1), time.Duration(0)
+		wait, limit := int64(-1), time.Time{}
 		if waits {
 			wait = 0 // no limit: the context ends it
 			if bounded {
@@ -86,17 +94,17 @@ func (l *Locker) acquire(ctx context.Context, key, owner string, ttl time.Durati
 				if left <= 0 {
 					return 0, nil, timedOut(byCtx)
 				}
-				wait, timeout = millis(left), left+readGrace
+				wait, limit = millis(left), deadline.Add(readGrace)
 			}
 		}
-		conn, err := l.dedicated(ctx, key, timeout)
+		conn, err := l.waitConn(ctx, key, o.session)
 		if err == nil {
 			var token int64
-			token, err = l.ask(ctx, conn, key, owner, o.args(key, owner, ttl, wait))
+			token, err = l.ask(ctx, conn, key, owner, o.args(key, owner, ttl, wait), limit)
 			if err == nil {
 				return token, conn, nil
 			}
-			_ = conn.Close()
+			l.done(conn, err)
 			if errors.Is(err, ErrNotObtained) {
 				if ctx.Err() == nil && waits && bounded {
 					return 0, nil, timedOut(byCtx)
@@ -120,12 +128,23 @@ func (l *Locker) acquire(ctx context.Context, key, owner string, ttl time.Durati
 	}
 }
 
-// ask sends one LOCK.ACQUIRE on conn. If ctx ends first, conn is closed, which takes it out of
-// the server's queue; a grant whose reply was already on its way is released again.
-func (l *Locker) ask(ctx context.Context, conn *redis.Client, key, owner string, args []any) (int64, error) {
+// errNoAnswer: a wait's reply did not come by the wait's deadline (plus readGrace): the link
+// counts as broken.
+var errNoAnswer = errors.New("redislock: no reply by the end of the wait")
+
+// ask sends one LOCK.ACQUIRE on conn. If ctx ends first (or limit passes, when not zero),
+// conn is closed, which takes it out of the server's queue; a grant whose reply was already
+// on its way is released again.
+func (l *Locker) ask(ctx context.Context, conn *waitConn, key, owner string, args []any, limit time.Time) (int64, error) {
+	watch := ctx
+	if !limit.IsZero() {
+		var cancel context.CancelFunc
+		watch, cancel = context.WithDeadline(ctx, limit)
+		defer cancel()
+	}
 	closed := make(chan struct{})
-	stop := context.AfterFunc(ctx, func() {
-		_ = conn.Close()
+	stop := context.AfterFunc(watch, func() {
+		conn.close()
 		close(closed)
 	})
 	token, err := parseToken(conn.Do(ctx, args...))
@@ -137,12 +156,15 @@ func (l *Locker) ask(ctx context.Context, conn *redis.Client, key, owner string,
 		release := context.WithoutCancel(ctx)
 		_ = l.client.Do(release, "LOCK.RELEASE", key, owner, "TOKEN", token).Err()
 	}
+	if ctx.Err() == nil {
+		return 0, errNoAnswer
+	}
 	return 0, notObtained(ctx)
 }
 
 // durable waits for o.replicas replicas to acknowledge the grant (WAIT on the connection that
 // received it); when fewer do in time, the hold is released and the lock not obtained.
-func (l *Locker) durable(ctx context.Context, conn *redis.Client, key, owner string, token int64, o *options) error {
+func (l *Locker) durable(ctx context.Context, conn *waitConn, key, owner string, token int64, o *options) error {
 	acked, err := conn.Wait(ctx, o.replicas, o.replicasTimeout).Result()
 	if err == nil && acked >= int64(o.replicas) {
 		return nil
