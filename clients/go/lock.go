@@ -143,12 +143,14 @@ func (l *Lock) Release(ctx context.Context) (bool, error) {
 	if was == released {
 		return false, nil
 	}
-	if l.done != nil {
-		<-l.done
-	}
+	// No renewal can start now (the phase is no longer held); the watchdog's goroutine ends
+	// while the release is on its way.
 	n, err := l.locker.client.Do(ctx, "LOCK.RELEASE", l.key, l.owner, "TOKEN", l.token).Int64()
 	if l.session != nil {
 		_ = l.session.Close()
+	}
+	if l.done != nil {
+		<-l.done
 	}
 	if err != nil {
 		return false, err

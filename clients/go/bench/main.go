@@ -158,6 +158,7 @@ func main() {
 	hold := flag.Duration("hold", time.Millisecond, "how long each grant is held")
 	asJSON := flag.Bool("json", false, "one JSON object per client")
 	flag.Parse()
+	redis.SetLogger(quiet{}) // go-redis logs the connections the pollers' cancelled calls drop
 	if *addr == "" {
 		s, err := testserver.Start()
 		if err != nil {
@@ -219,3 +220,7 @@ func p99Ratio(mine, other result) string {
 	}
 	return fmt.Sprintf("%.2fx shorter (%.1f ms vs %.1f ms)", other.WaitP99Ms/mine.WaitP99Ms, mine.WaitP99Ms, other.WaitP99Ms)
 }
+
+type quiet struct{}
+
+func (quiet) Printf(context.Context, string, ...any) {}
