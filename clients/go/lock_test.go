@@ -172,8 +172,8 @@ func TestNotObtainedAndRealErrors(t *testing.T) {
 	short, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
 	defer cancel()
 	_, err = l.Obtain(short, "held", time.Second)
-	if !errors.Is(err, redislock.ErrNotObtained) || !errors.Is(err, context.DeadlineExceeded) {
-		t.Fatalf("a context deadline: %v", err)
+	if !errors.Is(err, redislock.ErrNotObtained) || !errors.Is(err, context.DeadlineExceeded) || short.Err() == nil {
+		t.Fatalf("a context deadline: %v, returned before the context ended: %v", err, short.Err() == nil)
 	}
 
 	r.RPush(ctx, "list", "x")

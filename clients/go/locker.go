@@ -92,9 +92,10 @@ func (l *Locker) acquire(ctx context.Context, key, owner string, ttl time.Durati
 			if bounded {
 				left := time.Until(deadline)
 				if left <= 0 {
-					return 0, nil, timedOut(byCtx)
+					return 0, nil, timedOut(ctx, deadline, byCtx)
 				}
-				wait, limit = millis(left), deadline.Add(readGrace)
+				// Rounded up: the server's wait never ends before the deadline.
+				wait, limit = (left + time.Millisecond - 1).Milliseconds(), deadline.Add(readGrace)
 			}
 		}
 		conn, err := l.waitConn(ctx, key, o.session)
@@ -107,7 +108,7 @@ func (l *Locker) acquire(ctx context.Context, key, owner string, ttl time.Durati
 			l.done(conn, err)
 			if errors.Is(err, ErrNotObtained) {
 				if ctx.Err() == nil && waits && bounded {
-					return 0, nil, timedOut(byCtx)
+					return 0, nil, timedOut(ctx, deadline, byCtx)
 				}
 				return 0, nil, err
 			}
@@ -190,12 +191,18 @@ func (o *options) deadline(ctx context.Context) (at time.Time, bounded, byCtx bo
 	return at, bounded, byCtx
 }
 
-// timedOut is the error of a wait that reached its deadline.
-func timedOut(byCtx bool) error {
-	if byCtx {
-		return fmt.Errorf("%w: %w", ErrNotObtained, context.DeadlineExceeded)
+// timedOut is the error of a wait that reached its deadline. When the deadline is ctx's, it
+// returns once ctx has ended too (the server's clock may end a wait a little earlier), so a
+// caller looping until ctx ends does not spin.
+func timedOut(ctx context.Context, deadline time.Time, byCtx bool) error {
+	if !byCtx {
+		return ErrNotObtained
 	}
-	return ErrNotObtained
+	_ = sleep(ctx, time.Until(deadline))
+	if ctx.Err() != nil {
+		return notObtained(ctx)
+	}
+	return fmt.Errorf("%w: %w", ErrNotObtained, context.DeadlineExceeded)
 }
 
 // notObtained is the error of a wait that ctx ended.

@@ -56,6 +56,7 @@ func run(name string, n int, d, hold time.Duration, take take) result {
 	failed := make([]int, n)
 	waits := make([][]time.Duration, n)
 	var wg sync.WaitGroup
+	var firstErr sync.Once
 	started := time.Now()
 	for i := range n {
 		wg.Go(func() {
@@ -65,6 +66,7 @@ func run(name string, n int, d, hold time.Duration, take take) result {
 				if err != nil {
 					if ctx.Err() == nil {
 						failed[i]++
+						firstErr.Do(func() { fmt.Fprintf(os.Stderr, "%s: a take failed: %v\n", name, err) })
 					} else {
 						// Still waiting when the run ended: a wait at least this long.
 						waits[i] = append(waits[i], time.Since(asked))
