@@ -5,6 +5,8 @@ package redislock_test
 
 import (
 	"context"
+	"errors"
+	"syscall"
 	"testing"
 	"time"
 
@@ -19,21 +21,8 @@ import (
 // master when it connects) and is granted when the holder releases; new holds are granted by
 // the promoted replica.
 func TestASentinelFailoverIsFollowedByWaitersAndWatchdogs(t *testing.T) {
-	d, err := testserver.StartDeployment()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(d.Stop)
-	failover := func() *redis.Client {
-		c := redis.NewFailoverClient(&redis.FailoverOptions{
-			MasterName:    testserver.MasterName,
-			SentinelAddrs: d.SentinelAddrs(),
-			ReadTimeout:   2 * time.Second,
-		})
-		t.Cleanup(func() { _ = c.Close() })
-		return c
-	}
-	holderClient, waiterClient := failover(), failover()
+	d := deployment(t)
+	holderClient, waiterClient := failoverClient(t, d), failoverClient(t, d)
 	holder := obtain(t, redislock.New(holderClient), "k", 6*time.Second,
 		redislock.WithReplicas(1, 2*time.Second))
 	waitCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
@@ -67,4 +56,55 @@ func TestASentinelFailoverIsFollowedByWaitersAndWatchdogs(t *testing.T) {
 		t.Fatal("a new hold is not on the promoted replica")
 	}
 	release(t, again, true)
+}
+
+// A grant the replica never received: the promoted replica does not know the hold, so the
+// watchdog's first renewal there answers 0 (or none gets through before the lease ends) and
+// the hold is reported lost.
+func TestAWatchdogReportsTheHoldLostWhenTheNewMasterLacksIt(t *testing.T) {
+	d := deployment(t)
+	master := client(t, d.Master)
+	d.Replica.Signal(syscall.SIGSTOP)
+	defer d.Replica.Signal(syscall.SIGCONT)
+	if err := master.Do(ctx, "CLIENT", "KILL", "TYPE", "replica").Err(); err != nil {
+		t.Fatal(err) // the grant below never reaches the replica
+	}
+	lock := obtain(t, redislock.New(failoverClient(t, d)), "k", 3*time.Second)
+	d.Master.Kill()
+	d.Replica.Signal(syscall.SIGCONT)
+	eventually(t, 30*time.Second, "the Sentinels promote the replica", func() bool { return d.Named() == d.Replica.Addr() })
+	select {
+	case <-lock.Lost():
+	case <-time.After(10 * time.Second):
+		t.Fatal("not reported lost")
+	}
+	if !errors.Is(lock.Err(), redislock.ErrLost) {
+		t.Fatalf("Err: %v", lock.Err())
+	}
+	t.Logf("lost: %v", lock.Err())
+	release(t, lock, false)
+	if client(t, d.Replica).Exists(ctx, "k").Val() != 0 {
+		t.Fatal("the new master has the hold")
+	}
+}
+
+func deployment(t *testing.T) *testserver.Deployment {
+	t.Helper()
+	d, err := testserver.StartDeployment()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(d.Stop)
+	return d
+}
+
+// failoverClient is a NewFailoverClient of d's Sentinels, closed at the test's end.
+func failoverClient(t *testing.T, d *testserver.Deployment) *redis.Client {
+	c := redis.NewFailoverClient(&redis.FailoverOptions{
+		MasterName:    testserver.MasterName,
+		SentinelAddrs: d.SentinelAddrs(),
+		ReadTimeout:   2 * time.Second,
+	})
+	t.Cleanup(func() { _ = c.Close() })
+	return c
 }
