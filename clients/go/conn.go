@@ -28,10 +28,13 @@ func (l *Locker) node(ctx context.Context, key string) (*redis.Options, error) {
 		}
 		return node.Options(), nil
 	}
-	return nil, fmt.Errorf("redislock: a %T cannot make connections of its own: waits, "+
-		"sessions, durable grants and the watchdog need a *redis.Client (standalone or "+
-		"NewFailoverClient) or a *redis.ClusterClient", l.client)
+	return nil, fmt.Errorf("%w: a %T cannot make connections of its own: waits, sessions, "+
+		"durable grants and the watchdog need a *redis.Client (standalone or "+
+		"NewFailoverClient) or a *redis.ClusterClient", errUnsupported, l.client)
 }
+
+// errUnsupported: the Locker's client is of a kind this package cannot make connections from.
+var errUnsupported = errors.New("redislock: unsupported client")
 
 // dedicated returns a connection of its own to the master that serves key: a go-redis Client
 // with a pool of one connection, made from the options of the caller's client (for a
@@ -147,7 +150,7 @@ func (l *Locker) reconnect(ctx context.Context, err error) {
 // error replies are answers.
 func retryable(err error) bool {
 	if err == nil || errors.Is(err, redis.Nil) || errors.Is(err, ErrNotObtained) ||
-		errors.Is(err, ErrDeadlock) || errors.Is(err, ErrStale) ||
+		errors.Is(err, ErrDeadlock) || errors.Is(err, ErrStale) || errors.Is(err, errUnsupported) ||
 		errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return false
 	}

@@ -205,6 +205,11 @@ func TestNotObtainedAndRealErrors(t *testing.T) {
 	if _, err := l.Obtain(ctx, "k", 0); err == nil {
 		t.Fatal("a ttl of 0 accepted")
 	}
+	ring := redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"one": r.Options().Addr}})
+	defer ring.Close()
+	if _, err := redislock.New(ring).Obtain(ctx, "k", time.Second); err == nil || errors.Is(err, redislock.ErrNotObtained) {
+		t.Fatalf("a wait through a Ring: %v", err)
+	}
 	release(t, x, true)
 	release(t, y, true)
 	release(t, holder, true)

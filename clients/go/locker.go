@@ -12,8 +12,9 @@ import (
 )
 
 // A Locker takes locks through one go-redis client: a *redis.Client (a standalone server, or
-// redis.NewFailoverClient for Sentinel) or a *redis.ClusterClient. It holds nothing but the
-// client: make one per client, share it between goroutines.
+// redis.NewFailoverClient for Sentinel) or a *redis.ClusterClient. It holds the client and
+// the connections it keeps for waits, nothing global: make one per client, share it between
+// goroutines, Close it when done.
 type Locker struct {
 	client redis.UniversalClient
 
