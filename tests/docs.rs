@@ -360,6 +360,32 @@ fn the_runner_reads_and_prints_as_redis_cli() {
     assert_eq!(shape, expected);
 }
 
+/// A Go snippet in the README or docs is the code of an `Example` of the Go client
+/// (`clients/go/example_test.go`), which `go test` runs and checks against its `// Output:`.
+#[test]
+fn every_go_snippet_is_a_run_example() {
+    let root = workspace();
+    let squeeze = |s: &str| s.split_whitespace().collect::<Vec<_>>().join(" ");
+    let examples = std::fs::read_to_string(root.join("clients/go/example_test.go"))
+        .expect("read example_test.go");
+    let examples = squeeze(&examples);
+    let mut checked = 0;
+    for page in pages() {
+        let text = std::fs::read_to_string(&page).expect("read a page");
+        for block in blocks(&text, "go") {
+            let snippet = squeeze(&block.join("\n"));
+            assert!(
+                examples.contains(&snippet),
+                "{}: this Go snippet is not the code of an Example in clients/go/example_test.go:\n{}",
+                page.display(),
+                block.join("\n")
+            );
+            checked += 1;
+        }
+    }
+    assert!(checked >= 2, "the READMEs' Go examples are checked");
+}
+
 /// The README, `docs/*.md`, the changelog and the clients' READMEs.
 fn pages() -> Vec<std::path::PathBuf> {
     let root = workspace();
@@ -370,7 +396,7 @@ fn pages() -> Vec<std::path::PathBuf> {
             .into_iter()
             .filter(|p| p.exists()),
     );
-    for dir in ["docs", "clients/python", "clients/rust", "clients/node"] {
+    for dir in ["docs", "clients/python", "clients/rust", "clients/node", "clients/go"] {
         for entry in std::fs::read_dir(root.join(dir)).expect("read a docs dir") {
             let path = entry.expect("entry").path();
             if path.extension().is_some_and(|e| e == "md") {

@@ -5,6 +5,7 @@
 //! Usage: redis-lock-bench [--out DIR] [--quick]
 //!        redis-lock-bench --waiters N   (only the memory of N lock waiters vs N BLPOP waiters)
 //!        redis-lock-bench --cost        (only section 8, the module's own cost)
+//!        redis-lock-bench --go          (only section 9, the Go lock clients)
 //!
 //! With `LOCK_BASELINE_MODULE=/path/to/an/older/libredis_lock.so`, section 8b also counts the
 //! acquire path of that module, so a change's cost shows before and after in one run.
@@ -35,7 +36,7 @@ use uncontended::Variant;
 type Series = Vec<(String, Vec<f64>)>;
 
 /// The sections of a full run, in order, as their progress lines name them.
-const SECTIONS: [&str; 8] = [
+const SECTIONS: [&str; 9] = [
     "uncontended cycles",
     "contended handoff",
     "expiry handoff",
@@ -44,6 +45,7 @@ const SECTIONS: [&str; 8] = [
     "shared locks and semaphores",
     "Python lock clients",
     "the module's own cost",
+    "Go lock clients",
 ];
 
 /// The progress line of section `n` (from 1), such as "4/8 memory".
@@ -71,6 +73,12 @@ fn main() {
     let server = Server::builder().args(&["--maxclients", "20000"]).start();
     if let Some(n) = flag_value(&args, "--waiters").and_then(|n| n.parse::<usize>().ok()) {
         waiters_only(&server, n);
+        return;
+    }
+    if args.iter().any(|a| a == "--go") {
+        let mut report = Report::default();
+        go_clients(&mut report, server.port, dur);
+        println!("{}", report.markdown());
         return;
     }
     if args.iter().any(|a| a == "--cost") {
@@ -113,6 +121,8 @@ fn main() {
     eprintln!("{}", progress(8));
     module_cost(&mut report, &server, dur);
     module_cost_instructions(&mut report);
+    eprintln!("{}", progress(9));
+    go_clients(&mut report, server.port, dur);
     draw_charts(&out, cycle_latencies, handoff_latencies, expiry_latencies);
     write_results(&report, &out);
 }
@@ -752,14 +762,75 @@ fn python_clients(report: &mut Report, python: &std::path::Path, port: u16, dur:
         eprintln!("python clients: could not run {}", script.display());
         return;
     };
+    client_section(
+        report,
+        (
+            "7. Python lock clients (16 threads, one lock, 1 ms holds)",
+            "threads",
+            16,
+        ),
+        "Python client: grants/s vs the best other Python lock, and Jain",
+        &String::from_utf8_lossy(&out.stdout),
+    );
+}
+
+/// Section 9: the Go client next to redsync (one pool) and bsm/redislock, 32 goroutines on one
+/// lock with 1 ms holds, on the same server: target/go/lock-bench (`make bench` builds it from
+/// clients/go/bench) prints one JSON line each. Skipped without it (no Go on the machine).
+fn go_clients(report: &mut Report, port: u16, dur: Duration) {
+    let bench = redis_lock_harness::workspace().join("target/go/lock-bench");
+    let out = std::process::Command::new(&bench)
+        .args([
+            "-addr".to_string(),
+            format!("127.0.0.1:{port}"),
+            "-seconds".into(),
+            dur.as_secs_f64().to_string(),
+            "-clients".into(),
+            "32".into(),
+            "-hold".into(),
+            "1ms".into(),
+            "-json".into(),
+        ])
+        .output();
+    let Ok(out) = out else {
+        eprintln!(
+            "go clients skipped: no {} (make bench builds it with Go)",
+            bench.display()
+        );
+        return;
+    };
+    client_section(
+        report,
+        (
+            "9. Go lock clients (32 goroutines, one lock, 1 ms holds)",
+            "goroutines",
+            32,
+        ),
+        "Go client: grants/s vs the best other Go lock, and Jain",
+        &String::from_utf8_lossy(&out.stdout),
+    );
+}
+
+/// A section of lock clients from their JSON lines (`client`, `grants_per_sec`, `jain`,
+/// `wait_p99_ms`; this repository's client first), and the check of the first against the
+/// fastest other.
+fn client_section(
+    report: &mut Report,
+    (title, unit, n): (&str, &str, usize),
+    check: &str,
+    out: &str,
+) {
     let mut rows = Vec::new();
-    let mut results: Vec<(String, f64, f64)> = Vec::new();
-    for line in String::from_utf8_lossy(&out.stdout).lines() {
+    let mut results: Vec<(String, f64, f64, f64)> = Vec::new();
+    for line in out.lines() {
         let field = |name: &str| -> Option<String> {
-            let at = line.find(&format!("\"{name}\": "))? + name.len() + 4;
-            let rest = &line[at..];
+            let at = line.find(&format!("\"{name}\":"))? + name.len() + 3;
+            let rest = line[at..].trim_start();
+            if let Some(text) = rest.strip_prefix('"') {
+                return Some(text[..text.find('"')?].to_string());
+            }
             let end = rest.find([',', '}']).unwrap_or(rest.len());
-            Some(rest[..end].trim().trim_matches('"').to_string())
+            Some(rest[..end].trim().to_string())
         };
         let (Some(client), Some(rate), Some(jain), Some(p99)) = (
             field("client"),
@@ -770,24 +841,24 @@ fn python_clients(report: &mut Report, python: &std::path::Path, port: u16, dur:
             continue;
         };
         rows.push(format!(
-            "| {client} | 16 | {rate:.0} | {jain:.4} | {p99:.1} |"
+            "| {client} | {n} | {rate:.0} | {jain:.4} | {p99:.1} |"
         ));
-        results.push((client, rate, jain));
+        results.push((client, rate, jain, p99));
     }
     report.section(
-        "7. Python lock clients (16 threads, one lock, 1 ms holds)",
-        "| client | threads | grants/s | Jain | wait p99 ms |",
+        title,
+        &format!("| client | {unit} | grants/s | Jain | wait p99 ms |"),
         rows,
     );
-    if let Some((_, ours, jain)) = results.first().cloned() {
-        let best_other = results[1..]
+    if let Some((_, ours, jain, p99)) = results.first().cloned() {
+        let (best_other, best_p99) = results[1..]
             .iter()
-            .map(|(_, rate, _)| *rate)
-            .fold(0.0, f64::max);
+            .map(|(_, rate, _, p99)| (*rate, *p99))
+            .fold((0.0, 0.0), |best, r| if r.0 > best.0 { r } else { best });
         report.check(
-            "Python client: grants/s vs the best other Python lock, and Jain",
+            check,
             format!(
-                "{:.2}x ({ours:.0} vs {best_other:.0}), Jain {jain:.4}",
+                "{:.2}x ({ours:.0} vs {best_other:.0}), Jain {jain:.4}, wait p99 {p99:.1} vs {best_p99:.1} ms",
                 ours / best_other.max(1.0)
             ),
             ">= 1x with Jain >= 0.99",

@@ -1,0 +1,76 @@
+package redislock_test
+
+// Routing in a Redis Cluster of three masters: every command of a lock, the waits', sessions'
+// and watchdogs' connections of their own included, goes to the master of the key's slot.
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	redislock "github.com/redis-lock/redis-lock/clients/go"
+	"github.com/redis-lock/redis-lock/clients/go/internal/testserver"
+)
+
+func TestClusterRoutesEveryLockToItsSlotsMaster(t *testing.T) {
+	c, err := testserver.StartCluster()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Stop)
+	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: c.Addrs()})
+	t.Cleanup(func() { _ = cc.Close() })
+	nodes := map[string]*redis.Client{}
+	for _, n := range c.Nodes {
+		nodes[n.Addr()] = client(t, n)
+	}
+	// One hash tag served by each master.
+	tags := map[string]string{}
+	for i := 0; len(tags) < len(nodes); i++ {
+		tag := fmt.Sprintf("{sku:%d}", i)
+		if slot := cc.ClusterKeySlot(ctx, tag).Val(); slot >= 0 {
+			m, err := cc.MasterForKey(ctx, tag)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, seen := tags[m.Options().Addr]; !seen {
+				tags[m.Options().Addr] = tag
+			}
+		}
+	}
+	l := redislock.New(cc)
+	for addr, tag := range tags {
+		node, key := nodes[addr], tag+":lock"
+		cc.Set(ctx, tag+":stock", 10, 0)
+		lock := obtain(t, l, key, 300*time.Millisecond)
+		if fence(node, key) != lock.Token() {
+			t.Fatalf("%s is not held on %s, the master of its slot", key, addr)
+		}
+		waiting := obtainAsync(ctx, l, key, time.Second, redislock.WithWait(5*time.Second), redislock.WithSession())
+		eventually(t, 2*time.Second, "the waiter queues on "+addr, func() bool { return waiters(t, node, key) == 1 })
+		if left, err := lock.Guard(ctx, "DECRBY", tag+":stock", 1).Int64(); err != nil || left != 9 {
+			t.Fatalf("guarded DECRBY on %s: %d, %v", addr, left, err)
+		}
+		time.Sleep(450 * time.Millisecond)
+		if calls(node, "lock.extend") < 1 || fence(node, key) != lock.Token() {
+			t.Fatalf("not renewed on %s: %v", addr, lock.Err())
+		}
+		release(t, lock, true)
+		got := await(t, waiting, 5*time.Second)
+		if got.err != nil || fence(node, key) != got.lock.Token() {
+			t.Fatalf("the waiter on %s: %v", addr, got.err)
+		}
+		holders := info(t, node, key)["holders"].([]any)
+		if _, ok := asMap(holders[0])["session"].(int64); !ok {
+			t.Fatalf("not a session hold: %v", holders)
+		}
+		release(t, got.lock, true)
+	}
+	for addr, node := range nodes {
+		if n := calls(node, "lock.acquire"); n != 2 {
+			t.Fatalf("%s ran LOCK.ACQUIRE %d times, want 2 (its own key's)", addr, n)
+		}
+	}
+}

@@ -1,0 +1,21 @@
+// Package redislock takes locks of the redis-lock server module (the LOCK.* commands) on
+// go-redis v9: standalone servers, Sentinel (a FailoverClient) and Redis Cluster.
+//
+// The server does the hard parts: fair FIFO waits, fencing tokens, leases, shared locks,
+// semaphores, session holds and guarded writes. This package writes the loop around them that
+// applications otherwise write by hand: wait in the server's queue without polling (the
+// context bounds the wait, and cancelling it leaves the queue), renew the lease while the work
+// runs (a watchdog goroutine), say when a hold is lost (Lock.Lost and Lock.Err), never renew a
+// released hold, and carry the token to the write (Lock.Guard).
+//
+//	locker := redislock.New(client)
+//	lock, err := locker.Obtain(ctx, "{sku:9}:lock", 30*time.Second)
+//	if err != nil {
+//		return err // errors.Is(err, redislock.ErrNotObtained) when it was not granted
+//	}
+//	defer lock.Release(ctx)
+//	left, err := lock.Guard(ctx, "DECRBY", "{sku:9}:stock", 1).Int64()
+//
+// Every rule of docs/clients.md in the repository (owners, waits, retries, the watchdog, loss,
+// release, modes, Sentinel) is written once here, and each has a test in this package.
+package redislock

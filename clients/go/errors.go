@@ -1,0 +1,33 @@
+package redislock
+
+import "errors"
+
+var (
+	// ErrNotObtained: the lock was not granted. It was busy and the call did not wait, the
+	// wait ended first (WithWait, or the context: then the error also matches the context's
+	// error), or a durable grant did not reach its replicas (WithReplicas).
+	ErrNotObtained = errors.New("redislock: not obtained")
+
+	// ErrStale: Guard was refused, nothing ran. The token is no longer the live exclusive
+	// hold's (the lease ran out, the lock was force-released or taken over), the hold is
+	// shared or semaphore permits, or this Lock was released or lost.
+	ErrStale = errors.New("redislock: stale token")
+
+	// ErrLost: the hold ended before its release (Lock.Err wraps it with the reason).
+	ErrLost = errors.New("redislock: hold lost")
+
+	// ErrDeadlock: an exclusive hold was asked by an owner that holds the lock shared beside
+	// other readers (two upgrading readers would wait for each other forever).
+	ErrDeadlock = errors.New("redislock: deadlock")
+)
+
+// serverError is an error reply of the server that one of the errors above stands for:
+// errors.Is matches both the library's error and the reply (a redis.Error).
+type serverError struct {
+	kind  error
+	reply error
+}
+
+func (e *serverError) Error() string { return e.kind.Error() + ": " + e.reply.Error() }
+
+func (e *serverError) Unwrap() []error { return []error{e.kind, e.reply} }

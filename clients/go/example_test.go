@@ -1,0 +1,135 @@
+package redislock_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	redislock "github.com/redis-lock/redis-lock/clients/go"
+)
+
+// The lock and its data share a hash tag ({sku:9}), so the guarded write works in a cluster too.
+// (addr is the test server's address; the main README shows the lines from locker to Release.)
+func Example() {
+	client := redis.NewClient(&redis.Options{Addr: addr})
+	defer client.Close()
+	ctx := context.Background()
+	client.Set(ctx, "{sku:9}:stock", 100, 0)
+
+	locker := redislock.New(client)
+	lock, err := locker.Obtain(ctx, "{sku:9}:lock", 30*time.Second) // waits in the server's FIFO queue
+	if err != nil {
+		log.Fatal(err) // errors.Is(err, redislock.ErrNotObtained) when not granted
+	}
+	left, err := lock.Guard(ctx, "DECRBY", "{sku:9}:stock", 1).Int64() // refused once the hold is gone
+	if err != nil {
+		log.Fatal(err)
+	}
+	held, err := lock.Release(ctx) // false if the hold had been lost meanwhile
+	fmt.Println(left, held, err)
+	// Output: 99 true <nil>
+}
+
+// A wait is bounded by WithWait or by the context; WithWait(0) tries once.
+func ExampleLocker_Obtain_wait() {
+	client := redis.NewClient(&redis.Options{Addr: addr})
+	defer client.Close()
+	ctx := context.Background()
+	locker := redislock.New(client)
+	first, _ := locker.Obtain(ctx, "job", 10*time.Second)
+
+	_, err := locker.Obtain(ctx, "job", 10*time.Second, redislock.WithWait(0))
+	fmt.Println(errors.Is(err, redislock.ErrNotObtained))
+
+	short, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	defer cancel()
+	_, err = locker.Obtain(short, "job", 10*time.Second) // leaves the queue when short ends
+	fmt.Println(errors.Is(err, redislock.ErrNotObtained), errors.Is(err, context.DeadlineExceeded))
+
+	_, _ = first.Release(ctx)
+	// Output:
+	// true
+	// true true
+}
+
+// Lost is closed when the hold ends before its release; Err says why. Here an operator
+// force-releases the lock, and the watchdog's next renewal (ttl/3 later at most) finds out.
+func ExampleLock_Lost() {
+	client := redis.NewClient(&redis.Options{Addr: addr})
+	defer client.Close()
+	ctx := context.Background()
+	lock, err := redislock.New(client).Obtain(ctx, "report", 3*time.Second)
+	if err != nil {
+		log.Fatal(err)
+	}
+	client.Do(ctx, "LOCK.FORCERELEASE", "report")
+
+	select {
+	case <-lock.Lost():
+		fmt.Println(lock.Err()) // roll the work back
+	case <-time.After(5 * time.Second):
+		fmt.Println("still held")
+	}
+	held, _ := lock.Release(ctx)
+	fmt.Println(held)
+	// Output:
+	// redislock: hold lost: report: the lease ran out before it was renewed
+	// false
+}
+
+// Read-write locks: readers share, a writer waits for all of them.
+func ExampleWithShared() {
+	client := redis.NewClient(&redis.Options{Addr: addr})
+	defer client.Close()
+	ctx := context.Background()
+	locker := redislock.New(client)
+	a, _ := locker.Obtain(ctx, "doc:7", 10*time.Second, redislock.WithShared())
+	b, _ := locker.Obtain(ctx, "doc:7", 10*time.Second, redislock.WithShared())
+	_, err := locker.Obtain(ctx, "doc:7", 10*time.Second, redislock.WithWait(0))
+	fmt.Println(a.Token() != b.Token(), errors.Is(err, redislock.ErrNotObtained))
+	_, _ = a.Release(ctx)
+	_, _ = b.Release(ctx)
+	// Output: true true
+}
+
+// A counting semaphore: at most 3 permits held at once, each with a lease of its own.
+func ExampleWithPermits() {
+	client := redis.NewClient(&redis.Options{Addr: addr})
+	defer client.Close()
+	ctx := context.Background()
+	locker := redislock.New(client)
+	two, _ := locker.Obtain(ctx, "gpu", time.Minute, redislock.WithPermits(3, 2))
+	one, _ := locker.Obtain(ctx, "gpu", time.Minute, redislock.WithPermits(3, 1))
+	_, err := locker.Obtain(ctx, "gpu", time.Minute, redislock.WithPermits(3, 1), redislock.WithWait(0))
+	fmt.Println(errors.Is(err, redislock.ErrNotObtained))
+	_, _ = two.Release(ctx)
+	_, _ = one.Release(ctx)
+	// Output: true
+}
+
+// Sentinel: every connection the Locker makes asks the Sentinels for the current master.
+func ExampleNew_sentinel() {
+	client := redis.NewFailoverClient(&redis.FailoverOptions{
+		MasterName:    "mymaster",
+		SentinelAddrs: []string{"10.0.0.1:26379", "10.0.0.2:26379", "10.0.0.3:26379"},
+	})
+	locker := redislock.New(client)
+	// WithReplicas: granted only once a replica has the grant, so it survives a failover.
+	lock, err := locker.Obtain(context.Background(), "order:42", 30*time.Second,
+		redislock.WithReplicas(1, time.Second))
+	_, _ = lock, err
+}
+
+// Cluster: each lock goes to the master of its key's slot.
+func ExampleNew_cluster() {
+	client := redis.NewClusterClient(&redis.ClusterOptions{
+		Addrs: []string{"10.0.0.1:7000", "10.0.0.2:7000", "10.0.0.3:7000"},
+	})
+	locker := redislock.New(client)
+	lock, err := locker.Obtain(context.Background(), "{order:42}:lock", 30*time.Second)
+	_, _ = lock, err
+}

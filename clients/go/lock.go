@@ -1,0 +1,159 @@
+package redislock
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// A Lock is one granted hold: its fencing token, its guarded writes, its loss and its release.
+// Its methods are safe for concurrent use. Release it once the work is done; a Lock that is
+// never released is renewed by its watchdog for as long as the process runs.
+type Lock struct {
+	locker *Locker
+	key    string
+	owner  string
+	token  int64
+	// The connection a session hold lives on (closing it ends the hold), or nil.
+	session *redis.Client
+
+	// turn makes the watchdog's renewals and the release take turns: a renewal is sent only
+	// while phase is held, and the release moves it away from held, so none follows it.
+	turn sync.Mutex
+	// mu guards phase and err (read without waiting for a renewal).
+	mu    sync.Mutex
+	phase phase
+	err   error         // why the hold was lost
+	lost  chan struct{} // closed once, when the hold is lost
+	stop  chan struct{} // closed by the release: the watchdog ends
+	done  chan struct{} // closed when the watchdog has ended (nil: no watchdog)
+}
+
+type phase int
+
+const (
+	held phase = iota
+	released
+	lost
+)
+
+// hold starts the Lock of a grant, and its watchdog.
+func (l *Locker) hold(key, owner string, token int64, ttl time.Duration, session *redis.Client, watchdog bool) *Lock {
+	lock := &Lock{
+		locker:  l,
+		key:     key,
+		owner:   owner,
+		token:   token,
+		session: session,
+		lost:    make(chan struct{}),
+		stop:    make(chan struct{}),
+	}
+	if watchdog {
+		lock.done = make(chan struct{})
+		go lock.watch(ttl, time.Now())
+	}
+	return lock
+}
+
+// Key is the lock's name.
+func (l *Lock) Key() string { return l.key }
+
+// Owner is the owner the hold was granted to.
+func (l *Lock) Owner() string { return l.owner }
+
+// Token is the hold's fencing token: it increases with every grant of the lock, so a store
+// that keeps the highest token it has seen can refuse a late writer. Pass it with every write.
+func (l *Lock) Token() int64 { return l.token }
+
+// Lost is closed when the hold is lost before its release: a renewal found the lease gone
+// (it ran out, or the lock was force-released), the server could not be reached before the
+// lease would end, or the watchdog failed otherwise. Err then says why. It is never closed
+// by Release.
+func (l *Lock) Lost() <-chan struct{} { return l.lost }
+
+// Err is nil while the hold lives and after its release; once the hold is lost it is an
+// error that matches ErrLost and says why.
+func (l *Lock) Err() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.err
+}
+
+// lose marks the hold lost, once, unless it was released.
+func (l *Lock) lose(reason string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.phase != held {
+		return
+	}
+	l.phase, l.err = lost, fmt.Errorf("%w: %s: %s", ErrLost, l.key, reason)
+	close(l.lost)
+}
+
+// live reports whether the hold is neither released nor lost.
+func (l *Lock) live() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.phase == held
+}
+
+// Guard runs one command only while this is the live exclusive hold of the lock
+// (LOCK.GUARD key token command args...), in one round trip: the server refuses it once the
+// token is stale, and the returned command's error then matches ErrStale. It is sent once,
+// never retried (it may have run). In a cluster, the command's keys must be in the lock's
+// slot: use a hash tag ({sku:9}:lock, {sku:9}:stock).
+func (l *Lock) Guard(ctx context.Context, args ...any) *redis.Cmd {
+	all := append([]any{"LOCK.GUARD", l.key, l.token}, args...)
+	cmd := redis.NewCmd(ctx, all...)
+	l.mu.Lock()
+	ph, why := l.phase, l.err
+	l.mu.Unlock()
+	switch ph {
+	case lost:
+		cmd.SetErr(fmt.Errorf("%w: %w", ErrStale, why))
+		return cmd
+	case released:
+		cmd.SetErr(fmt.Errorf("%w: %s: the hold was released", ErrStale, l.key))
+		return cmd
+	}
+	_ = l.locker.client.Process(ctx, onceCmd{cmd})
+	if err := cmd.Err(); isAny(err, "STALE") {
+		cmd.SetErr(&serverError{ErrStale, err})
+	}
+	return cmd
+}
+
+// Release ends the hold (LOCK.RELEASE key owner TOKEN token) and reports whether it was still
+// live: false if it had been lost or had already been released. The watchdog stops in the same
+// step, before the release is sent: no renewal follows it. A session hold's connection is
+// closed. Calling it again does nothing and reports false.
+func (l *Lock) Release(ctx context.Context) (bool, error) {
+	l.turn.Lock()
+	l.mu.Lock()
+	was := l.phase
+	if was != released {
+		l.phase = released
+		close(l.stop)
+	}
+	l.mu.Unlock()
+	l.turn.Unlock()
+	if was == released {
+		return false, nil
+	}
+	// No renewal can start now (the phase is no longer held); the watchdog's goroutine ends
+	// while the release is on its way.
+	n, err := l.locker.client.Do(ctx, "LOCK.RELEASE", l.key, l.owner, "TOKEN", l.token).Int64()
+	if l.session != nil {
+		_ = l.session.Close()
+	}
+	if l.done != nil {
+		<-l.done
+	}
+	if err != nil {
+		return false, err
+	}
+	return n == 1 && was == held, nil
+}
