@@ -4,6 +4,9 @@
 TARGET_DIR     := $(abspath $(or $(CARGO_TARGET_DIR),target))
 MODULE_DEBUG   := $(TARGET_DIR)/debug/libredis_lock.so
 MODULE_RELEASE := $(TARGET_DIR)/release/libredis_lock.so
+VERSION        := $(shell sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -n 1)
+MODULE_DIST    := $(TARGET_DIR)/dist/libredis_lock-$(VERSION)-x86_64-linux-gnu.so
+MODULE_DIST_CHECK := $(TARGET_DIR)/dist-check/libredis_lock-$(VERSION)-x86_64-linux-gnu.so
 VALKEY         := target/valkey/valkey-server
 PORT           ?= 6379
 # The environment every test and benchmark reads: which server to start, which module to load.
@@ -16,7 +19,8 @@ TEST_THREADS   ?= 2
 
 .PHONY: all deps build-deps build release run test unit test-redis test-valkey test-python \
 	pyvenv test-node bench-node test-go go-check test-faults test-matrix test-upgrade servers \
-	valkey bench bench-go bench-baseline clippy fmt clean
+	valkey dist dist-check test-dist bench bench-go bench-baseline \
+	clippy fmt clean
 
 all: build
 
@@ -130,12 +134,32 @@ test-upgrade: deps build valkey
 MATRIX := redis-server $(CURDIR)/target/servers/redis-server-7.4 \
 	$(CURDIR)/target/servers/redis-server-8.2 \
 	$(CURDIR)/target/servers/valkey-server-8.1 $(CURDIR)/$(VALKEY)
-test-matrix: deps build valkey servers
-	@for server in $(MATRIX); do \
+# on_matrix,<LOCK_MODULE>,<cargo test arguments>: the integration suite on each server.
+on_matrix = @for server in $(MATRIX); do \
 		echo "== $$server: $$($$server --version)"; \
-		LOCK_TEST_SERVER=$$server $(WITH_MODULE) \
-			cargo test --test '*' --no-fail-fast -- --test-threads=$(TEST_THREADS) || exit 1; \
+		LOCK_TEST_SERVER=$$server LOCK_MODULE=$(1) \
+			cargo test --test '*' --no-fail-fast -- --test-threads=$(TEST_THREADS) $(2) \
+			|| exit 1; \
 	done
+test-matrix: deps build valkey servers
+	$(call on_matrix,$(MODULE_DEBUG))
+
+## Portable release modules for Linux x86-64 and aarch64 (zig, glibc 2.17), their glibc floor
+## checked: $(TARGET_DIR)/dist/libredis_lock-<version>-<arch>-linux-gnu.so (scripts/dist.sh).
+## `make test-dist` loads the x86-64 one into every matrix server and runs the integration
+## suite, but for tests/panics.rs, which needs LOCK.DEBUG: that file runs on dist-check, the
+## same zig build with debug assertions (LOCK.DEBUG registered), in $(TARGET_DIR)/dist-check/.
+dist:
+	@scripts/deps.sh dist
+	scripts/dist.sh
+
+dist-check:
+	@scripts/deps.sh dist
+	DIST_CHECK_BUILD=1 scripts/dist.sh
+
+test-dist: dist dist-check deps valkey servers
+	$(call on_matrix,$(MODULE_DIST),--skip panics::)
+	$(call on_matrix,$(MODULE_DIST_CHECK),panics::)
 
 ## The benchmark (a few minutes, never part of `make test`): prints the table and writes
 ## docs/bench/results.md and PNG charts. BENCH_ARGS=--quick for a shorter run. Section 9 runs

@@ -2,12 +2,14 @@
 # Make sure what a make target needs is installed:
 #   scripts/deps.sh build   Rust (new enough), a C toolchain for linking, libclang (bindgen):
 #                           all `make build` / `make release` need, nothing for the tests
+#   scripts/deps.sh dist    build + Python with venv (zig comes from PyPI) + objdump (make dist)
 #   scripts/deps.sh test    build + redis-server, redis-cli (cluster tests), faketime (fault
 #                           suite), a TrueType font (benchmark charts), Python with pip and venv
 #                           (the Python client's tests and the matrix servers' wheels), Node.js
 #                           20+ with npm (the TypeScript client's); the default
 #   scripts/deps.sh --list MODE...   print "group package" for each check the MODEs make (tested
 #                           by scripts/test-deps.sh), check nothing
+# Several modes may be named: `scripts/deps.sh test dist`.
 # Installs with apt when run as root on Debian/Ubuntu; otherwise prints the exact command.
 set -euo pipefail
 
@@ -21,8 +23,8 @@ groups=build
 for mode in "$@"; do
     case $mode in
         build) ;;
-        test) groups="$groups $mode" ;;
-        *) echo "usage: $0 [--list] build|test..." >&2; exit 2 ;;
+        dist | test) groups="$groups $mode" ;;
+        *) echo "usage: $0 [--list] build|dist|test..." >&2; exit 2 ;;
     esac
 done
 
@@ -53,6 +55,10 @@ need build build-essential has cc
 # bindgen needs libclang itself (libclang.so / libclang-N.so), not libclang-cpp, which LLVM ships
 # too (scripts/test-find-libclang.sh tests the check).
 need build libclang-dev "$here/find-libclang.sh"
+# make dist: zig and cargo-zigbuild in a virtual environment; objdump reads the glibc floor.
+need dist python3 has python3
+need dist python3-venv python3 -c 'import ensurepip, venv'
+need dist binutils has objdump
 need test redis-server has redis-server
 need test redis-tools has redis-cli
 # The fault suite moves the server's clock with libfaketime; the benchmark's charts need a font.
