@@ -19,7 +19,7 @@ TEST_THREADS   ?= 2
 
 .PHONY: all deps build-deps build release run test unit test-redis test-valkey test-python \
 	pyvenv test-node bench-node test-go go-check test-faults test-matrix test-upgrade servers \
-	valkey dist dist-check test-dist bench bench-go bench-baseline \
+	valkey dist dist-check test-dist test-aarch64 bench bench-go bench-baseline \
 	clippy fmt clean
 
 all: build
@@ -160,6 +160,14 @@ dist-check:
 test-dist: dist dist-check deps valkey servers
 	$(call on_matrix,$(MODULE_DIST),--skip panics::)
 	$(call on_matrix,$(MODULE_DIST_CHECK),panics::)
+
+## The aarch64 module in Debian's arm64 redis-server under qemu-user: a LOCK.* session, then the
+## integration suite (scripts/test-aarch64.sh), then tests/panics.rs on the dist-check build.
+test-aarch64: dist dist-check
+	@scripts/deps.sh test qemu
+	scripts/test-aarch64.sh
+	AARCH64_SUITE_ARGS=panics:: scripts/test-aarch64.sh \
+		$(TARGET_DIR)/dist-check/libredis_lock-$(VERSION)-aarch64-linux-gnu.so
 
 ## The benchmark (a few minutes, never part of `make test`): prints the table and writes
 ## docs/bench/results.md and PNG charts. BENCH_ARGS=--quick for a shorter run. Section 9 runs

@@ -7,9 +7,10 @@
 #                           suite), a TrueType font (benchmark charts), Python with pip and venv
 #                           (the Python client's tests and the matrix servers' wheels), Node.js
 #                           20+ with npm (the TypeScript client's); the default
+#   scripts/deps.sh qemu    qemu-user, to run Debian's arm64 redis-server (make test-aarch64)
 #   scripts/deps.sh --list MODE...   print "group package" for each check the MODEs make (tested
 #                           by scripts/test-deps.sh), check nothing
-# Several modes may be named: `scripts/deps.sh test dist`.
+# Several modes may be named: `scripts/deps.sh test qemu`.
 # Installs with apt when run as root on Debian/Ubuntu; otherwise prints the exact command.
 set -euo pipefail
 
@@ -23,8 +24,8 @@ groups=build
 for mode in "$@"; do
     case $mode in
         build) ;;
-        dist | test) groups="$groups $mode" ;;
-        *) echo "usage: $0 [--list] build|dist|test..." >&2; exit 2 ;;
+        dist | test | qemu) groups="$groups $mode" ;;
+        *) echo "usage: $0 [--list] build|dist|test|qemu..." >&2; exit 2 ;;
     esac
 done
 
@@ -59,6 +60,7 @@ need build libclang-dev "$here/find-libclang.sh"
 need dist python3 has python3
 need dist python3-venv python3 -c 'import ensurepip, venv'
 need dist binutils has objdump
+need qemu qemu-user-static has qemu-aarch64-static
 need test redis-server has redis-server
 need test redis-tools has redis-cli
 # The fault suite moves the server's clock with libfaketime; the benchmark's charts need a font.
