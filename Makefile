@@ -19,7 +19,7 @@ TEST_THREADS   ?= 2
 
 .PHONY: all deps build-deps build release run test unit test-redis test-valkey test-python \
 	pyvenv test-node bench-node test-go go-check test-faults test-matrix test-upgrade servers \
-	valkey dist dist-check test-dist test-aarch64 bench bench-go bench-baseline \
+	valkey dist dist-check test-dist test-aarch64 deb test-deb bench bench-go bench-baseline \
 	clippy fmt clean
 
 all: build
@@ -168,6 +168,14 @@ test-aarch64: dist dist-check
 	scripts/test-aarch64.sh
 	AARCH64_SUITE_ARGS=panics:: scripts/test-aarch64.sh \
 		$(TARGET_DIR)/dist-check/libredis_lock-$(VERSION)-aarch64-linux-gnu.so
+
+## Debian packages of the dist modules (cargo-deb): $(TARGET_DIR)/dist/redis-lock_*.deb;
+## `make test-deb` installs this machine's one (root), serves LOCK.* with it and purges it.
+deb: dist
+	scripts/deb.sh
+
+test-deb: deb deps
+	scripts/test-deb.sh
 
 ## The benchmark (a few minutes, never part of `make test`): prints the table and writes
 ## docs/bench/results.md and PNG charts. BENCH_ARGS=--quick for a shorter run. Section 9 runs
