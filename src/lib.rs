@@ -65,7 +65,10 @@ mod registration {
     redis_module! {
         name: "lock",
         version: crate::core::version::MODULE_VERSION,
-        allocator: (crate::ffi::alloc::Counting<redis_module::alloc::RedisAlloc>, crate::ffi::alloc::Counting(redis_module::alloc::RedisAlloc)),
+        allocator: (
+            crate::ffi::alloc::Counting<crate::ffi::alloc::MallocAligned<redis_module::alloc::RedisAlloc>>,
+            crate::ffi::alloc::Counting(crate::ffi::alloc::MallocAligned(redis_module::alloc::RedisAlloc))
+        ),
         data_types: [LOCK_TYPE],
         acl_categories: ["lock",],
         init: init,

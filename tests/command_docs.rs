@@ -133,14 +133,27 @@ fn acl_rules_can_deny_forcerelease() {
     assert!(acquire(&mut app, "k2", "b", 1_000).is_some());
     let err = cmd(&mut app, &["LOCK.FORCERELEASE", "k"]).unwrap_err();
     assert!(err.starts_with("NOPERM"), "{err}");
-    // Where the server supports module ACL categories, all commands are in @lock.
+    // Where the server supports module ACL categories, all commands are in @lock. Redis 7.4's
+    // `ACL CAT <category>` lists no module command at all (fixed in 8.0, redis#13489) though
+    // `+@lock` grants them: there the categories COMMAND INFO shows are checked instead.
     if let Ok(Value::Array(cat)) = cmd(&mut admin, &["ACL", "CAT", "lock"]) {
         let names: Vec<String> = cat.iter().map(text).collect();
         for name in COMMANDS {
-            assert!(
-                names.iter().any(|n| n == name),
-                "{name} in @lock: {names:?}"
-            );
+            let listed = if names.is_empty() {
+                let Value::Array(infos) = ok(&mut admin, &["COMMAND", "INFO", name]) else {
+                    panic!()
+                };
+                let Value::Array(info) = &infos[0] else {
+                    panic!("{infos:?}")
+                };
+                let Value::Array(categories) = &info[6] else {
+                    panic!("{info:?}")
+                };
+                categories.iter().any(|c| text(c) == "@lock")
+            } else {
+                names.iter().any(|n| n == name)
+            };
+            assert!(listed, "{name} in @lock: {names:?}");
         }
     }
 }
