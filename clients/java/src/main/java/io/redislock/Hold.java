@@ -44,6 +44,7 @@ public final class Hold implements AutoCloseable {
             listeners.add(options.onLost);
         }
         if (options.watchdog) {
+            locks.watchdog(); // connected here, never on the watchdog's thread, which must not block
             synchronized (this) {
                 schedule(period());
             }

@@ -42,8 +42,18 @@ public final class RedisLocks implements AutoCloseable {
     private volatile Link watchdog;
     private volatile boolean closed;
 
-    private RedisLocks(Supplier<Link> connector) {
-        this.connector = connector;
+    private RedisLocks(Supplier<Link> raw) {
+        this.connector = () -> {
+            // Lettuce's connect fails on an interrupted thread; a lock() that kept the flag must still connect.
+            boolean interrupted = Thread.interrupted();
+            try {
+                return raw.get();
+            } finally {
+                if (interrupted) {
+                    Thread.currentThread().interrupt();
+                }
+            }
+        };
         ScheduledThreadPoolExecutor s = new ScheduledThreadPoolExecutor(1, r -> {
             Thread t = new Thread(r, "redis-lock-watchdog");
             t.setDaemon(true);
@@ -102,6 +112,9 @@ public final class RedisLocks implements AutoCloseable {
      */
     Hold take(String key, String owner, LockOptions o, long waitMs, boolean interruptible) throws InterruptedException {
         long ttl = o.ttl.toMillis();
+        if (waitMs == 0) {
+            waitMs = -1; // a zero wait is one attempt (the server's WAIT 0 would wait forever)
+        }
         boolean forever = waitMs == Long.MAX_VALUE;
         long end = forever ? Long.MAX_VALUE : System.nanoTime() + TimeUnit.MILLISECONDS.toNanos(Math.max(0, waitMs));
         boolean interrupted = false;
