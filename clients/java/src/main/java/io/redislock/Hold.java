@@ -23,6 +23,8 @@ public final class Hold implements AutoCloseable {
     private final String owner;
     private final long token;
     private final long ttlMs;
+    /** The connection a SESSION hold is bound to: closed with the hold. */
+    private final Link session;
     private final List<LostListener> listeners = new CopyOnWriteArrayList<>();
 
     // Guarded by this.
@@ -33,7 +35,8 @@ public final class Hold implements AutoCloseable {
     private ScheduledFuture<?> deadline;
     private CompletableFuture<Long> inFlight;
 
-    Hold(RedisLocks locks, String key, String owner, long token, LockOptions options, long grantedAt) {
+    Hold(RedisLocks locks, String key, String owner, long token, LockOptions options, long grantedAt, Link session) {
+        this.session = session;
         this.locks = locks;
         this.key = key;
         this.owner = owner;
@@ -130,14 +133,26 @@ public final class Hold implements AutoCloseable {
             }
         }
         if (isLost()) {
+            closeSession();
             return false;
         }
-        Long reply = locks.await(locks.commands().call(new IntegerOutput<>(StringCodec.UTF8), "LOCK.RELEASE", key, owner, "TOKEN", token));
+        Long reply;
+        try {
+            reply = locks.await(locks.commands().call(new IntegerOutput<>(StringCodec.UTF8), "LOCK.RELEASE", key, owner, "TOKEN", token));
+        } finally {
+            closeSession();
+        }
         if (reply == null || reply != 1) {
             lose("the hold had already ended when it was released (its lease ran out or it was force-released)", true);
             return false;
         }
         return true;
+    }
+
+    private void closeSession() {
+        if (session != null) {
+            session.close();
+        }
     }
 
     /** Releases; throws {@link LockLostException} if the hold had been lost. */

@@ -64,6 +64,15 @@ final class Link implements AutoCloseable {
         return async.dispatch(new Name(command), output, a);
     }
 
+    /** Sends a command without a key ({@code WAIT n timeout}). */
+    <T> RedisFuture<T> callNoKey(CommandOutput<String, String, T> output, String command, long... args) {
+        CommandArgs<String, String> a = new CommandArgs<>(StringCodec.UTF8);
+        for (long arg : args) {
+            a.add(arg);
+        }
+        return async.dispatch(new Name(command), output, a);
+    }
+
     /** Lifts the client's own command timeout for a wait of this long (rule 2). */
     void timeout(Duration d) {
         connection.setTimeout(d);

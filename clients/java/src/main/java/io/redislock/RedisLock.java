@@ -8,7 +8,7 @@ import java.util.concurrent.locks.Condition;
 import java.util.concurrent.locks.Lock;
 
 /**
- * An exclusive lock on one key with {@link java.util.concurrent.locks.ReentrantLock} semantics
+ * An exclusive lock (or, as {@link RedisReadWriteLock#readLock()}, a shared one) on one key with {@link java.util.concurrent.locks.ReentrantLock} semantics
  * across processes: the owning thread may lock it again (one server hold, one token, a hold count:
  * rule 10), only the owning thread unlocks it (others get {@link IllegalMonitorStateException}).
  * Each thread of this object has its own owner ({@code <uuid>:<thread id>}), so threads of one
@@ -24,9 +24,13 @@ public final class RedisLock implements Lock {
     private final Map<Thread, Entry> held = new ConcurrentHashMap<>();
 
     RedisLock(RedisLocks locks, String key, LockOptions options) {
+        this(locks, key, options, options.owner != null ? options.owner : UUID.randomUUID().toString());
+    }
+
+    RedisLock(RedisLocks locks, String key, LockOptions options, String owner) {
         this.locks = locks;
         this.key = key;
-        this.owner = options.owner != null ? options.owner : UUID.randomUUID().toString();
+        this.owner = owner;
         this.options = options;
     }
 

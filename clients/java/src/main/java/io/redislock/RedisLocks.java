@@ -80,6 +80,24 @@ public final class RedisLocks implements AutoCloseable {
         return new RedisLock(this, key, options);
     }
 
+    /** Shared (read) and exclusive (write) locks of one key. */
+    public RedisReadWriteLock readWriteLock(String key) {
+        return readWriteLock(key, LockOptions.defaults());
+    }
+
+    public RedisReadWriteLock readWriteLock(String key, LockOptions options) {
+        return new RedisReadWriteLock(this, key, options);
+    }
+
+    /** A semaphore of {@code limit} permits. */
+    public RedisSemaphore semaphore(String key, int limit) {
+        return semaphore(key, limit, LockOptions.defaults());
+    }
+
+    public RedisSemaphore semaphore(String key, int limit, LockOptions options) {
+        return new RedisSemaphore(this, key, limit, options);
+    }
+
     /** Waits up to {@code wait} for a hold; {@link NotAcquiredException} if none was granted. */
     public Hold acquire(String key, Duration wait) throws InterruptedException {
         return acquire(key, wait, LockOptions.defaults());
@@ -122,12 +140,19 @@ public final class RedisLocks implements AutoCloseable {
             for (;;) {
                 long started = System.nanoTime();
                 if (waitMs < 0) {
+                    Link link = o.session ? connector.get() : commands();
                     try {
-                        Long token = await(commands().call(new IntegerOutput<>(StringCodec.UTF8), "LOCK.ACQUIRE", key, owner, ttl));
-                        return token == null ? null : new Hold(this, key, owner, token, o, started);
+                        Long token = await(link.call(new IntegerOutput<>(StringCodec.UTF8), "LOCK.ACQUIRE", key, acquireArgs(owner, ttl, o, -1)));
+                        return granted(link, o.session, key, owner, token, o, started);
                     } catch (RedisCommandExecutionException e) {
+                        if (o.session) {
+                            link.close();
+                        }
                         throw e;
                     } catch (RedisException e) {
+                        if (o.session) {
+                            link.close();
+                        }
                         if (System.nanoTime() - started > TimeUnit.SECONDS.toNanos(5)) {
                             throw e;
                         }
@@ -141,7 +166,7 @@ public final class RedisLocks implements AutoCloseable {
                 }
                 Link link = waitLink();
                 link.timeout(Duration.ofMillis(forever ? TimeUnit.DAYS.toMillis(3650) : left + GRACE_MS));
-                RedisFuture<Long> f = link.call(new IntegerOutput<>(StringCodec.UTF8), "LOCK.ACQUIRE", key, owner, ttl, "WAIT", left);
+                RedisFuture<Long> f = link.call(new IntegerOutput<>(StringCodec.UTF8), "LOCK.ACQUIRE", key, acquireArgs(owner, ttl, o, forever ? 0 : left));
                 Long token;
                 try {
                     for (;;) {
@@ -170,14 +195,57 @@ public final class RedisLocks implements AutoCloseable {
                     Thread.sleep(RETRY_MS);
                     continue;
                 }
-                idleWaits.push(link);
-                return token == null ? null : new Hold(this, key, owner, token, o, started);
+                if (token == null || !o.session) {
+                    idleWaits.push(link);
+                }
+                return granted(link, o.session, key, owner, token, o, started);
             }
         } finally {
             if (interrupted) {
                 Thread.currentThread().interrupt();
             }
         }
+    }
+
+    private static Object[] acquireArgs(String owner, long ttl, LockOptions o, long wait) {
+        java.util.List<Object> a = new java.util.ArrayList<>();
+        a.add(owner);
+        a.add(ttl);
+        a.addAll(o.modeArgs());
+        if (wait >= 0) {
+            a.add("WAIT");
+            a.add(wait);
+        }
+        return a.toArray();
+    }
+
+    /**
+     * The hold of a grant (null for none): a session hold keeps the link that took it; a durable
+     * grant first waits for its replicas (rule 9), and without them is released and not granted.
+     */
+    private Hold granted(Link link, boolean session, String key, String owner, Long token, LockOptions o, long started) {
+        if (token == null) {
+            if (session) {
+                link.close();
+            }
+            return null;
+        }
+        if (o.replicas > 0) {
+            Long acked;
+            try {
+                acked = await(link.callNoKey(new IntegerOutput<>(StringCodec.UTF8), "WAIT", o.replicas, o.replicaTimeout.toMillis()));
+            } catch (RuntimeException e) {
+                acked = 0L;
+            }
+            if (acked == null || acked < o.replicas) {
+                await(commands().call(new IntegerOutput<>(StringCodec.UTF8), "LOCK.RELEASE", key, owner, "TOKEN", token));
+                if (session) {
+                    link.close();
+                }
+                return null;
+            }
+        }
+        return new Hold(this, key, owner, token, o, started, session ? link : null);
     }
 
     private static boolean isRetryable(RedisCommandExecutionException e) {
