@@ -141,9 +141,10 @@ public final class RedisLocks implements AutoCloseable {
                 long started = System.nanoTime();
                 if (waitMs < 0) {
                     Link link = o.session ? connector.get() : commands();
+                    long sent = System.nanoTime(); // the lease starts no earlier than this
                     try {
                         Long token = await(link.call(new IntegerOutput<>(StringCodec.UTF8), "LOCK.ACQUIRE", key, acquireArgs(owner, ttl, o, -1)));
-                        return granted(link, o.session, key, owner, token, o, started);
+                        return granted(link, o.session, key, owner, token, o, sent);
                     } catch (RedisCommandExecutionException e) {
                         if (o.session) {
                             link.close();
@@ -165,6 +166,13 @@ public final class RedisLocks implements AutoCloseable {
                     return null;
                 }
                 Link link = waitLink();
+                if (!forever) {
+                    left = TimeUnit.NANOSECONDS.toMillis(end - System.nanoTime());
+                    if (left <= 0) {
+                        idleWaits.push(link);
+                        return null;
+                    }
+                }
                 link.timeout(Duration.ofMillis(forever ? TimeUnit.DAYS.toMillis(3650) : left + GRACE_MS));
                 RedisFuture<Long> f = link.call(new IntegerOutput<>(StringCodec.UTF8), "LOCK.ACQUIRE", key, acquireArgs(owner, ttl, o, forever ? 0 : left));
                 Long token;
@@ -198,7 +206,9 @@ public final class RedisLocks implements AutoCloseable {
                 if (token == null || !o.session) {
                     idleWaits.push(link);
                 }
-                return granted(link, o.session, key, owner, token, o, started);
+                // A waiter's lease starts when it is granted, which its reply tells: the reply's arrival
+                // (late by the reply's transit only) starts the local clock of the watchdog.
+                return granted(link, o.session, key, owner, token, o, System.nanoTime());
             }
         } finally {
             if (interrupted) {

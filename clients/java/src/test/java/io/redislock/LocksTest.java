@@ -218,6 +218,23 @@ class LocksTest {
     }
 
     @Test
+    void rule6_aWaiterWhoseWaitOutlastsItsTtlIsNotLostOnGrant() throws Exception {
+        Hold held = locks.acquire("k", Duration.ZERO);
+        List<String> reasons = new CopyOnWriteArrayList<>();
+        CompletableFuture<Boolean> got = inThread(() -> {
+            try (Hold h = other.acquire("k", Duration.ofSeconds(5),
+                    LockOptions.defaults().ttl(Duration.ofMillis(300)).onLost((x, r) -> reasons.add(r)))) {
+                Thread.sleep(600);
+                return !h.isLost();
+            }
+        });
+        Thread.sleep(800); // the wait outlasts the waiter's ttl: its lease starts at the grant
+        held.release();
+        assertTrue(got.get(5, TimeUnit.SECONDS), String.valueOf(reasons));
+        assertTrue(reasons.isEmpty());
+    }
+
+    @Test
     void rule7_releaseStopsTheWatchdogInTheSameStep() throws Exception {
         for (int i = 0; i < 5; i++) {
             Hold h = locks.acquire("k", Duration.ZERO, LockOptions.defaults().ttl(Duration.ofMillis(150)));
