@@ -29,6 +29,8 @@ python3 -c 'import ensurepip, venv' >/dev/null 2>&1 || missing_pkgs+=(python3-ve
 # and ioredis 6 require Node 20; Debian 13's nodejs is 20, Debian 12's is 18, too old.
 command -v node >/dev/null 2>&1 || missing_pkgs+=(nodejs)
 command -v npm >/dev/null 2>&1 || missing_pkgs+=(npm)
+command -v javac >/dev/null 2>&1 || missing_pkgs+=(default-jdk-headless)
+command -v mvn >/dev/null 2>&1 || missing_pkgs+=(maven)
 if command -v node >/dev/null 2>&1; then
     node_major=$(node -p 'process.versions.node.split(".")[0]')
     if [ "$node_major" -lt 20 ]; then
