@@ -9,6 +9,7 @@ import io.lettuce.core.codec.StringCodec;
 import io.lettuce.core.output.IntegerOutput;
 import java.time.Duration;
 import java.util.UUID;
+import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.ConcurrentLinkedDeque;
 import java.util.concurrent.ExecutionException;
 import java.util.concurrent.ScheduledExecutorService;
@@ -109,6 +110,64 @@ public final class RedisLocks implements AutoCloseable {
             throw new NotAcquiredException(key);
         }
         return h;
+    }
+
+    /**
+     * The asynchronous acquire: completes with the hold, or with {@link NotAcquiredException} when
+     * the wait ends ungranted. Cancelling the future closes the wait's connection, which takes it
+     * out of the server's queue (rule 3); a grant already on its way is released. Exclusive, shared
+     * and semaphore holds; session holds and durable grants have only the blocking API.
+     */
+    public CompletableFuture<Hold> acquireAsync(String key, Duration wait, LockOptions o) {
+        if (o.session || o.replicas > 0) {
+            throw new UnsupportedOperationException("session holds and durable grants: use acquire()");
+        }
+        String owner = ownerOf(o);
+        long ttl = o.ttl.toMillis();
+        long waitMs = wait.toMillis();
+        if (o.watchdog) {
+            watchdog(); // connected now, on the caller's thread, never on Lettuce's event loop
+        }
+        boolean waits = waitMs > 0;
+        Link link = waits ? waitLink() : commands();
+        if (waits) {
+            link.timeout(Duration.ofMillis(waitMs + GRACE_MS));
+        }
+        CompletableFuture<Hold> result = new CompletableFuture<>();
+        long sent = System.nanoTime();
+        RedisFuture<Long> f = link.call(new IntegerOutput<>(StringCodec.UTF8), "LOCK.ACQUIRE", key,
+                acquireArgs(owner, ttl, o, waits ? waitMs : -1));
+        f.whenComplete((token, error) -> {
+            if (error != null) {
+                if (waits) {
+                    link.close();
+                }
+                result.completeExceptionally(error);
+                return;
+            }
+            if (waits) {
+                if (result.isCancelled()) {
+                    link.close();
+                } else {
+                    idleWaits.push(link);
+                }
+            }
+            if (token == null) {
+                result.completeExceptionally(new NotAcquiredException(key));
+                return;
+            }
+            if (result.isCancelled()) {
+                commands().call(new IntegerOutput<>(StringCodec.UTF8), "LOCK.RELEASE", key, owner, "TOKEN", token);
+                return;
+            }
+            result.complete(new Hold(this, key, owner, token, o, waits ? System.nanoTime() : sent, null));
+        });
+        result.whenComplete((h, e) -> {
+            if (result.isCancelled() && waits && !f.isDone()) {
+                link.close();
+            }
+        });
+        return result;
     }
 
     /** A hold if the lock is free now, else null (no wait). */
