@@ -200,22 +200,34 @@ public final class Hold implements AutoCloseable {
     private void renew() {
         long sentAt = System.nanoTime();
         CompletableFuture<Long> f;
+        Link link;
         synchronized (this) {
             if (released || lostReason != null) {
                 return;
             }
+            link = locks.watchdogIfOpen();
+            if (link == null) { // reopening after a failover: ask again soon, within the lease
+                schedule(Math.max(1, Math.min(period(), ttlMs / 10)));
+                return;
+            }
             try {
-                f = locks.watchdog().call(new IntegerOutput<>(StringCodec.UTF8), "LOCK.EXTEND", key, owner, ttlMs, "TOKEN", token)
+                f = link.call(new IntegerOutput<>(StringCodec.UTF8), "LOCK.EXTEND", key, owner, ttlMs, "TOKEN", token)
                         .toCompletableFuture();
             } catch (RuntimeException e) {
                 f = CompletableFuture.failedFuture(e);
             }
             inFlight = f;
         }
-        f.whenComplete((reply, error) -> renewed(sentAt, reply, error));
+        f.whenComplete((reply, error) -> renewed(link, sentAt, reply, error));
     }
 
-    private void renewed(long sentAt, Long reply, Throwable error) {
+    private void renewed(Link link, long sentAt, Long reply, Throwable error) {
+        Throwable cause = error != null && error.getCause() != null && error instanceof java.util.concurrent.CompletionException
+                ? error.getCause() : error;
+        if (cause instanceof RedisCommandExecutionException rce && RedisLocks.isRetryable(rce)) {
+            locks.failover(link);
+            error = new io.lettuce.core.RedisException(rce.getMessage()); // a failover: retried until the lease ends
+        }
         synchronized (this) {
             inFlight = null;
             if (released || lostReason != null) {

@@ -317,9 +317,10 @@ public final class RedisLocks implements AutoCloseable {
         return new Hold(this, key, owner, token, o, started, session ? link : null);
     }
 
-    private static boolean isRetryable(RedisCommandExecutionException e) {
+    static boolean isRetryable(RedisCommandExecutionException e) {
         String m = String.valueOf(e.getMessage());
-        return m.startsWith("UNBLOCKED") || m.startsWith("TRYAGAIN") || m.startsWith("LOADING") || m.startsWith("READONLY");
+        return m.startsWith("UNBLOCKED") || m.startsWith("TRYAGAIN") || m.startsWith("LOADING") || m.startsWith("READONLY")
+                || m.startsWith("MASTERDOWN");
     }
 
     /**
@@ -373,6 +374,33 @@ public final class RedisLocks implements AutoCloseable {
             }
         }
         return l;
+    }
+
+    /** The watchdog's link if it is open now, else null (being reopened after a failover). */
+    Link watchdogIfOpen() {
+        return watchdog;
+    }
+
+    /**
+     * A renewal met a failover (READONLY: the master it knew became a replica): the watchdog's link
+     * is closed and reopened off the watchdog's thread; reconnecting asks Lettuce (and through it a
+     * Sentinel) for the current master (rule 11).
+     */
+    void failover(Link seen) {
+        synchronized (this) {
+            if (watchdog != seen || closed) {
+                return;
+            }
+            watchdog = null;
+        }
+        seen.close();
+        CompletableFuture.runAsync(() -> {
+            try {
+                watchdog();
+            } catch (RuntimeException e) {
+                // the next renewal asks again
+            }
+        });
     }
 
     /** The reply of a short command, uninterruptibly; the cause of a failure as it is. */
