@@ -51,7 +51,9 @@ class SentinelTest {
                     // new master's copy expired in that window and the hold was reported lost (rule 11).
                     assertEquals(h.token(), master.cmd("LOCK.FENCE", "k"));
                     assertTrue(TestServer.eventually(() -> h.token() == (Long) replica.cmd("LOCK.FENCE", "k"), 3000));
-                    sc.sync().dispatch(new Link.Name("SENTINEL"), new AnyOutput(), new CommandArgs<>(StringCodec.UTF8).add("FAILOVER").add("m"));
+                    // NOGOODSLAVE until the Sentinel has the replica's INFO: asked again until it accepts.
+                    assertTrue(TestServer.eventually(() -> "OK".equals(sc.sync().dispatch(new Link.Name("SENTINEL"), new AnyOutput(),
+                            new CommandArgs<>(StringCodec.UTF8).add("FAILOVER").add("m"))), 20_000), "the Sentinel starts a failover");
                     assertTrue(TestServer.eventually(() -> ((List<?>) replica.cmd("ROLE")).get(0).equals("master"), 15_000), "failed over");
                     assertTrue(TestServer.eventually(() -> ((List<?>) master.cmd("ROLE")).get(0).equals("slave"), 20_000),
                             "the old master reconfigured as a replica");
