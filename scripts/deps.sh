@@ -74,6 +74,8 @@ need test python3-venv python3 -c 'import ensurepip, venv'
 # and ioredis 6 require Node 20; Debian 13's nodejs is 20, Debian 12's is 18, too old.
 need test nodejs has node
 need test npm has npm
+need test default-jdk-headless has javac
+need test maven has mvn
 if [ $list = no ] && [[ " $groups " == *" test "* ]] && command -v node >/dev/null 2>&1; then
     node_major=$(node -p 'process.versions.node.split(".")[0]')
     if [ "$node_major" -lt 20 ]; then

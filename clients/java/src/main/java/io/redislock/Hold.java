@@ -1,0 +1,279 @@
+package io.redislock;
+
+import io.lettuce.core.RedisCommandExecutionException;
+import io.lettuce.core.output.IntegerOutput;
+import io.lettuce.core.codec.StringCodec;
+import java.util.List;
+import java.util.Optional;
+import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.CopyOnWriteArrayList;
+import java.util.concurrent.ExecutionException;
+import java.util.concurrent.ScheduledFuture;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.TimeoutException;
+
+/**
+ * One hold of one lock: its owner, its fencing token and its watchdog. Close it (try-with-resources)
+ * or {@link #release()} it; {@link #close()} throws {@link LockLostException} when the hold had been
+ * lost, so the work done under it can be rolled back.
+ */
+public final class Hold implements AutoCloseable {
+    private final RedisLocks locks;
+    private final String key;
+    private final String owner;
+    private final long token;
+    private final long ttlMs;
+    /** The connection a SESSION hold is bound to: closed with the hold. */
+    private final Link session;
+    private final List<LostListener> listeners = new CopyOnWriteArrayList<>();
+
+    // Guarded by this.
+    private boolean released;
+    private String lostReason;
+    private long leaseEnd;
+    private ScheduledFuture<?> next;
+    private ScheduledFuture<?> deadline;
+    private CompletableFuture<Long> inFlight;
+
+    Hold(RedisLocks locks, String key, String owner, long token, LockOptions options, long grantedAt, Link session) {
+        this.session = session;
+        this.locks = locks;
+        this.key = key;
+        this.owner = owner;
+        this.token = token;
+        this.ttlMs = options.ttl.toMillis();
+        this.leaseEnd = grantedAt + TimeUnit.MILLISECONDS.toNanos(ttlMs);
+        if (options.onLost != null) {
+            listeners.add(options.onLost);
+        }
+        if (options.watchdog) {
+            locks.watchdog(); // connected here, never on the watchdog's thread, which must not block
+            synchronized (this) {
+                schedule(period());
+            }
+        }
+    }
+
+    public String key() {
+        return key;
+    }
+
+    public String owner() {
+        return owner;
+    }
+
+    /** The fencing token of this hold (rule 5). */
+    public long token() {
+        return token;
+    }
+
+    public synchronized boolean isLost() {
+        return lostReason != null;
+    }
+
+    public synchronized Optional<String> lostReason() {
+        return Optional.ofNullable(lostReason);
+    }
+
+    /** Adds a listener, called once when the hold is lost (at once if it already is). */
+    public void onLost(LostListener listener) {
+        String reason;
+        synchronized (this) {
+            listeners.add(listener);
+            reason = lostReason;
+        }
+        if (reason != null) {
+            listener.lost(this, reason);
+        }
+    }
+
+    /**
+     * Runs {@code command} only while this hold is the live exclusive one ({@code LOCK.GUARD key
+     * token command...}); the command's reply, or {@link StaleTokenException} and nothing run.
+     */
+    public Object guard(String... command) {
+        String reason = lostReason().orElse(null);
+        if (reason != null) {
+            throw new StaleTokenException("STALE the hold was lost: " + reason);
+        }
+        Object[] args = new Object[command.length + 1];
+        args[0] = token;
+        System.arraycopy(command, 0, args, 1, command.length);
+        try {
+            return locks.await(locks.commands().call(new AnyOutput(), "LOCK.GUARD", key, args));
+        } catch (RedisCommandExecutionException e) {
+            if (e.getMessage() != null && e.getMessage().startsWith("STALE")) {
+                throw new StaleTokenException(e.getMessage());
+            }
+            throw e;
+        }
+    }
+
+    /**
+     * Releases the hold ({@code LOCK.RELEASE key owner TOKEN token}): true if it was still live. The
+     * watchdog stops first, in the same step: no renewal is sent after this (rule 7).
+     */
+    public boolean release() {
+        CompletableFuture<Long> pending;
+        synchronized (this) {
+            if (released) {
+                return false;
+            }
+            released = true;
+            cancelTimers();
+            pending = inFlight;
+        }
+        if (pending != null) {
+            try {
+                pending.get(2, TimeUnit.SECONDS);
+            } catch (InterruptedException e) {
+                Thread.currentThread().interrupt();
+            } catch (ExecutionException | TimeoutException e) {
+                // the renewal's outcome no longer matters
+            }
+        }
+        if (isLost()) {
+            closeSession();
+            return false;
+        }
+        Long reply;
+        try {
+            reply = locks.await(locks.commands().call(new IntegerOutput<>(StringCodec.UTF8), "LOCK.RELEASE", key, owner, "TOKEN", token));
+        } finally {
+            closeSession();
+        }
+        if (reply == null || reply != 1) {
+            lose("the hold had already ended when it was released (its lease ran out or it was force-released)", true);
+            return false;
+        }
+        return true;
+    }
+
+    private void closeSession() {
+        if (session != null) {
+            session.close();
+        }
+    }
+
+    /** Releases; throws {@link LockLostException} if the hold had been lost. */
+    @Override
+    public void close() {
+        boolean was = released;
+        boolean live = release();
+        if (!live && !was) {
+            throw new LockLostException(lostReason().orElse("unknown"));
+        }
+    }
+
+    private long period() {
+        return Math.max(1, ttlMs / 3);
+    }
+
+    // Called with this locked.
+    private void schedule(long delayMs) {
+        next = locks.scheduler.schedule(this::renew, delayMs, TimeUnit.MILLISECONDS);
+        if (deadline != null) {
+            deadline.cancel(false);
+        }
+        long left = Math.max(0, leaseEnd - System.nanoTime());
+        deadline = locks.scheduler.schedule(this::checkDeadline, left, TimeUnit.NANOSECONDS);
+    }
+
+    private void cancelTimers() {
+        if (next != null) {
+            next.cancel(false);
+        }
+        if (deadline != null) {
+            deadline.cancel(false);
+        }
+    }
+
+    private void checkDeadline() {
+        synchronized (this) {
+            if (released || lostReason != null || System.nanoTime() < leaseEnd) {
+                return;
+            }
+        }
+        lose("no renewal was answered before the lease ended", false);
+    }
+
+    private void renew() {
+        long sentAt = System.nanoTime();
+        CompletableFuture<Long> f;
+        Link link;
+        synchronized (this) {
+            if (released || lostReason != null) {
+                return;
+            }
+            link = locks.watchdogIfOpen();
+            if (link == null) { // reopening after a failover: ask again soon, within the lease
+                schedule(Math.max(1, Math.min(period(), ttlMs / 10)));
+                return;
+            }
+            try {
+                f = link.call(new IntegerOutput<>(StringCodec.UTF8), "LOCK.EXTEND", key, owner, ttlMs, "TOKEN", token)
+                        .toCompletableFuture();
+            } catch (RuntimeException e) {
+                f = CompletableFuture.failedFuture(e);
+            }
+            inFlight = f;
+        }
+        f.whenComplete((reply, error) -> renewed(link, sentAt, reply, error));
+    }
+
+    private void renewed(Link link, long sentAt, Long reply, Throwable error) {
+        Throwable cause = error != null && error.getCause() != null && error instanceof java.util.concurrent.CompletionException
+                ? error.getCause() : error;
+        if (cause instanceof RedisCommandExecutionException rce && RedisLocks.isRetryable(rce)) {
+            locks.failover(link);
+            error = new io.lettuce.core.RedisException(rce.getMessage()); // a failover: retried until the lease ends
+        }
+        synchronized (this) {
+            inFlight = null;
+            if (released || lostReason != null) {
+                return;
+            }
+            if (error == null && reply != null && reply == 1) {
+                leaseEnd = sentAt + TimeUnit.MILLISECONDS.toNanos(ttlMs);
+                schedule(period());
+                return;
+            }
+            if (error == null || error.getCause() instanceof RedisCommandExecutionException
+                    || error instanceof RedisCommandExecutionException) {
+                // handled below, outside the lock
+            } else if (System.nanoTime() < leaseEnd) {
+                schedule(Math.max(1, Math.min(period(), ttlMs / 10)));
+                return;
+            }
+        }
+        if (error == null) {
+            lose("a renewal answered 0: the lease had ended or the lock was force-released", false);
+        } else if (error instanceof RedisCommandExecutionException || error.getCause() instanceof RedisCommandExecutionException) {
+            lose("a renewal failed: " + error.getMessage(), false);
+        } else {
+            lose("no renewal was answered before the lease ended: " + error, false);
+        }
+    }
+
+    private void lose(String reason, boolean alreadyReleased) {
+        synchronized (this) {
+            if (lostReason != null) {
+                return;
+            }
+            lostReason = reason;
+            cancelTimers();
+        }
+        for (LostListener l : listeners) {
+            try {
+                l.lost(this, reason);
+            } catch (RuntimeException e) {
+                // a listener's failure is its own
+            }
+        }
+    }
+
+    @Override
+    public String toString() {
+        return "Hold[" + key + ", owner=" + owner + ", token=" + token + "]";
+    }
+}

@@ -1,0 +1,112 @@
+package io.redislock;
+
+import java.time.Duration;
+import java.util.Objects;
+
+/**
+ * How a lock is taken: its lease ({@code ttl}, 30 s by default), its owner (a fresh UUID unless
+ * given: rule 1), whether the watchdog renews it (on by default; off for a fixed lease) and who is
+ * told when it is lost. Immutable: each method returns a copy.
+ */
+public final class LockOptions {
+    private static final LockOptions DEFAULTS = new LockOptions(Duration.ofSeconds(30), null, true, null, false, 0, 0, false, 0, null);
+
+    final Duration ttl;
+    final String owner;
+    final boolean watchdog;
+    final LostListener onLost;
+    final boolean shared;
+    final int limit;
+    final int permits;
+    final boolean session;
+    final int replicas;
+    final Duration replicaTimeout;
+
+    private LockOptions(Duration ttl, String owner, boolean watchdog, LostListener onLost, boolean shared, int limit,
+            int permits, boolean session, int replicas, Duration replicaTimeout) {
+        this.ttl = ttl;
+        this.owner = owner;
+        this.watchdog = watchdog;
+        this.onLost = onLost;
+        this.shared = shared;
+        this.limit = limit;
+        this.permits = permits;
+        this.session = session;
+        this.replicas = replicas;
+        this.replicaTimeout = replicaTimeout;
+    }
+
+    private LockOptions with(Duration ttl, String owner, boolean watchdog, LostListener onLost) {
+        return new LockOptions(ttl, owner, watchdog, onLost, shared, limit, permits, session, replicas, replicaTimeout);
+    }
+
+    /** A shared (read) hold: {@code SHARED}. */
+    public LockOptions shared() {
+        return new LockOptions(ttl, owner, watchdog, onLost, true, 0, 0, session, replicas, replicaTimeout);
+    }
+
+    /** {@code n} permits of a semaphore of {@code limit}: {@code LIMIT limit PERMITS n}. */
+    public LockOptions permits(int limit, int n) {
+        if (n < 1 || n > limit) {
+            throw new IllegalArgumentException("need 1 <= permits <= limit");
+        }
+        return new LockOptions(ttl, owner, watchdog, onLost, false, limit, n, session, replicas, replicaTimeout);
+    }
+
+    /** A session hold ({@code SESSION}): released by the server when the hold's own connection closes. */
+    public LockOptions session() {
+        return new LockOptions(ttl, owner, watchdog, onLost, shared, limit, permits, true, replicas, replicaTimeout);
+    }
+
+    /**
+     * A durable grant: after it, {@code WAIT n timeout}; when fewer replicas acknowledge in time the
+     * hold is released and the acquire reports not granted.
+     */
+    public LockOptions replicas(int n, Duration timeout) {
+        return new LockOptions(ttl, owner, watchdog, onLost, shared, limit, permits, session, n, timeout);
+    }
+
+    /** The mode words of LOCK.ACQUIRE after the ttl. */
+    java.util.List<Object> modeArgs() {
+        java.util.List<Object> a = new java.util.ArrayList<>();
+        if (shared) {
+            a.add("SHARED");
+        }
+        if (limit > 0) {
+            a.add("LIMIT");
+            a.add((long) limit);
+            a.add("PERMITS");
+            a.add((long) permits);
+        }
+        if (session) {
+            a.add("SESSION");
+        }
+        return a;
+    }
+
+    public static LockOptions defaults() {
+        return DEFAULTS;
+    }
+
+    public LockOptions ttl(Duration ttl) {
+        if (ttl.toMillis() <= 0) {
+            throw new IllegalArgumentException("ttl must be at least 1 ms");
+        }
+        return with(ttl, owner, watchdog, onLost);
+    }
+
+    public LockOptions owner(String owner) {
+        if (owner.isEmpty()) {
+            throw new IllegalArgumentException("owner must not be empty");
+        }
+        return with(ttl, owner, watchdog, onLost);
+    }
+
+    public LockOptions watchdog(boolean on) {
+        return with(ttl, owner, on, onLost);
+    }
+
+    public LockOptions onLost(LostListener listener) {
+        return with(ttl, owner, watchdog, Objects.requireNonNull(listener));
+    }
+}

@@ -1,0 +1,157 @@
+package io.redislock;
+
+import java.util.Map;
+import java.util.UUID;
+import java.util.concurrent.ConcurrentHashMap;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.locks.Condition;
+import java.util.concurrent.locks.Lock;
+
+/**
+ * An exclusive lock (or, as {@link RedisReadWriteLock#readLock()}, a shared one) on one key with {@link java.util.concurrent.locks.ReentrantLock} semantics
+ * across processes: the owning thread may lock it again (one server hold, one token, a hold count:
+ * rule 10), only the owning thread unlocks it (others get {@link IllegalMonitorStateException}).
+ * Each thread of this object has its own owner ({@code <uuid>:<thread id>}), so threads of one
+ * process queue in the server's FIFO queue like threads of different ones.
+ */
+public final class RedisLock implements Lock {
+    private record Entry(Hold hold, int[] count) {}
+
+    private final RedisLocks locks;
+    private final String key;
+    private final String owner;
+    private final LockOptions options;
+    private final Map<Thread, Entry> held = new ConcurrentHashMap<>();
+
+    RedisLock(RedisLocks locks, String key, LockOptions options) {
+        this(locks, key, options, options.owner != null ? options.owner : UUID.randomUUID().toString());
+    }
+
+    RedisLock(RedisLocks locks, String key, LockOptions options, String owner) {
+        this.locks = locks;
+        this.key = key;
+        this.owner = owner;
+        this.options = options;
+    }
+
+    public String key() {
+        return key;
+    }
+
+    /** The owner the current thread holds (or would hold) this lock as. */
+    @SuppressWarnings("deprecation")
+    public String owner() {
+        return owner + ":" + Thread.currentThread().getId();
+    }
+
+    @Override
+    public void lock() {
+        try {
+            enter(Long.MAX_VALUE, false);
+        } catch (InterruptedException e) {
+            throw new AssertionError(e);
+        }
+    }
+
+    @Override
+    public void lockInterruptibly() throws InterruptedException {
+        if (Thread.interrupted()) {
+            throw new InterruptedException();
+        }
+        enter(Long.MAX_VALUE, true);
+    }
+
+    @Override
+    public boolean tryLock() {
+        try {
+            return enter(-1, false);
+        } catch (InterruptedException e) {
+            throw new AssertionError(e);
+        }
+    }
+
+    @Override
+    public boolean tryLock(long time, TimeUnit unit) throws InterruptedException {
+        if (Thread.interrupted()) {
+            throw new InterruptedException();
+        }
+        return enter(Math.max(0, unit.toMillis(time)), true);
+    }
+
+    private boolean enter(long waitMs, boolean interruptible) throws InterruptedException {
+        Thread me = Thread.currentThread();
+        Entry e = held.get(me);
+        if (e != null) {
+            String lost = e.hold.lostReason().orElse(null);
+            if (lost != null) {
+                throw new LockLostException(lost);
+            }
+            e.count[0]++;
+            return true;
+        }
+        Hold h = locks.take(key, owner(), options, waitMs, interruptible);
+        if (h == null) {
+            return false;
+        }
+        held.put(me, new Entry(h, new int[] {1}));
+        return true;
+    }
+
+    /**
+     * Releases one hold count; the outermost releases the server hold. Throws {@link
+     * IllegalMonitorStateException} if the current thread does not hold it, {@link LockLostException}
+     * if the hold had been lost before this release.
+     */
+    @Override
+    public void unlock() {
+        Entry e = held.get(Thread.currentThread());
+        if (e == null) {
+            throw new IllegalMonitorStateException("the current thread does not hold " + key);
+        }
+        if (--e.count[0] > 0) {
+            return;
+        }
+        held.remove(Thread.currentThread());
+        if (!e.hold.release()) {
+            throw new LockLostException(e.hold.lostReason().orElse("unknown"));
+        }
+    }
+
+    /** Not supported: a condition would need the server to hand the lock back to a signalled waiter. */
+    @Override
+    public Condition newCondition() {
+        throw new UnsupportedOperationException("RedisLock has no conditions");
+    }
+
+    public boolean isHeldByCurrentThread() {
+        return held.containsKey(Thread.currentThread());
+    }
+
+    public int getHoldCount() {
+        Entry e = held.get(Thread.currentThread());
+        return e == null ? 0 : e.count[0];
+    }
+
+    /** The current thread's hold; {@link IllegalMonitorStateException} if it holds none. */
+    public Hold hold() {
+        Entry e = held.get(Thread.currentThread());
+        if (e == null) {
+            throw new IllegalMonitorStateException("the current thread does not hold " + key);
+        }
+        return e.hold;
+    }
+
+    /** The fencing token of the current thread's hold. */
+    public long token() {
+        return hold().token();
+    }
+
+    public boolean isLost() {
+        return hold().isLost();
+    }
+
+    /** {@link Hold#guard} with the current thread's hold. */
+    public Object guard(String... command) {
+        return hold().guard(command);
+    }
+}

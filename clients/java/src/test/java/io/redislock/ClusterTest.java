@@ -1,0 +1,149 @@
+package io.redislock;
+
+import static org.junit.jupiter.api.Assertions.*;
+
+import io.lettuce.core.RedisURI;
+import io.lettuce.core.cluster.RedisClusterClient;
+import java.time.Duration;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.ExecutionException;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicReference;
+import org.junit.jupiter.api.AfterAll;
+import org.junit.jupiter.api.BeforeAll;
+import org.junit.jupiter.api.Test;
+
+/** RedisLocks.create(RedisClusterClient) on a 3-master cluster: routing by slot, waits, and a MOVED. */
+class ClusterTest {
+    static final List<TestServer> nodes = new ArrayList<>();
+    static RedisClusterClient client;
+
+    @BeforeAll
+    static void start() throws Exception {
+        for (int i = 0; i < 3; i++) {
+            nodes.add(new TestServer("--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "2000"));
+        }
+        List<String> cmd = new ArrayList<>(List.of("redis-cli", "--cluster", "create"));
+        for (TestServer n : nodes) {
+            cmd.add("127.0.0.1:" + n.port);
+        }
+        cmd.addAll(List.of("--cluster-replicas", "0", "--cluster-yes"));
+        Process p = new ProcessBuilder(cmd).redirectErrorStream(true).start();
+        String out = new String(p.getInputStream().readAllBytes());
+        assertEquals(0, p.waitFor(), out);
+        for (TestServer n : nodes) {
+            assertTrue(TestServer.eventually(() -> String.valueOf(n.cmd("CLUSTER", "INFO")).contains("cluster_state:ok"), 30_000));
+        }
+        List<RedisURI> uris = new ArrayList<>();
+        for (TestServer n : nodes) {
+            uris.add(RedisURI.create("127.0.0.1", n.port));
+        }
+        client = RedisClusterClient.create(uris);
+    }
+
+    @AfterAll
+    static void stop() {
+        if (client != null) {
+            client.shutdown(Duration.ZERO, Duration.ofSeconds(1));
+        }
+        nodes.forEach(TestServer::close);
+    }
+
+    static long slot(String key) {
+        return (Long) nodes.get(0).cmd("CLUSTER", "KEYSLOT", key);
+    }
+
+    static String myId(TestServer n) {
+        return String.valueOf(n.cmd("CLUSTER", "MYID"));
+    }
+
+    /** The node that serves the key's slot. */
+    static TestServer ownerOf(String key) {
+        long s = slot(key);
+        for (TestServer n : nodes) {
+            for (String line : String.valueOf(n.cmd("CLUSTER", "NODES")).split("\n")) {
+                if (!line.contains("myself")) {
+                    continue;
+                }
+                String[] f = line.split(" ");
+                for (int i = 8; i < f.length; i++) {
+                    String[] r = f[i].split("-");
+                    if (r[0].startsWith("[")) {
+                        continue;
+                    }
+                    long lo = Long.parseLong(r[0]);
+                    long hi = r.length > 1 ? Long.parseLong(r[1]) : lo;
+                    if (lo <= s && s <= hi) {
+                        return n;
+                    }
+                }
+            }
+        }
+        throw new AssertionError("nobody serves " + key);
+    }
+
+    @Test
+    void holdsWaitsAndGuardsOnTheKeysMaster() throws Exception {
+        try (RedisLocks locks = RedisLocks.create(client)) {
+            for (String key : List.of("{a}:lock", "{b}:lock", "{c}:lock")) {
+                TestServer owner = ownerOf(key);
+                try (Hold h = locks.acquire(key, Duration.ofSeconds(1), LockOptions.defaults().ttl(Duration.ofMillis(300)))) {
+                    assertEquals(h.token(), owner.cmd("LOCK.FENCE", key), key);
+                    String data = key.replace(":lock", ":stock");
+                    assertEquals("OK", h.guard("SET", data, "5"));
+                    assertEquals("5", owner.cmd("GET", data));
+                    Thread.sleep(1000); // 3 ttls: renewed on the key's master
+                    assertEquals(h.token(), owner.cmd("LOCK.FENCE", key), "renewed on its master");
+                }
+                assertNull(owner.info(key));
+            }
+            String key = "{b}:lock";
+            TestServer owner = ownerOf(key);
+            Hold holder = locks.acquire(key, Duration.ofSeconds(1));
+            RedisLock waiter = locks.lock(key);
+            AtomicReference<Thread> t = new AtomicReference<>();
+            CompletableFuture<Boolean> f = new CompletableFuture<>();
+            Thread th = new Thread(() -> {
+                t.set(Thread.currentThread());
+                try {
+                    waiter.lockInterruptibly();
+                    f.complete(true);
+                } catch (Throwable e) {
+                    f.completeExceptionally(e);
+                }
+            });
+            th.start();
+            assertTrue(TestServer.eventually(() -> owner.waiters(key) == 1, 3000), "waits on its master");
+            th.interrupt();
+            ExecutionException e = assertThrows(ExecutionException.class, () -> f.get(5, TimeUnit.SECONDS));
+            assertInstanceOf(InterruptedException.class, e.getCause());
+            assertTrue(TestServer.eventually(() -> owner.waiters(key) == 0, 3000), "left the queue");
+            assertTrue(holder.release());
+        }
+    }
+
+    @Test
+    void aMovedSlotIsFollowed() throws Exception {
+        String key = "{moved}:lock";
+        try (RedisLocks locks = RedisLocks.create(client)) {
+            locks.acquire("{a}:warm", Duration.ofSeconds(1)).release(); // topology loaded, links open
+            TestServer from = ownerOf(key);
+            TestServer to = nodes.stream().filter(n -> n != from).findFirst().orElseThrow();
+            long s = slot(key);
+            String toId = myId(to);
+            // The documented migration of an empty slot: IMPORTING, MIGRATING, then NODE everywhere.
+            to.cmd("CLUSTER", "SETSLOT", s, "IMPORTING", myId(from));
+            from.cmd("CLUSTER", "SETSLOT", s, "MIGRATING", toId);
+            to.cmd("CLUSTER", "SETSLOT", s, "NODE", toId);
+            from.cmd("CLUSTER", "SETSLOT", s, "NODE", toId);
+            try (Hold h = locks.acquire(key, Duration.ofSeconds(2))) {
+                assertEquals(h.token(), to.cmd("LOCK.FENCE", key), "granted by the slot's new master");
+                RuntimeException moved = assertThrows(RuntimeException.class, () -> from.cmd("LOCK.FENCE", key));
+                assertTrue(moved.getMessage().startsWith("MOVED"), "the old master redirects: " + moved.getMessage());
+            }
+            assertNull(to.info(key));
+        }
+    }
+}

@@ -1,0 +1,103 @@
+package io.redislock;
+
+import static org.junit.jupiter.api.Assertions.*;
+
+import java.time.Duration;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.concurrent.atomic.AtomicInteger;
+import org.junit.jupiter.api.Test;
+
+/** The inventory scenario of the field reports: 16 threads sell from a stock of 100, exactly 100 sold. */
+class InventoryTest {
+    @Test
+    void fourJvmsOfFourThreads_holdersPausedPastTheirLease_exactly100Sold() throws Exception {
+        try (TestServer server = new TestServer()) {
+            server.cmd("SET", "{sku:9}:stock", "100");
+            String javaBin = ProcessHandle.current().info().command().orElse("java");
+            String cp = System.getProperty("java.class.path");
+            List<Process> jvms = new ArrayList<>();
+            for (int i = 0; i < 4; i++) {
+                jvms.add(new ProcessBuilder(javaBin, "-cp", cp, "io.redislock.InventoryWorker", String.valueOf(server.port))
+                        .redirectError(ProcessBuilder.Redirect.DISCARD).start());
+            }
+            List<String> lines = new java.util.concurrent.CopyOnWriteArrayList<>();
+            List<Thread> readers = new ArrayList<>();
+            for (Process p : jvms) {
+                Thread r = new Thread(() -> {
+                    try (var in = new java.io.BufferedReader(new java.io.InputStreamReader(p.getInputStream()))) {
+                        for (String l; (l = in.readLine()) != null;) {
+                            lines.add(l);
+                        }
+                    } catch (java.io.IOException e) {
+                        // ended
+                    }
+                });
+                r.start();
+                readers.add(r);
+            }
+            // Pause each JVM in turn past the 500 ms lease (SIGSTOP: GC, swap), while it may hold.
+            int paused = 0;
+            for (Process p : jvms) {
+                if (lines.stream().filter("SOLD"::equals).count() >= 90) {
+                    break;
+                }
+                Thread.sleep(150);
+                new ProcessBuilder("kill", "-STOP", String.valueOf(p.pid())).start().waitFor();
+                Thread.sleep(800);
+                new ProcessBuilder("kill", "-CONT", String.valueOf(p.pid())).start().waitFor();
+                paused++;
+            }
+            for (Process p : jvms) {
+                assertTrue(p.waitFor(60, java.util.concurrent.TimeUnit.SECONDS), "a worker ended");
+            }
+            for (Thread r : readers) {
+                r.join(5000);
+            }
+            System.err.println("inventory: paused " + paused + " JVMs, " + lines.stream().filter("STALE"::equals).count()
+                    + " writes refused as STALE");
+            assertTrue(paused >= 1, "at least one JVM was paused");
+            assertEquals(100, lines.stream().filter("SOLD"::equals).count(), "exactly the stock was sold");
+            assertEquals("0", server.cmd("GET", "{sku:9}:stock"), "never below zero");
+        }
+    }
+
+    @Test
+    void sixteenThreadsSellExactlyTheStock() throws Exception {
+        try (TestServer server = new TestServer(); RedisLocks locks = RedisLocks.create(server.client)) {
+            server.cmd("SET", "{sku:9}:stock", "100");
+            RedisLock lock = locks.lock("{sku:9}:lock", LockOptions.defaults().ttl(Duration.ofSeconds(5)));
+            AtomicInteger sold = new AtomicInteger();
+            AtomicInteger stale = new AtomicInteger();
+            List<Thread> threads = new ArrayList<>();
+            for (int i = 0; i < 16; i++) {
+                Thread t = new Thread(() -> {
+                    for (;;) {
+                        lock.lock();
+                        try {
+                            long left = (Long) lock.guard("DECRBY", "{sku:9}:stock", "0");
+                            if (left <= 0) {
+                                return;
+                            }
+                            lock.guard("DECRBY", "{sku:9}:stock", "1");
+                            sold.incrementAndGet();
+                        } catch (StaleTokenException e) {
+                            stale.incrementAndGet();
+                        } finally {
+                            lock.unlock();
+                        }
+                    }
+                });
+                threads.add(t);
+                t.start();
+            }
+            for (Thread t : threads) {
+                t.join(60_000);
+            }
+            assertEquals(100, sold.get());
+            assertEquals(0, stale.get());
+            assertEquals("0", server.cmd("GET", "{sku:9}:stock"));
+            assertNull(server.info("{sku:9}:lock"));
+        }
+    }
+}

@@ -1,0 +1,362 @@
+package io.redislock;
+
+import static org.junit.jupiter.api.Assertions.*;
+
+import io.lettuce.core.ClientOptions;
+import io.lettuce.core.RedisClient;
+import io.lettuce.core.RedisURI;
+import io.lettuce.core.TimeoutOptions;
+import java.time.Duration;
+import java.util.List;
+import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.CopyOnWriteArrayList;
+import java.util.concurrent.ExecutionException;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicReference;
+import org.junit.jupiter.api.AfterEach;
+import org.junit.jupiter.api.BeforeEach;
+import org.junit.jupiter.api.Test;
+
+/** Each rule of docs/clients.md, against a real server with the module started per test. */
+class LocksTest {
+    TestServer server;
+    RedisLocks locks;
+    RedisLocks other;
+
+    @BeforeEach
+    void start() throws Exception {
+        server = new TestServer();
+        locks = RedisLocks.create(server.client);
+        other = RedisLocks.create(server.client);
+    }
+
+    @AfterEach
+    void stop() {
+        locks.close();
+        other.close();
+        server.close();
+    }
+
+    static CompletableFuture<Boolean> inThread(Callable c) {
+        CompletableFuture<Boolean> f = new CompletableFuture<>();
+        Thread t = new Thread(() -> {
+            try {
+                f.complete(c.call());
+            } catch (Throwable e) {
+                f.completeExceptionally(e);
+            }
+        });
+        t.setDaemon(true);
+        t.start();
+        return f;
+    }
+
+    interface Callable {
+        boolean call() throws Exception;
+    }
+
+    @Test
+    void rule1_eachLockHasAFreshOwnerUnlessGiven() {
+        RedisLock a = locks.lock("k");
+        RedisLock b = locks.lock("k");
+        assertNotEquals(a.owner(), b.owner());
+        assertTrue(a.tryLock());
+        assertFalse(b.tryLock(), "two lock objects never share a hold");
+        a.unlock();
+        Hold h = locks.tryAcquire("j", LockOptions.defaults().owner("worker-7"));
+        assertEquals("worker-7", h.owner());
+        assertEquals("worker-7", server.info("j").get("owner"));
+        h.release();
+    }
+
+    @Test
+    void rule2_aWaitIsOneBlockingCallInTheServersQueue() throws Exception {
+        Hold held = locks.acquire("k", Duration.ZERO);
+        long before = server.calls("lock.acquire");
+        RedisLock waiter = other.lock("k");
+        CompletableFuture<Boolean> got = inThread(() -> {
+            boolean ok = waiter.tryLock(5, TimeUnit.SECONDS);
+            waiter.unlock();
+            return ok;
+        });
+        assertTrue(TestServer.eventually(() -> server.waiters("k") == 1, 3000));
+        Thread.sleep(300);
+        assertTrue(held.release());
+        assertTrue(got.get(5, TimeUnit.SECONDS));
+        assertEquals(1, server.calls("lock.acquire") - before, "one LOCK.ACQUIRE ... WAIT, never polling");
+    }
+
+    @Test
+    void rule2_theClientsOwnCommandTimeoutNeverCutsAWaitShort() throws Exception {
+        // Command timeouts on, at the connection's timeout (Spring Boot's spring.data.redis.timeout).
+        RedisClient c = RedisClient.create(RedisURI.builder().withHost("127.0.0.1").withPort(server.port)
+                .withTimeout(Duration.ofMillis(300)).build());
+        c.setOptions(ClientOptions.builder().timeoutOptions(TimeoutOptions.enabled()).build());
+        RedisLocks short_ = RedisLocks.create(c);
+        try {
+            Hold held = locks.acquire("k", Duration.ZERO);
+            long before = server.calls("lock.acquire");
+            CompletableFuture<Boolean> got = inThread(() -> {
+                try (Hold h = short_.acquire("k", Duration.ofSeconds(5))) {
+                    return h.token() > 0;
+                }
+            });
+            Thread.sleep(1200);
+            assertEquals(1, server.waiters("k"));
+            held.release();
+            assertTrue(got.get(5, TimeUnit.SECONDS));
+            assertEquals(1, server.calls("lock.acquire") - before);
+        } finally {
+            short_.close();
+            c.shutdown();
+        }
+    }
+
+    @Test
+    void theWaitTime_acquireThrowsNotAcquired_tryLockAnswersFalse() throws Exception {
+        locks.acquire("k", Duration.ZERO);
+        long t0 = System.nanoTime();
+        assertThrows(NotAcquiredException.class, () -> other.acquire("k", Duration.ofMillis(200)));
+        assertTrue(System.nanoTime() - t0 >= 190_000_000L);
+        assertFalse(other.lock("k").tryLock(100, TimeUnit.MILLISECONDS));
+        assertFalse(other.lock("k").tryLock());
+        assertEquals(0, server.waiters("k"));
+    }
+
+    @Test
+    void rule3_anInterruptedWaitLeavesTheQueueAndIsNeverGranted() throws Exception {
+        Hold held = locks.acquire("k", Duration.ZERO);
+        RedisLock waiter = other.lock("k");
+        AtomicReference<Thread> thread = new AtomicReference<>();
+        CompletableFuture<Boolean> got = inThread(() -> {
+            thread.set(Thread.currentThread());
+            waiter.lockInterruptibly();
+            return true;
+        });
+        assertTrue(TestServer.eventually(() -> server.waiters("k") == 1, 3000));
+        thread.get().interrupt();
+        ExecutionException e = assertThrows(ExecutionException.class, () -> got.get(5, TimeUnit.SECONDS));
+        assertInstanceOf(InterruptedException.class, e.getCause());
+        assertTrue(TestServer.eventually(() -> server.waiters("k") == 0, 3000), "the waiter left the queue");
+        assertTrue(held.release());
+        Thread.sleep(100);
+        assertNull(server.info("k"), "nobody was granted the lock");
+    }
+
+    @Test
+    void rule3_lockIgnoresInterruptsButKeepsTheFlag() throws Exception {
+        Hold held = locks.acquire("k", Duration.ZERO);
+        RedisLock waiter = other.lock("k");
+        AtomicReference<Thread> thread = new AtomicReference<>();
+        CompletableFuture<Boolean> got = inThread(() -> {
+            thread.set(Thread.currentThread());
+            waiter.lock();
+            boolean flag = Thread.currentThread().isInterrupted();
+            waiter.unlock();
+            return flag;
+        });
+        assertTrue(TestServer.eventually(() -> server.waiters("k") == 1, 3000));
+        thread.get().interrupt();
+        Thread.sleep(200);
+        assertEquals(1, server.waiters("k"));
+        held.release();
+        assertTrue(got.get(5, TimeUnit.SECONDS), "interrupt status restored");
+    }
+
+    @Test
+    void rule4_aConnectionErrorWhileWaitingIsRetriedWithTheSameOwner() throws Exception {
+        Hold held = locks.acquire("k", Duration.ZERO);
+        RedisLock waiter = other.lock("k");
+        CompletableFuture<Boolean> got = inThread(() -> {
+            boolean ok = waiter.tryLock(10, TimeUnit.SECONDS);
+            waiter.unlock();
+            return ok;
+        });
+        assertTrue(TestServer.eventually(() -> server.waiters("k") == 1, 3000));
+        assertEquals(1L, server.cmd("CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes") instanceof Long ? 1L : 1L);
+        Thread.sleep(300);
+        assertTrue(TestServer.eventually(() -> server.waiters("k") == 1, 5000), "the waiter asked again");
+        held.release();
+        assertTrue(got.get(10, TimeUnit.SECONDS));
+    }
+
+    @Test
+    void rule4_theHolderAskingAgainGetsTheSameToken() {
+        LockOptions o = LockOptions.defaults().owner("w").watchdog(false);
+        Hold a = locks.tryAcquire("k", o);
+        Hold b = locks.tryAcquire("k", o);
+        assertEquals(a.token(), b.token());
+    }
+
+    @Test
+    void rule5_guardWritesOnlyWhileHeld_staleAsStaleTokenException() throws Exception {
+        server.cmd("SET", "stock", "10");
+        Hold h = locks.acquire("k", Duration.ZERO);
+        assertEquals(9L, h.guard("DECRBY", "stock", "1"));
+        assertEquals("OK", h.guard("SET", "x", "1"));
+        assertEquals(h.token(), server.cmd("LOCK.FENCE", "k"));
+        assertTrue(h.release());
+        assertThrows(StaleTokenException.class, () -> h.guard("DECRBY", "stock", "1"));
+        assertEquals("9", server.cmd("GET", "stock"), "nothing was run");
+        RedisLock l = locks.lock("k");
+        l.lock();
+        assertEquals(l.token(), server.cmd("LOCK.FENCE", "k"));
+        assertEquals(8L, l.guard("DECRBY", "stock", "1"));
+        l.unlock();
+    }
+
+    @Test
+    void rule6_theWatchdogKeepsAHold10xPastItsTtl() throws Exception {
+        Hold h = locks.acquire("k", Duration.ZERO, LockOptions.defaults().ttl(Duration.ofMillis(300)));
+        Thread.sleep(3000);
+        assertEquals(h.token(), server.cmd("LOCK.FENCE", "k"));
+        assertFalse(h.isLost());
+        assertTrue(server.calls("lock.extend") >= 8, "renewed every ttl/3");
+        String list = String.valueOf(server.cmd("CLIENT", "LIST"));
+        assertTrue(list.lines().anyMatch(l -> l.contains("cmd=lock.extend")), "on a connection of its own");
+        assertTrue(h.release());
+    }
+
+    @Test
+    void rule6_aWaiterWhoseWaitOutlastsItsTtlIsNotLostOnGrant() throws Exception {
+        Hold held = locks.acquire("k", Duration.ZERO);
+        List<String> reasons = new CopyOnWriteArrayList<>();
+        CompletableFuture<Boolean> got = inThread(() -> {
+            try (Hold h = other.acquire("k", Duration.ofSeconds(5),
+                    LockOptions.defaults().ttl(Duration.ofMillis(300)).onLost((x, r) -> reasons.add(r)))) {
+                Thread.sleep(600);
+                return !h.isLost();
+            }
+        });
+        Thread.sleep(800); // the wait outlasts the waiter's ttl: its lease starts at the grant
+        held.release();
+        assertTrue(got.get(5, TimeUnit.SECONDS), String.valueOf(reasons));
+        assertTrue(reasons.isEmpty());
+    }
+
+    @Test
+    void rule7_releaseStopsTheWatchdogInTheSameStep() throws Exception {
+        for (int i = 0; i < 5; i++) {
+            Hold h = locks.acquire("k", Duration.ZERO, LockOptions.defaults().ttl(Duration.ofMillis(150)));
+            Thread.sleep(120 + i * 17);
+            assertTrue(h.release());
+        }
+        long after = server.calls("lock.extend");
+        Thread.sleep(600);
+        assertEquals(after, server.calls("lock.extend"), "no renewal after release");
+        assertNull(server.info("k"));
+    }
+
+    @Test
+    void rule8_lostWithinOneRenewalPeriodAfterForceRelease_once_withAReason() throws Exception {
+        List<String> reasons = new CopyOnWriteArrayList<>();
+        RedisLock l = locks.lock("k", LockOptions.defaults().ttl(Duration.ofMillis(600)).onLost((h, r) -> reasons.add(r)));
+        l.lock();
+        assertFalse(l.isLost());
+        long t0 = System.nanoTime();
+        server.cmd("LOCK.FORCERELEASE", "k");
+        assertTrue(TestServer.eventually(() -> !reasons.isEmpty(), 2000));
+        assertTrue(System.nanoTime() - t0 < 450_000_000L, "within one renewal period (200 ms) and slack");
+        Thread.sleep(500);
+        assertEquals(1, reasons.size(), "once");
+        assertTrue(l.isLost());
+        assertTrue(l.hold().lostReason().isPresent());
+        assertThrows(StaleTokenException.class, () -> l.guard("SET", "x", "1"));
+        assertThrows(LockLostException.class, l::lock, "the next call on the lock throws");
+        assertThrows(LockLostException.class, l::unlock);
+        assertThrows(IllegalMonitorStateException.class, l::unlock);
+        assertFalse(l.isHeldByCurrentThread());
+    }
+
+    @Test
+    void rule8_aWatchdogThatCannotReachTheServerLosesTheHoldWhenTheLeaseEnds() throws Exception {
+        List<String> reasons = new CopyOnWriteArrayList<>();
+        Hold h = locks.acquire("k", Duration.ZERO, LockOptions.defaults().ttl(Duration.ofMillis(600)).onLost((x, r) -> reasons.add(r)));
+        new ProcessBuilder("kill", "-STOP", String.valueOf(server.process.pid())).start().waitFor();
+        try {
+            assertTrue(TestServer.eventually(() -> !reasons.isEmpty(), 3000));
+        } finally {
+            new ProcessBuilder("kill", "-CONT", String.valueOf(server.process.pid())).start().waitFor();
+        }
+        assertTrue(reasons.get(0).contains("before the lease ended"), reasons.get(0));
+        assertThrows(LockLostException.class, h::close);
+    }
+
+    @Test
+    void aFixedLeaseEndsWithItsTtl_releaseAnswersFalse() throws Exception {
+        Hold h = locks.acquire("k", Duration.ZERO, LockOptions.defaults().ttl(Duration.ofMillis(200)).watchdog(false));
+        Thread.sleep(400);
+        assertNull(server.info("k"));
+        assertEquals(0, server.calls("lock.extend"));
+        assertFalse(h.release());
+        assertTrue(h.isLost());
+    }
+
+    @Test
+    void tryWithResourcesReleases_alsoOnAThrownError() throws Exception {
+        try (Hold h = locks.acquire("k", Duration.ofSeconds(1))) {
+            assertEquals(h.token(), server.cmd("LOCK.FENCE", "k"));
+        }
+        assertNull(server.info("k"));
+        assertThrows(IllegalStateException.class, () -> {
+            try (Hold h = locks.acquire("k", Duration.ofSeconds(1))) {
+                throw new IllegalStateException("work failed");
+            }
+        });
+        assertNull(server.info("k"));
+        LockLostException lost = assertThrows(LockLostException.class, () -> {
+            try (Hold h = locks.acquire("k", Duration.ofSeconds(1))) {
+                server.cmd("LOCK.FORCERELEASE", "k");
+            }
+        });
+        assertNotNull(lost.getMessage());
+    }
+
+    @Test
+    void rule10_reentrantByTheOwningThread_oneServerHold() throws Exception {
+        RedisLock l = locks.lock("k");
+        l.lock();
+        long token = l.token();
+        assertTrue(l.tryLock());
+        assertTrue(l.tryLock(1, TimeUnit.SECONDS));
+        assertEquals(3, l.getHoldCount());
+        assertEquals(1L, server.info("k").get("permits"));
+        assertEquals(token, l.token());
+        l.unlock();
+        l.unlock();
+        assertEquals(token, server.cmd("LOCK.FENCE", "k"), "only the outermost unlock releases");
+        l.unlock();
+        assertNull(server.info("k"));
+        assertThrows(IllegalMonitorStateException.class, l::unlock);
+    }
+
+    @Test
+    void unlockByAnotherThreadThrowsIllegalMonitorState() throws Exception {
+        RedisLock l = locks.lock("k");
+        l.lock();
+        CompletableFuture<Boolean> f = inThread(() -> {
+            assertThrows(IllegalMonitorStateException.class, l::unlock);
+            assertThrows(IllegalMonitorStateException.class, l::token);
+            return l.tryLock();
+        });
+        assertFalse(f.get(5, TimeUnit.SECONDS), "another thread of the same object queues like any other owner");
+        assertEquals(l.token(), server.cmd("LOCK.FENCE", "k"));
+        l.unlock();
+        assertThrows(UnsupportedOperationException.class, l::newCondition);
+    }
+
+    @Test
+    void theWatchdogNeverKeepsTheJvmAlive() throws Exception {
+        Hold h = locks.acquire("k", Duration.ZERO, LockOptions.defaults().ttl(Duration.ofMillis(300)));
+        Thread.sleep(200);
+        boolean any = false;
+        for (Thread t : Thread.getAllStackTraces().keySet()) {
+            if (t.getName().startsWith("redis-lock-watchdog")) {
+                any = true;
+                assertTrue(t.isDaemon());
+            }
+        }
+        assertTrue(any);
+        h.release();
+    }
+}
