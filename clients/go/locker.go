@@ -93,7 +93,7 @@ func (l *Locker) acquire(ctx context.Context, key, owner string, ttl time.Durati
 			if bounded {
 				left := time.Until(deadline)
 				if left <= 0 {
-					return 0, nil, timedOut(ctx, deadline, byCtx)
+					return 0, nil, timedOut(ctx, byCtx)
 				}
 				// Rounded up: the server's wait never ends before the deadline.
 				wait, limit = (left + time.Millisecond - 1).Milliseconds(), deadline.Add(readGrace)
@@ -109,7 +109,7 @@ func (l *Locker) acquire(ctx context.Context, key, owner string, ttl time.Durati
 			l.done(conn, err)
 			if errors.Is(err, ErrNotObtained) {
 				if ctx.Err() == nil && waits && bounded {
-					return 0, nil, timedOut(ctx, deadline, byCtx)
+					return 0, nil, timedOut(ctx, byCtx)
 				}
 				return 0, nil, err
 			}
@@ -193,17 +193,15 @@ func (o *options) deadline(ctx context.Context) (at time.Time, bounded, byCtx bo
 }
 
 // timedOut is the error of a wait that reached its deadline. When the deadline is ctx's, it
-// returns once ctx has ended too (the server's clock may end a wait a little earlier), so a
-// caller looping until ctx ends does not spin.
-func timedOut(ctx context.Context, deadline time.Time, byCtx bool) error {
+// returns once ctx has ended too (the server's clock may end a wait a little earlier, and
+// ctx's own timer fires a little after its deadline), so a caller looping until ctx ends does
+// not spin and always sees ctx.Err() set.
+func timedOut(ctx context.Context, byCtx bool) error {
 	if !byCtx {
 		return ErrNotObtained
 	}
-	_ = sleep(ctx, time.Until(deadline))
-	if ctx.Err() != nil {
-		return notObtained(ctx)
-	}
-	return fmt.Errorf("%w: %w", ErrNotObtained, context.DeadlineExceeded)
+	<-ctx.Done() // its deadline is this one: it ends by itself
+	return notObtained(ctx)
 }
 
 // notObtained is the error of a wait that ctx ended.
