@@ -396,7 +396,14 @@ fn pages() -> Vec<std::path::PathBuf> {
             .into_iter()
             .filter(|p| p.exists()),
     );
-    for dir in ["docs", "clients/python", "clients/rust", "clients/node", "clients/go", "clients/java"] {
+    for dir in [
+        "docs",
+        "clients/python",
+        "clients/rust",
+        "clients/node",
+        "clients/go",
+        "clients/java",
+    ] {
         for entry in std::fs::read_dir(root.join(dir)).expect("read a docs dir") {
             let path = entry.expect("entry").path();
             if path.extension().is_some_and(|e| e == "md") {
