@@ -19,11 +19,11 @@ import java.util.function.BooleanSupplier;
 
 /**
  * A real redis-server (or valkey-server: LOCK_TEST_SERVER) with the module (LOCK_MODULE, default
- * ../../target/debug/libredis_lock.so) on a free loopback port (never 6379), stopped by PID.
+ * ../../../target/debug/libredis_lock.so) on a free loopback port (never 6379), stopped by PID.
  */
 final class TestServer implements AutoCloseable {
     static final String BINARY = env("LOCK_TEST_SERVER", "redis-server");
-    static final String MODULE = env("LOCK_MODULE", new File("../../target/debug/libredis_lock.so").getAbsolutePath());
+    static final String MODULE = env("LOCK_MODULE", new File("../../../target/debug/libredis_lock.so").getAbsolutePath());
 
     final int port;
     final Process process;
