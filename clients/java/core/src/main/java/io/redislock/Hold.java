@@ -6,11 +6,11 @@ import io.lettuce.core.codec.StringCodec;
 import java.util.List;
 import java.util.Optional;
 import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.CompletionException;
 import java.util.concurrent.CopyOnWriteArrayList;
 import java.util.concurrent.ExecutionException;
 import java.util.concurrent.ScheduledFuture;
 import java.util.concurrent.TimeUnit;
-import java.util.concurrent.TimeoutException;
 
 /**
  * One hold of one lock: its owner, its fencing token and its watchdog. Close it (try-with-resources)
@@ -46,8 +46,7 @@ public final class Hold implements AutoCloseable {
         if (options.onLost != null) {
             listeners.add(options.onLost);
         }
-        if (options.watchdog) {
-            locks.watchdog(); // connected here, never on the watchdog's thread, which must not block
+        if (options.watchdog) { // its link was connected by the acquisition, on the caller's thread
             synchronized (this) {
                 schedule(period());
             }
@@ -114,39 +113,49 @@ public final class Hold implements AutoCloseable {
      * watchdog stops first, in the same step: no renewal is sent after this (rule 7).
      */
     public boolean release() {
+        return locks.await(releaseAsync());
+    }
+
+    /**
+     * {@link #release()} without blocking: the watchdog stops at once, in this call; the future
+     * completes once the server answered, with true if the hold was still live.
+     */
+    public CompletableFuture<Boolean> releaseAsync() {
         CompletableFuture<Long> pending;
         synchronized (this) {
             if (released) {
-                return false;
+                return CompletableFuture.completedFuture(false);
             }
             released = true;
             cancelTimers();
             pending = inFlight;
         }
-        if (pending != null) {
-            try {
-                pending.get(2, TimeUnit.SECONDS);
-            } catch (InterruptedException e) {
-                Thread.currentThread().interrupt();
-            } catch (ExecutionException | TimeoutException e) {
-                // the renewal's outcome no longer matters
-            }
-        }
-        if (isLost()) {
-            closeSession();
-            return false;
-        }
-        Long reply;
         try {
-            reply = locks.await(locks.commands().call(new IntegerOutput<>(StringCodec.UTF8), "LOCK.RELEASE", key, owner, "TOKEN", token));
-        } finally {
+            locks.commands(); // connected here, never on an event loop
+        } catch (RuntimeException e) {
             closeSession();
+            return CompletableFuture.failedFuture(e);
         }
-        if (reply == null || reply != 1) {
-            lose("the hold had already ended when it was released (its lease ran out or it was force-released)", true);
-            return false;
-        }
-        return true;
+        // A renewal in flight is let finish (its outcome no longer matters), so none follows the release.
+        CompletableFuture<Object> settled = pending == null ? CompletableFuture.completedFuture(null)
+                : pending.handle((r, e) -> (Object) null).completeOnTimeout(null, 2, TimeUnit.SECONDS);
+        return settled.thenCompose(x -> {
+            if (isLost()) {
+                closeSession();
+                return CompletableFuture.completedFuture(false);
+            }
+            return locks.releaseAsync(key, owner, token).handle((reply, error) -> {
+                closeSession();
+                if (error != null) {
+                    throw error instanceof CompletionException ce ? ce : new CompletionException(error);
+                }
+                if (reply == null || reply != 1) {
+                    lose("the hold had already ended when it was released (its lease ran out or it was force-released)", true);
+                    return false;
+                }
+                return true;
+            });
+        });
     }
 
     private void closeSession() {

@@ -2,8 +2,6 @@ package io.redislock;
 
 import io.lettuce.core.RedisClient;
 import io.lettuce.core.RedisCommandExecutionException;
-import io.lettuce.core.RedisException;
-import io.lettuce.core.RedisFuture;
 import io.lettuce.core.cluster.RedisClusterClient;
 import io.lettuce.core.codec.StringCodec;
 import io.lettuce.core.output.IntegerOutput;
@@ -12,6 +10,7 @@ import java.util.UUID;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.ConcurrentLinkedDeque;
 import java.util.concurrent.ExecutionException;
+import java.util.concurrent.Future;
 import java.util.concurrent.ScheduledExecutorService;
 import java.util.concurrent.ScheduledThreadPoolExecutor;
 import java.util.concurrent.TimeUnit;
@@ -31,11 +30,6 @@ import java.util.function.Supplier;
  * }</pre>
  */
 public final class RedisLocks implements AutoCloseable {
-    /** How long past the server's own wait a reply may take before the wait counts as cut off. */
-    private static final long GRACE_MS = 2000;
-    /** The pause between retries after a connection error (rule 4). */
-    private static final long RETRY_MS = 50;
-
     private final Supplier<Link> connector;
     final ScheduledExecutorService scheduler;
     private final ConcurrentLinkedDeque<Link> idleWaits = new ConcurrentLinkedDeque<>();
@@ -115,59 +109,11 @@ public final class RedisLocks implements AutoCloseable {
     /**
      * The asynchronous acquire: completes with the hold, or with {@link NotAcquiredException} when
      * the wait ends ungranted. Cancelling the future closes the wait's connection, which takes it
-     * out of the server's queue (rule 3); a grant already on its way is released. Exclusive, shared
-     * and semaphore holds; session holds and durable grants have only the blocking API.
+     * out of the server's queue (rule 3); a grant already on its way is released. Every kind of
+     * hold; the same rules as {@link #acquire}, which waits on this.
      */
-    public CompletableFuture<Hold> acquireAsync(String key, Duration wait, LockOptions o) {
-        if (o.session || o.replicas > 0) {
-            throw new UnsupportedOperationException("session holds and durable grants: use acquire()");
-        }
-        String owner = ownerOf(o);
-        long ttl = o.ttl.toMillis();
-        long waitMs = wait.toMillis();
-        if (o.watchdog) {
-            watchdog(); // connected now, on the caller's thread, never on Lettuce's event loop
-        }
-        boolean waits = waitMs > 0;
-        Link link = waits ? waitLink() : commands();
-        if (waits) {
-            link.timeout(Duration.ofMillis(waitMs + GRACE_MS));
-        }
-        CompletableFuture<Hold> result = new CompletableFuture<>();
-        long sent = System.nanoTime();
-        RedisFuture<Long> f = link.call(new IntegerOutput<>(StringCodec.UTF8), "LOCK.ACQUIRE", key,
-                acquireArgs(owner, ttl, o, waits ? waitMs : -1));
-        f.whenComplete((token, error) -> {
-            if (error != null) {
-                if (waits) {
-                    link.close();
-                }
-                result.completeExceptionally(error);
-                return;
-            }
-            if (waits) {
-                if (result.isCancelled()) {
-                    link.close();
-                } else {
-                    idleWaits.push(link);
-                }
-            }
-            if (token == null) {
-                result.completeExceptionally(new NotAcquiredException(key));
-                return;
-            }
-            if (result.isCancelled()) {
-                commands().call(new IntegerOutput<>(StringCodec.UTF8), "LOCK.RELEASE", key, owner, "TOKEN", token);
-                return;
-            }
-            result.complete(new Hold(this, key, owner, token, o, waits ? System.nanoTime() : sent, null));
-        });
-        result.whenComplete((h, e) -> {
-            if (result.isCancelled() && waits && !f.isDone()) {
-                link.close();
-            }
-        });
-        return result;
+    public CompletableFuture<Hold> acquireAsync(String key, Duration wait, LockOptions options) {
+        return new Acquisition(this, key, ownerOf(options), options, wait.toMillis()).start().result;
     }
 
     /** A hold if the lock is free now, else null (no wait). */
@@ -185,89 +131,30 @@ public final class RedisLocks implements AutoCloseable {
 
     /**
      * Takes a hold: at once ({@code waitMs < 0}), waiting up to {@code waitMs}, or without limit
-     * ({@code Long.MAX_VALUE}). Null when not granted.
+     * ({@code Long.MAX_VALUE}). Null when not granted. An interrupt ends an interruptible wait
+     * (leaving the server's queue, rule 3); an uninterruptible one keeps the flag for later.
      */
     Hold take(String key, String owner, LockOptions o, long waitMs, boolean interruptible) throws InterruptedException {
-        long ttl = o.ttl.toMillis();
-        if (waitMs == 0) {
-            waitMs = -1; // a zero wait is one attempt (the server's WAIT 0 would wait forever)
-        }
-        boolean forever = waitMs == Long.MAX_VALUE;
-        long end = forever ? Long.MAX_VALUE : System.nanoTime() + TimeUnit.MILLISECONDS.toNanos(Math.max(0, waitMs));
+        CompletableFuture<Hold> f = new Acquisition(this, key, owner, o, waitMs).start().result;
         boolean interrupted = false;
         try {
             for (;;) {
-                long started = System.nanoTime();
-                if (waitMs < 0) {
-                    Link link = o.session ? connector.get() : commands();
-                    long sent = System.nanoTime(); // the lease starts no earlier than this
-                    try {
-                        Long token = await(link.call(new IntegerOutput<>(StringCodec.UTF8), "LOCK.ACQUIRE", key, acquireArgs(owner, ttl, o, -1)));
-                        return granted(link, o.session, key, owner, token, o, sent);
-                    } catch (RedisCommandExecutionException e) {
-                        if (o.session) {
-                            link.close();
+                try {
+                    return f.get();
+                } catch (InterruptedException e) {
+                    if (interruptible) {
+                        if (!f.cancel(false) && !f.isCompletedExceptionally()) {
+                            f.join().releaseAsync(); // granted as the interrupt came
                         }
                         throw e;
-                    } catch (RedisException e) {
-                        if (o.session) {
-                            link.close();
-                        }
-                        if (System.nanoTime() - started > TimeUnit.SECONDS.toNanos(5)) {
-                            throw e;
-                        }
-                        Thread.sleep(RETRY_MS);
-                        continue;
                     }
-                }
-                long left = forever ? 0 : TimeUnit.NANOSECONDS.toMillis(end - started);
-                if (!forever && left <= 0) {
-                    return null;
-                }
-                Link link = waitLink();
-                if (!forever) {
-                    left = TimeUnit.NANOSECONDS.toMillis(end - System.nanoTime());
-                    if (left <= 0) {
-                        idleWaits.push(link);
+                    interrupted = true;
+                } catch (ExecutionException e) {
+                    if (e.getCause() instanceof NotAcquiredException) {
                         return null;
                     }
+                    throw unchecked(e.getCause());
                 }
-                link.timeout(Duration.ofMillis(forever ? TimeUnit.DAYS.toMillis(3650) : left + GRACE_MS));
-                RedisFuture<Long> f = link.call(new IntegerOutput<>(StringCodec.UTF8), "LOCK.ACQUIRE", key, acquireArgs(owner, ttl, o, forever ? 0 : left));
-                Long token;
-                try {
-                    for (;;) {
-                        try {
-                            token = forever ? f.get() : f.get(left + GRACE_MS, TimeUnit.MILLISECONDS);
-                            break;
-                        } catch (InterruptedException e) {
-                            if (interruptible) {
-                                abandon(link, f, key, owner);
-                                throw e;
-                            }
-                            interrupted = true;
-                        }
-                    }
-                } catch (TimeoutException e) {
-                    abandon(link, f, key, owner);
-                    continue;
-                } catch (ExecutionException e) {
-                    Throwable c = e.getCause();
-                    if (c instanceof RedisCommandExecutionException rce && !isRetryable(rce)) {
-                        idleWaits.push(link);
-                        throw rce;
-                    }
-                    // A connection error (or a failover's UNBLOCKED/TRYAGAIN): the same owner asks again.
-                    abandon(link, f, key, owner);
-                    Thread.sleep(RETRY_MS);
-                    continue;
-                }
-                if (token == null || !o.session) {
-                    idleWaits.push(link);
-                }
-                // A waiter's lease starts when it is granted, which its reply tells: the reply's arrival
-                // (late by the reply's transit only) starts the local clock of the watchdog.
-                return granted(link, o.session, key, owner, token, o, System.nanoTime());
             }
         } finally {
             if (interrupted) {
@@ -276,45 +163,8 @@ public final class RedisLocks implements AutoCloseable {
         }
     }
 
-    private static Object[] acquireArgs(String owner, long ttl, LockOptions o, long wait) {
-        java.util.List<Object> a = new java.util.ArrayList<>();
-        a.add(owner);
-        a.add(ttl);
-        a.addAll(o.modeArgs());
-        if (wait >= 0) {
-            a.add("WAIT");
-            a.add(wait);
-        }
-        return a.toArray();
-    }
-
-    /**
-     * The hold of a grant (null for none): a session hold keeps the link that took it; a durable
-     * grant first waits for its replicas (rule 9), and without them is released and not granted.
-     */
-    private Hold granted(Link link, boolean session, String key, String owner, Long token, LockOptions o, long started) {
-        if (token == null) {
-            if (session) {
-                link.close();
-            }
-            return null;
-        }
-        if (o.replicas > 0) {
-            Long acked;
-            try {
-                acked = await(link.callNoKey(new IntegerOutput<>(StringCodec.UTF8), "WAIT", o.replicas, o.replicaTimeout.toMillis()));
-            } catch (RuntimeException e) {
-                acked = 0L;
-            }
-            if (acked == null || acked < o.replicas) {
-                await(commands().call(new IntegerOutput<>(StringCodec.UTF8), "LOCK.RELEASE", key, owner, "TOKEN", token));
-                if (session) {
-                    link.close();
-                }
-                return null;
-            }
-        }
-        return new Hold(this, key, owner, token, o, started, session ? link : null);
+    private static RuntimeException unchecked(Throwable cause) {
+        return cause instanceof RuntimeException re ? re : new RedisLockException(String.valueOf(cause), cause);
     }
 
     static boolean isRetryable(RedisCommandExecutionException e) {
@@ -323,20 +173,18 @@ public final class RedisLocks implements AutoCloseable {
                 || m.startsWith("MASTERDOWN");
     }
 
-    /**
-     * Closes a wait's connection, which takes it out of the server's queue (rule 3); never reused. A
-     * grant already on its way is released, or else ends with its lease.
-     */
-    private void abandon(Link link, RedisFuture<Long> f, String key, String owner) {
-        link.close();
-        f.thenAccept(token -> {
-            if (token != null) {
-                commands().call(new IntegerOutput<>(StringCodec.UTF8), "LOCK.RELEASE", key, owner, "TOKEN", token);
-            }
-        });
+    /** {@code LOCK.RELEASE key owner TOKEN token}: 1 if that hold was still live. */
+    CompletableFuture<Long> releaseAsync(String key, String owner, long token) {
+        return commands().call(new IntegerOutput<>(StringCodec.UTF8), "LOCK.RELEASE", key, owner, "TOKEN", token)
+                .toCompletableFuture();
     }
 
-    private Link waitLink() {
+    /** A wait's link whose call is over, for the next wait. */
+    void idle(Link link) {
+        idleWaits.push(link);
+    }
+
+    Link waitLink() {
         for (Link l; (l = idleWaits.poll()) != null;) {
             if (l.isOpen()) {
                 return l;
@@ -404,7 +252,7 @@ public final class RedisLocks implements AutoCloseable {
     }
 
     /** The reply of a short command, uninterruptibly; the cause of a failure as it is. */
-    <T> T await(RedisFuture<T> f) {
+    <T> T await(Future<T> f) {
         boolean interrupted = false;
         try {
             for (;;) {

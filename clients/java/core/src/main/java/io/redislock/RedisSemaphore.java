@@ -1,6 +1,7 @@
 package io.redislock;
 
 import java.time.Duration;
+import java.util.concurrent.CompletableFuture;
 
 /**
  * A counting semaphore of {@code limit} permits on one key ({@code LIMIT limit PERMITS n}). Each
@@ -27,6 +28,11 @@ public final class RedisSemaphore {
     /** Waits up to {@code wait} for {@code permits} permits; {@link NotAcquiredException} if not granted. */
     public Hold acquire(int permits, Duration wait) throws InterruptedException {
         return locks.acquire(key, wait, options.permits(limit, permits));
+    }
+
+    /** {@link #acquire} as a future, as {@link RedisLocks#acquireAsync} gives. */
+    public CompletableFuture<Hold> acquireAsync(int permits, Duration wait) {
+        return locks.acquireAsync(key, wait, options.permits(limit, permits));
     }
 
     /** {@code permits} permits if they fit now, else null. */

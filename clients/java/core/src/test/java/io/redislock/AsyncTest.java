@@ -3,6 +3,7 @@ package io.redislock;
 import static org.junit.jupiter.api.Assertions.*;
 
 import java.time.Duration;
+import java.util.List;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.ExecutionException;
 import java.util.concurrent.TimeUnit;
@@ -10,7 +11,7 @@ import org.junit.jupiter.api.AfterEach;
 import org.junit.jupiter.api.BeforeEach;
 import org.junit.jupiter.api.Test;
 
-/** acquireAsync: a CompletionStage next to the blocking API, with the same rules. */
+/** acquireAsync and releaseAsync: futures next to the blocking API, with the same rules. */
 class AsyncTest {
     TestServer server;
     RedisLocks locks;
@@ -60,5 +61,68 @@ class AsyncTest {
         assertTrue(first.release());
         Thread.sleep(100);
         assertNull(server.info("k"), "nobody was granted");
+    }
+
+    @Test
+    void aSessionHoldTakenAfterAWaitEndsWithItsConnection() throws Exception {
+        Hold first = locks.acquire("k", Duration.ZERO);
+        CompletableFuture<Hold> waiting = locks.acquireAsync("k", Duration.ofSeconds(5), LockOptions.defaults().session());
+        assertTrue(TestServer.eventually(() -> server.waiters("k") == 1, 3000));
+        assertTrue(first.releaseAsync().get(5, TimeUnit.SECONDS));
+        Hold s = waiting.get(5, TimeUnit.SECONDS);
+        Object id = holderField("k", "session");
+        assertNotNull(id, "bound to the connection that waited");
+        server.cmd("CLIENT", "KILL", "ID", id);
+        assertTrue(TestServer.eventually(() -> server.info("k") == null, 2000), "released with its connection");
+        assertFalse(s.releaseAsync().get(5, TimeUnit.SECONDS));
+        assertTrue(s.isLost());
+    }
+
+    @Test
+    void aDurableGrantCompletesOnlyWithItsReplicas() throws Exception {
+        LockOptions durable = LockOptions.defaults().replicas(1, Duration.ofMillis(200));
+        ExecutionException e = assertThrows(ExecutionException.class,
+                () -> locks.acquireAsync("k", Duration.ofSeconds(1), durable).get(5, TimeUnit.SECONDS));
+        assertInstanceOf(NotAcquiredException.class, e.getCause());
+        assertNull(server.info("k"), "released again");
+        try (TestServer replica = new TestServer("--replicaof", "127.0.0.1", String.valueOf(server.port))) {
+            assertTrue(TestServer.eventually(() -> String.valueOf(replica.cmd("INFO", "replication")).contains("master_link_status:up"), 10_000));
+            Hold h = locks.acquireAsync("k", Duration.ZERO, durable.replicas(1, Duration.ofSeconds(2))).get(5, TimeUnit.SECONDS);
+            assertEquals(h.token(), replica.cmd("LOCK.FENCE", "k"), "the replica has the hold");
+            assertTrue(h.releaseAsync().get(5, TimeUnit.SECONDS));
+        }
+    }
+
+    @Test
+    void releaseAsyncStopsTheWatchdogInTheCallAndAnswersOnce() throws Exception {
+        for (int i = 0; i < 5; i++) {
+            Hold h = locks.acquireAsync("k", Duration.ZERO, LockOptions.defaults().ttl(Duration.ofMillis(150)))
+                    .get(5, TimeUnit.SECONDS);
+            Thread.sleep(120 + i * 17); // past a renewal, and at varying points of the next one
+            CompletableFuture<Boolean> released = h.releaseAsync();
+            assertFalse(h.releaseAsync().get(5, TimeUnit.SECONDS), "a second release answers false");
+            assertTrue(released.get(5, TimeUnit.SECONDS));
+        }
+        long after = server.calls("lock.extend");
+        Thread.sleep(600);
+        assertEquals(after, server.calls("lock.extend"), "no renewal after release");
+        assertNull(server.info("k"));
+    }
+
+    @Test
+    void aSemaphoreLeaseAsynchronously() throws Exception {
+        RedisSemaphore pool = locks.semaphore("pool", 2);
+        Hold a = pool.acquireAsync(2, Duration.ZERO).get(5, TimeUnit.SECONDS);
+        CompletableFuture<Hold> b = pool.acquireAsync(1, Duration.ofSeconds(5));
+        assertTrue(TestServer.eventually(() -> server.waiters("pool") == 1, 3000));
+        assertTrue(a.releaseAsync().get(5, TimeUnit.SECONDS));
+        assertTrue(b.get(5, TimeUnit.SECONDS).releaseAsync().get(5, TimeUnit.SECONDS));
+    }
+
+    @SuppressWarnings("unchecked")
+    private Object holderField(String key, String field) {
+        List<Object> holder = (List<Object>) ((List<Object>) server.info(key).get("holders")).get(0);
+        int i = holder.indexOf(field);
+        return i < 0 ? null : holder.get(i + 1);
     }
 }

@@ -1,0 +1,244 @@
+package io.redislock;
+
+import io.lettuce.core.RedisCommandExecutionException;
+import io.lettuce.core.codec.StringCodec;
+import io.lettuce.core.output.IntegerOutput;
+import java.time.Duration;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.CompletionException;
+import java.util.concurrent.TimeUnit;
+
+/**
+ * One acquisition, the only implementation of the acquire rules (the blocking API waits on it):
+ * one {@code LOCK.ACQUIRE} in the server's queue (rule 2), asked again with the same owner after a
+ * connection error or a failover's refusal (rule 4), a durable grant's {@code WAIT} (rule 9), and,
+ * when {@link #result} is cancelled, the wait's connection closed so the server's queue forgets it
+ * (rule 3). {@link #result} completes with the hold, or with {@link NotAcquiredException} when
+ * none was granted in time.
+ */
+final class Acquisition {
+    /** How long past the server's own wait a reply may take before the wait counts as cut off. */
+    private static final long GRACE_MS = 2000;
+    /** The pause between retries after a connection error (rule 4). */
+    private static final long RETRY_MS = 50;
+    /** How long an attempt without a wait keeps retrying connection errors. */
+    private static final long NO_WAIT_RETRIES_NS = TimeUnit.SECONDS.toNanos(5);
+    /** A wait without limit, as the client's command timeout sees it. */
+    private static final Duration FOREVER = Duration.ofDays(3650);
+
+    final CompletableFuture<Hold> result = new CompletableFuture<>();
+    private final RedisLocks locks;
+    private final String key;
+    private final String owner;
+    private final LockOptions o;
+    /** -1: one attempt; {@code Long.MAX_VALUE}: without limit; else the wait in ms. */
+    private final long waitMs;
+    private final long asked = System.nanoTime();
+    private final long end;
+    /** The link of the call in flight when it is this acquisition's own (a wait, a session, a WAIT). */
+    private Link ownLink; // guarded by this
+
+    Acquisition(RedisLocks locks, String key, String owner, LockOptions o, long waitMs) {
+        this.locks = locks;
+        this.key = key;
+        this.owner = owner;
+        this.o = o;
+        this.waitMs = waitMs == 0 ? -1 : waitMs; // a zero wait is one attempt (WAIT 0 waits forever)
+        this.end = this.waitMs == Long.MAX_VALUE ? Long.MAX_VALUE : asked + TimeUnit.MILLISECONDS.toNanos(Math.max(0, waitMs));
+        result.whenComplete((h, e) -> {
+            if (result.isCancelled()) {
+                closeOwnLink();
+            }
+        });
+    }
+
+    /** Starts on the caller's thread, which connects what the hold will need (never an event loop). */
+    Acquisition start() {
+        try {
+            locks.commands();
+            if (o.watchdog) {
+                locks.watchdog();
+            }
+        } catch (RuntimeException e) {
+            result.completeExceptionally(e);
+            return this;
+        }
+        attempt();
+        return this;
+    }
+
+    private boolean forever() {
+        return waitMs == Long.MAX_VALUE;
+    }
+
+    private void attempt() {
+        if (result.isDone()) {
+            return;
+        }
+        long serverWait = -1; // the WAIT argument: none, 0 (without limit) or the ms left
+        if (forever()) {
+            serverWait = 0;
+        } else if (waitMs > 0) {
+            serverWait = TimeUnit.NANOSECONDS.toMillis(end - System.nanoTime());
+            if (serverWait <= 0) {
+                notGranted();
+                return;
+            }
+        }
+        boolean own = serverWait >= 0 || o.session || o.replicas > 0;
+        Link link;
+        try {
+            link = own ? locks.waitLink() : locks.commands();
+        } catch (RuntimeException e) {
+            retryOrFail(null, e);
+            return;
+        }
+        if (own) {
+            synchronized (this) {
+                ownLink = link;
+            }
+            if (result.isCancelled()) {
+                closeOwnLink();
+                return;
+            }
+            link.timeout(serverWait == 0 ? FOREVER : Duration.ofMillis(Math.max(0, serverWait) + GRACE_MS));
+        }
+        long sent = System.nanoTime(); // a lease granted at once starts no earlier than this
+        boolean waited = serverWait >= 0;
+        link.call(new IntegerOutput<>(StringCodec.UTF8), "LOCK.ACQUIRE", key, args(serverWait))
+                .whenComplete((token, error) -> {
+                    if (error != null) {
+                        retryOrFail(link, error);
+                    } else {
+                        // A waiter's lease starts when it is granted, which its reply tells.
+                        replied(link, token, waited ? System.nanoTime() : sent);
+                    }
+                });
+    }
+
+    private Object[] args(long serverWait) {
+        List<Object> a = new ArrayList<>();
+        a.add(owner);
+        a.add(o.ttl.toMillis());
+        a.addAll(o.modeArgs());
+        if (serverWait >= 0) {
+            a.add("WAIT");
+            a.add(serverWait);
+        }
+        return a.toArray();
+    }
+
+    private void replied(Link link, Long token, long grantedAt) {
+        if (token == null) {
+            done(link, null);
+        } else if (o.replicas > 0) {
+            awaitReplicas(link, token, grantedAt);
+        } else {
+            granted(link, token, grantedAt);
+        }
+    }
+
+    /** A durable grant: kept only when {@code WAIT} reports its replicas; else released, not granted. */
+    private void awaitReplicas(Link link, long token, long grantedAt) {
+        link.timeout(o.replicaTimeout.plusMillis(GRACE_MS));
+        link.callNoKey(new IntegerOutput<>(StringCodec.UTF8), "WAIT", o.replicas, o.replicaTimeout.toMillis())
+                .whenComplete((acked, error) -> {
+                    if (error == null && acked != null && acked >= o.replicas) {
+                        granted(link, token, grantedAt);
+                        return;
+                    }
+                    locks.releaseAsync(key, owner, token).whenComplete((r, e) -> done(link, null));
+                });
+    }
+
+    private void granted(Link link, long token, long grantedAt) {
+        if (result.isDone()) { // cancelled while the grant was on its way: give it back
+            locks.releaseAsync(key, owner, token);
+            done(link, null);
+            return;
+        }
+        Hold hold = new Hold(locks, key, owner, token, o, grantedAt, o.session ? link : null);
+        if (o.session) {
+            synchronized (this) {
+                ownLink = null; // the hold's now
+            }
+        }
+        if (!result.complete(hold)) {
+            hold.releaseAsync();
+        }
+        if (!o.session) {
+            done(link, hold);
+        }
+    }
+
+    private void notGranted() {
+        result.completeExceptionally(new NotAcquiredException(key));
+    }
+
+    /** The call is over: its own link goes back for the next wait (a session's goes with its hold). */
+    private void done(Link link, Hold hold) {
+        boolean mine;
+        synchronized (this) {
+            mine = ownLink == link;
+            ownLink = null;
+        }
+        if (mine) {
+            if (o.session || result.isCancelled()) {
+                link.close();
+            } else {
+                locks.idle(link);
+            }
+        }
+        if (hold == null) {
+            notGranted();
+        }
+    }
+
+    /**
+     * A connection error, a command timeout (the reply did not come within the wait and its grace),
+     * or a failover's refusal: the link is closed (it may still be queued on the server, rule 3) and
+     * the same owner asks again while the wait lasts (rule 4). Anything else is the caller's error.
+     */
+    private void retryOrFail(Link link, Throwable error) {
+        Throwable cause = error instanceof CompletionException && error.getCause() != null ? error.getCause() : error;
+        boolean refused = cause instanceof RedisCommandExecutionException rce && !RedisLocks.isRetryable(rce);
+        boolean mine;
+        synchronized (this) {
+            mine = link != null && ownLink == link;
+            if (mine) {
+                ownLink = null;
+            }
+        }
+        if (mine) {
+            if (refused && !o.session) {
+                locks.idle(link);
+            } else {
+                link.close();
+            }
+        }
+        long now = System.nanoTime();
+        boolean inTime = forever() || (waitMs > 0 ? now < end : now - asked < NO_WAIT_RETRIES_NS);
+        if (refused || !inTime || result.isDone()) {
+            if (refused || waitMs < 0) {
+                result.completeExceptionally(cause);
+            } else {
+                notGranted();
+            }
+            return;
+        }
+        CompletableFuture.runAsync(this::attempt, CompletableFuture.delayedExecutor(RETRY_MS, TimeUnit.MILLISECONDS));
+    }
+
+    private void closeOwnLink() {
+        Link l;
+        synchronized (this) {
+            l = ownLink;
+            ownLink = null;
+        }
+        if (l != null) {
+            l.close();
+        }
+    }
+}
