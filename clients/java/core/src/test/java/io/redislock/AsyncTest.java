@@ -7,27 +7,10 @@ import java.util.List;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.ExecutionException;
 import java.util.concurrent.TimeUnit;
-import org.junit.jupiter.api.AfterEach;
-import org.junit.jupiter.api.BeforeEach;
 import org.junit.jupiter.api.Test;
 
 /** acquireAsync and releaseAsync: futures next to the blocking API, with the same rules. */
-class AsyncTest {
-    TestServer server;
-    RedisLocks locks;
-
-    @BeforeEach
-    void start() throws Exception {
-        server = new TestServer();
-        locks = RedisLocks.create(server.client);
-    }
-
-    @AfterEach
-    void stop() {
-        locks.close();
-        server.close();
-    }
-
+class AsyncTest extends OnServer {
     @Test
     void grantedAtOnceOrAfterAWaitInTheQueue() throws Exception {
         Hold first = locks.acquireAsync("k", Duration.ZERO, LockOptions.defaults()).get(5, TimeUnit.SECONDS);
@@ -57,10 +40,7 @@ class AsyncTest {
         CompletableFuture<Hold> waiting = locks.acquireAsync("k", Duration.ofSeconds(10), LockOptions.defaults());
         assertTrue(TestServer.eventually(() -> server.waiters("k") == 1, 3000));
         assertTrue(waiting.cancel(true));
-        assertTrue(TestServer.eventually(() -> server.waiters("k") == 0, 3000), "left the queue");
-        assertTrue(first.release());
-        Thread.sleep(100);
-        assertNull(server.info("k"), "nobody was granted");
+        assertLeftTheQueueAndNeverGranted("k", first);
     }
 
     @Test

@@ -18,23 +18,17 @@ import org.junit.jupiter.api.BeforeEach;
 import org.junit.jupiter.api.Test;
 
 /** Each rule of docs/clients.md, against a real server with the module started per test. */
-class LocksTest {
-    TestServer server;
-    RedisLocks locks;
+class LocksTest extends OnServer {
     RedisLocks other;
 
     @BeforeEach
-    void start() throws Exception {
-        server = new TestServer();
-        locks = RedisLocks.create(server.client);
+    void startOther() {
         other = RedisLocks.create(server.client);
     }
 
     @AfterEach
-    void stop() {
-        locks.close();
+    void stopOther() {
         other.close();
-        server.close();
     }
 
     static CompletableFuture<Boolean> inThread(Callable c) {
@@ -137,10 +131,7 @@ class LocksTest {
         thread.get().interrupt();
         ExecutionException e = assertThrows(ExecutionException.class, () -> got.get(5, TimeUnit.SECONDS));
         assertInstanceOf(InterruptedException.class, e.getCause());
-        assertTrue(TestServer.eventually(() -> server.waiters("k") == 0, 3000), "the waiter left the queue");
-        assertTrue(held.release());
-        Thread.sleep(100);
-        assertNull(server.info("k"), "nobody was granted the lock");
+        assertLeftTheQueueAndNeverGranted("k", held);
     }
 
     @Test

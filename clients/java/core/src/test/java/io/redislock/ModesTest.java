@@ -7,27 +7,10 @@ import java.util.List;
 import java.util.Map;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.TimeUnit;
-import org.junit.jupiter.api.AfterEach;
-import org.junit.jupiter.api.BeforeEach;
 import org.junit.jupiter.api.Test;
 
 /** Rule 9: shared holds, semaphores, session holds and durable grants. */
-class ModesTest {
-    TestServer server;
-    RedisLocks locks;
-
-    @BeforeEach
-    void start() throws Exception {
-        server = new TestServer();
-        locks = RedisLocks.create(server.client);
-    }
-
-    @AfterEach
-    void stop() {
-        locks.close();
-        server.close();
-    }
-
+class ModesTest extends OnServer {
     @Test
     void readWriteLock_manyReadersOrOneWriter() throws Exception {
         RedisReadWriteLock rw = locks.readWriteLock("k");
