@@ -19,7 +19,7 @@ TEST_THREADS   ?= 2
 
 .PHONY: all deps build-deps build release run test unit test-redis test-valkey test-python \
 	pyvenv test-node test-java bench-node test-go go-check test-faults test-matrix test-upgrade servers \
-	valkey dist dist-check test-dist test-aarch64 deb test-deb bench bench-go bench-baseline \
+	valkey dist dist-check test-dist test-aarch64 deb test-deb bench bench-go bench-java bench-baseline \
 	clippy fmt clean
 
 all: build
@@ -186,7 +186,8 @@ test-deb: deb deps
 
 ## The benchmark (a few minutes, never part of `make test`): prints the table and writes
 ## docs/bench/results.md and PNG charts. BENCH_ARGS=--quick for a shorter run. Section 9 runs
-## the Go clients' benchmark (clients/go/bench, built here when Go is installed; skipped if not).
+## the Go clients' benchmark (clients/go/bench, built here when Go is installed; skipped if not);
+## then the TypeScript and Java clients' (bench-node, bench-java).
 GO_BENCH := $(CURDIR)/target/go/lock-bench
 bench: release deps pyvenv
 	$(PYVENV)/bin/pip install -q --disable-pip-version-check python-redis-lock
@@ -196,11 +197,18 @@ bench: release deps pyvenv
 	$(ON_REDIS_RELEASE) \
 		cargo run --release -p redis-lock-bench -- --out docs/bench $(BENCH_ARGS)
 	$(MAKE) bench-node
+	$(MAKE) bench-java
 
 ## The TypeScript client against node-redlock (single instance), in one run of about 30 s:
 ## 32 tasks on one lock with a 1 ms hold; grants/s, Jain fairness, wait p99, as ratios.
 bench-node: release deps
 	cd clients/node && npm ci --no-audit --no-fund && $(ON_REDIS_RELEASE) npm run bench
+
+## The Java client against Redisson 3.52's RLock and fair lock (clients/java/bench, Maven
+## profile bench: Redisson from Maven Central into ~/.m2 the first time), in one run of about
+## 40 s: 32 threads on one lock with a 1 ms hold; grants/s, Jain fairness, wait p99, as ratios.
+bench-java: release deps
+	cd clients/java && $(ON_REDIS_RELEASE) $(MVN) -Pbench -Dmaven.test.skip=true verify
 
 ## Only the Go clients' benchmark (about 20 s): redislock, redsync and bsm/redislock, 32
 ## goroutines on one lock with 1 ms holds, on a server of its own.
