@@ -1,8 +1,10 @@
 package io.redislock;
 
 import io.lettuce.core.RedisCommandExecutionException;
+import io.lettuce.core.RedisFuture;
 import io.lettuce.core.output.IntegerOutput;
 import io.lettuce.core.codec.StringCodec;
+import java.time.Duration;
 import java.util.List;
 import java.util.Optional;
 import java.util.concurrent.CompletableFuture;
@@ -22,7 +24,7 @@ public final class Hold implements AutoCloseable {
     private final String key;
     private final String owner;
     private final long token;
-    private final long ttlMs;
+    private final boolean watchdog;
     /** The connection a SESSION hold is bound to: closed with the hold. */
     private final Link session;
     private final List<LostListener> listeners = new CopyOnWriteArrayList<>();
@@ -30,7 +32,11 @@ public final class Hold implements AutoCloseable {
     // Guarded by this.
     private boolean released;
     private String lostReason;
+    /** The lease each renewal asks for: the options' ttl, or the last {@link #extend}'s. */
+    private long ttlMs;
     private long leaseEnd;
+    /** When the renewal whose answer set {@link #leaseEnd} was sent: an older answer changes nothing. */
+    private long leaseSentAt;
     private ScheduledFuture<?> next;
     private ScheduledFuture<?> deadline;
     private CompletableFuture<Long> inFlight;
@@ -41,12 +47,14 @@ public final class Hold implements AutoCloseable {
         this.key = key;
         this.owner = owner;
         this.token = token;
+        this.watchdog = options.watchdog;
         this.ttlMs = options.ttl.toMillis();
         this.leaseEnd = grantedAt + TimeUnit.MILLISECONDS.toNanos(ttlMs);
+        this.leaseSentAt = grantedAt;
         if (options.onLost != null) {
             listeners.add(options.onLost);
         }
-        if (options.watchdog) { // its link was connected by the acquisition, on the caller's thread
+        if (watchdog) { // its link was connected by the acquisition, on the caller's thread
             synchronized (this) {
                 schedule(period());
             }
@@ -64,6 +72,11 @@ public final class Hold implements AutoCloseable {
     /** The fencing token of this hold (rule 5). */
     public long token() {
         return token;
+    }
+
+    /** The lease each renewal asks for: the ttl it was taken with, or the last {@link #extend}'s. */
+    public synchronized Duration ttl() {
+        return Duration.ofMillis(ttlMs);
     }
 
     public synchronized boolean isLost() {
@@ -105,6 +118,64 @@ public final class Hold implements AutoCloseable {
                 throw new StaleTokenException(e.getMessage());
             }
             throw e;
+        }
+    }
+
+    /**
+     * Renews the lease now ({@code LOCK.EXTEND key owner ttl TOKEN token}): it ends {@code ttl} from
+     * now (longer or shorter than before), and the watchdog, if on, goes on renewing by {@code ttl}.
+     * True if the hold was live; false if it had ended (it is then lost, reported once: rule 8) or
+     * had been released. Sent on the watchdog's connection, in order with its renewals.
+     */
+    public boolean extend(Duration ttl) {
+        long ms = ttl.toMillis();
+        if (ms <= 0) {
+            throw new IllegalArgumentException("ttl must be at least 1 ms");
+        }
+        Link link = locks.watchdog();
+        RedisFuture<Long> f;
+        CompletableFuture<Long> pending;
+        long sentAt;
+        synchronized (this) {
+            if (released || lostReason != null) {
+                return false;
+            }
+            ttlMs = ms;
+            sentAt = System.nanoTime();
+            f = link.call(new IntegerOutput<>(StringCodec.UTF8), "LOCK.EXTEND", key, owner, ms, "TOKEN", token);
+            inFlight = pending = f.toCompletableFuture();
+        }
+        Long reply;
+        try {
+            reply = locks.await(f); // unanswered: thrown, and the watchdog goes on as before
+        } finally {
+            synchronized (this) {
+                if (inFlight == pending) {
+                    inFlight = null;
+                }
+            }
+        }
+        synchronized (this) {
+            if (released || lostReason != null) {
+                return false;
+            }
+            if (reply != null && reply == 1) {
+                renewedLease(sentAt, ms);
+                return true;
+            }
+        }
+        lose("an extend answered 0: the lease had ended or the lock was force-released", false);
+        return false;
+    }
+
+    // Called with this locked: a renewal sent at sentAt for ttl was answered 1.
+    private void renewedLease(long sentAt, long ttl) {
+        if (sentAt - leaseSentAt >= 0) {
+            leaseSentAt = sentAt;
+            leaseEnd = sentAt + TimeUnit.MILLISECONDS.toNanos(ttl);
+        }
+        if (watchdog) {
+            schedule(period());
         }
     }
 
@@ -180,6 +251,9 @@ public final class Hold implements AutoCloseable {
 
     // Called with this locked.
     private void schedule(long delayMs) {
+        if (next != null) {
+            next.cancel(false); // one renewal chain, also when an extend and a renewal both answer
+        }
         next = locks.scheduler.schedule(this::renew, delayMs, TimeUnit.MILLISECONDS);
         if (deadline != null) {
             deadline.cancel(false);
@@ -210,6 +284,7 @@ public final class Hold implements AutoCloseable {
         long sentAt = System.nanoTime();
         CompletableFuture<Long> f;
         Link link;
+        long ttl;
         synchronized (this) {
             if (released || lostReason != null) {
                 return;
@@ -219,18 +294,20 @@ public final class Hold implements AutoCloseable {
                 schedule(Math.max(1, Math.min(period(), ttlMs / 10)));
                 return;
             }
+            ttl = ttlMs;
             try {
-                f = link.call(new IntegerOutput<>(StringCodec.UTF8), "LOCK.EXTEND", key, owner, ttlMs, "TOKEN", token)
+                f = link.call(new IntegerOutput<>(StringCodec.UTF8), "LOCK.EXTEND", key, owner, ttl, "TOKEN", token)
                         .toCompletableFuture();
             } catch (RuntimeException e) {
                 f = CompletableFuture.failedFuture(e);
             }
             inFlight = f;
         }
-        f.whenComplete((reply, error) -> renewed(link, sentAt, reply, error));
+        CompletableFuture<Long> sent = f;
+        f.whenComplete((reply, error) -> renewed(link, sent, sentAt, ttl, reply, error));
     }
 
-    private void renewed(Link link, long sentAt, Long reply, Throwable error) {
+    private void renewed(Link link, CompletableFuture<Long> f, long sentAt, long ttl, Long reply, Throwable error) {
         Throwable cause = error != null && error.getCause() != null && error instanceof java.util.concurrent.CompletionException
                 ? error.getCause() : error;
         if (cause instanceof RedisCommandExecutionException rce && RedisLocks.isRetryable(rce)) {
@@ -238,13 +315,14 @@ public final class Hold implements AutoCloseable {
             error = new io.lettuce.core.RedisException(rce.getMessage()); // a failover: retried until the lease ends
         }
         synchronized (this) {
-            inFlight = null;
+            if (inFlight == f) {
+                inFlight = null;
+            }
             if (released || lostReason != null) {
                 return;
             }
             if (error == null && reply != null && reply == 1) {
-                leaseEnd = sentAt + TimeUnit.MILLISECONDS.toNanos(ttlMs);
-                schedule(period());
+                renewedLease(sentAt, ttl);
                 return;
             }
             if (error == null || error.getCause() instanceof RedisCommandExecutionException

@@ -1,5 +1,6 @@
 package io.redislock;
 
+import java.time.Duration;
 import java.util.Map;
 import java.util.UUID;
 import java.util.concurrent.ConcurrentHashMap;
@@ -46,8 +47,17 @@ public final class RedisLock implements Lock {
 
     @Override
     public void lock() {
+        lock(options.ttl);
+    }
+
+    /**
+     * {@link #lock()} with a lease of {@code ttl} for this hold instead of the options' (the
+     * watchdog, if on, renews by it). A re-entry counts on the hold the thread has, and its lease.
+     */
+    public void lock(Duration ttl) {
+        LockOptions o = options.ttl(ttl);
         try {
-            enter(Long.MAX_VALUE, false);
+            enter(Long.MAX_VALUE, false, o);
         } catch (InterruptedException e) {
             throw new AssertionError(e);
         }
@@ -58,13 +68,13 @@ public final class RedisLock implements Lock {
         if (Thread.interrupted()) {
             throw new InterruptedException();
         }
-        enter(Long.MAX_VALUE, true);
+        enter(Long.MAX_VALUE, true, options);
     }
 
     @Override
     public boolean tryLock() {
         try {
-            return enter(-1, false);
+            return enter(-1, false, options);
         } catch (InterruptedException e) {
             throw new AssertionError(e);
         }
@@ -72,13 +82,19 @@ public final class RedisLock implements Lock {
 
     @Override
     public boolean tryLock(long time, TimeUnit unit) throws InterruptedException {
+        return tryLock(Duration.ofMillis(unit.toMillis(time)), options.ttl);
+    }
+
+    /** {@link #tryLock(long, TimeUnit)} with a lease of {@code ttl} for this hold, as {@link #lock(Duration)}. */
+    public boolean tryLock(Duration wait, Duration ttl) throws InterruptedException {
+        LockOptions o = options.ttl(ttl);
         if (Thread.interrupted()) {
             throw new InterruptedException();
         }
-        return enter(Math.max(0, unit.toMillis(time)), true);
+        return enter(Math.max(0, wait.toMillis()), true, o);
     }
 
-    private boolean enter(long waitMs, boolean interruptible) throws InterruptedException {
+    private boolean enter(long waitMs, boolean interruptible, LockOptions o) throws InterruptedException {
         Thread me = Thread.currentThread();
         Entry e = held.get(me);
         if (e != null) {
@@ -89,7 +105,7 @@ public final class RedisLock implements Lock {
             e.count[0]++;
             return true;
         }
-        Hold h = locks.take(key, owner(), options, waitMs, interruptible);
+        Hold h = locks.take(key, owner(), o, waitMs, interruptible);
         if (h == null) {
             return false;
         }
@@ -121,6 +137,11 @@ public final class RedisLock implements Lock {
     @Override
     public Condition newCondition() {
         throw new UnsupportedOperationException("RedisLock has no conditions");
+    }
+
+    /** Whether some thread holds this lock through this object (not: whether anyone holds the key). */
+    public boolean isHeldByAnyThread() {
+        return !held.isEmpty();
     }
 
     public boolean isHeldByCurrentThread() {

@@ -274,6 +274,59 @@ class LocksTest extends OnServer {
     }
 
     @Test
+    void extend_setsTheLeaseFromNow_andTheWatchdogGoesOnRenewingByIt() throws Exception {
+        Hold fixed = locks.acquire("k", Duration.ZERO, LockOptions.defaults().ttl(Duration.ofSeconds(30)).watchdog(false));
+        assertTrue(fixed.extend(Duration.ofMillis(400)), "shorter than before");
+        assertTrue((Long) server.info("k").get("ttl") <= 400);
+        Thread.sleep(600);
+        assertNull(server.info("k"), "a fixed lease ends at the extended end");
+        assertFalse(fixed.extend(Duration.ofSeconds(1)));
+        assertTrue(fixed.isLost());
+
+        Hold h = locks.acquire("j", Duration.ZERO, LockOptions.defaults().ttl(Duration.ofMillis(300)));
+        assertEquals(Duration.ofMillis(300), h.ttl());
+        assertTrue(h.extend(Duration.ofSeconds(20)));
+        assertEquals(Duration.ofSeconds(20), h.ttl());
+        long extends_ = server.calls("lock.extend");
+        Thread.sleep(800);
+        assertTrue(server.calls("lock.extend") - extends_ <= 1, "renewals every 20 s / 3 now, not every 100 ms");
+        assertTrue((Long) server.info("j").get("ttl") > 18_000);
+        assertTrue(h.release());
+        assertFalse(h.extend(Duration.ofSeconds(1)), "released");
+    }
+
+    @Test
+    void extend_ofAForceReleasedHoldAnswersFalse_lostOnce() throws Exception {
+        List<String> reasons = new CopyOnWriteArrayList<>();
+        Hold h = locks.acquire("k", Duration.ZERO, LockOptions.defaults().ttl(Duration.ofSeconds(30)).onLost((x, r) -> reasons.add(r)));
+        server.cmd("LOCK.FORCERELEASE", "k");
+        assertFalse(h.extend(Duration.ofSeconds(30)));
+        assertFalse(h.extend(Duration.ofSeconds(30)));
+        assertEquals(1, reasons.size(), String.valueOf(reasons));
+        assertThrows(LockLostException.class, h::close);
+    }
+
+    @Test
+    void aPerCallTtl_isTheLeaseOfThatHold() throws Exception {
+        RedisLock l = locks.lock("k", LockOptions.defaults().ttl(Duration.ofSeconds(30)).watchdog(false));
+        l.lock(Duration.ofMillis(5000));
+        long ttl = (Long) server.info("k").get("ttl");
+        assertTrue(ttl > 4000 && ttl <= 5000, String.valueOf(ttl));
+        assertTrue(l.tryLock(Duration.ZERO, Duration.ofSeconds(60)), "a re-entry");
+        assertTrue((Long) server.info("k").get("ttl") <= 5000, "keeps the hold's lease");
+        assertTrue(l.isHeldByAnyThread());
+        assertFalse(inThread(l::isHeldByCurrentThread).get(5, TimeUnit.SECONDS));
+        assertTrue(inThread(l::isHeldByAnyThread).get(5, TimeUnit.SECONDS));
+        l.unlock();
+        l.unlock();
+        assertFalse(l.isHeldByAnyThread());
+        assertTrue(l.tryLock(Duration.ofSeconds(1), Duration.ofMillis(2000)));
+        assertTrue((Long) server.info("k").get("ttl") <= 2000);
+        l.unlock();
+        assertThrows(IllegalArgumentException.class, () -> l.lock(Duration.ZERO));
+    }
+
+    @Test
     void aFixedLeaseEndsWithItsTtl_releaseAnswersFalse() throws Exception {
         Hold h = locks.acquire("k", Duration.ZERO, LockOptions.defaults().ttl(Duration.ofMillis(200)).watchdog(false));
         Thread.sleep(400);

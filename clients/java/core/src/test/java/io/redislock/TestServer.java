@@ -20,15 +20,16 @@ import java.util.function.BooleanSupplier;
 /**
  * A real redis-server (or valkey-server: LOCK_TEST_SERVER) with the module (LOCK_MODULE, default
  * ../../../target/debug/libredis_lock.so) on a free loopback port (never 6379), stopped by PID.
+ * Public, in the core's test-jar, for the tests of the modules built on the core (spring/).
  */
-final class TestServer implements AutoCloseable {
+public final class TestServer implements AutoCloseable {
     static final String BINARY = env("LOCK_TEST_SERVER", "redis-server");
     static final String MODULE = env("LOCK_MODULE", new File("../../../target/debug/libredis_lock.so").getAbsolutePath());
 
-    final int port;
-    final Process process;
-    final Path dir;
-    final RedisClient client;
+    public final int port;
+    public final Process process;
+    public final Path dir;
+    public final RedisClient client;
     private final StatefulRedisConnection<String, String> admin;
 
     private static String env(String name, String otherwise) {
@@ -53,7 +54,7 @@ final class TestServer implements AutoCloseable {
         }
     }
 
-    TestServer(String... extra) throws IOException, InterruptedException {
+    public TestServer(String... extra) throws IOException, InterruptedException {
         port = freePort();
         dir = Files.createTempDirectory("redislock-java-");
         List<String> cmd = new ArrayList<>(List.of(BINARY, "--port", String.valueOf(port), "--bind", "127.0.0.1",
@@ -79,7 +80,7 @@ final class TestServer implements AutoCloseable {
     }
 
     /** A command of the test's own, not through the library. */
-    Object cmd(Object... args) {
+    public Object cmd(Object... args) {
         CommandArgs<String, String> a = new CommandArgs<>(StringCodec.UTF8);
         for (int i = 1; i < args.length; i++) {
             a.add(String.valueOf(args[i]));
@@ -89,7 +90,7 @@ final class TestServer implements AutoCloseable {
 
     /** LOCK.INFO as a map (RESP2 field/value pairs), or null when the lock is free. */
     @SuppressWarnings("unchecked")
-    Map<String, Object> info(String key) {
+    public Map<String, Object> info(String key) {
         Object r = cmd("LOCK.INFO", key);
         if (r == null) {
             return null;
@@ -102,18 +103,18 @@ final class TestServer implements AutoCloseable {
         return m;
     }
 
-    long waiters(String key) {
+    public long waiters(String key) {
         Map<String, Object> m = info(key);
         return m == null ? 0 : (Long) m.get("waiters");
     }
 
-    long calls(String command) {
+    public long calls(String command) {
         String stats = String.valueOf(cmd("INFO", "commandstats"));
         var m = java.util.regex.Pattern.compile("cmdstat_" + command.replace(".", "\\.") + ":calls=(\\d+)").matcher(stats);
         return m.find() ? Long.parseLong(m.group(1)) : 0;
     }
 
-    static boolean eventually(BooleanSupplier cond, long timeoutMs) throws InterruptedException {
+    public static boolean eventually(BooleanSupplier cond, long timeoutMs) throws InterruptedException {
         long end = System.nanoTime() + timeoutMs * 1_000_000L;
         while (System.nanoTime() < end) {
             try {
