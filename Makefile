@@ -213,7 +213,7 @@ bench-node: release deps
 ## profile bench: Redisson from Maven Central into ~/.m2 the first time), in one run of about
 ## 40 s: 32 threads on one lock with a 1 ms hold; grants/s, Jain fairness, wait p99, as ratios.
 bench-java: release deps
-	cd clients/java && $(ON_REDIS_RELEASE) $(MVN) -Pbench -Dmaven.test.skip=true verify
+	cd clients/java && $(ON_REDIS_RELEASE) $(MVN) -Pbench -pl bench -am -Dmaven.test.skip=true verify
 
 ## Only the Go clients' benchmark (about 20 s): redislock, redsync and bsm/redislock, 32
 ## goroutines on one lock with 1 ms holds, on a server of its own.
