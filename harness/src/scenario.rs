@@ -691,6 +691,19 @@ fn read_loop(
     reads
 }
 
+/// `check`, and what nearly every fault test asserts besides: exactly `faults` faults were
+/// injected and the workload went on (more than `min_accepted` accepted writes). The accepted
+/// and stale counts, as `check` gives them.
+pub fn check_faults(outcome: &Outcome, faults: usize, min_accepted: usize) -> (usize, usize) {
+    let (accepted, stale) = check(outcome);
+    assert_eq!(outcome.injected, faults, "faults injected");
+    assert!(
+        accepted > min_accepted,
+        "writers kept working: {accepted} accepted writes"
+    );
+    (accepted, stale)
+}
+
 /// Check the properties the README promises; returns (accepted writes, stale rejections).
 pub fn check(outcome: &Outcome) -> (usize, usize) {
     let accepted = check_writes(outcome);

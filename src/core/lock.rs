@@ -555,20 +555,22 @@ impl Kept {
     }
 }
 
+/// A holder for tests: `owner`'s hold under `token` until `deadline`, granted at 0.
+#[cfg(test)]
+pub(crate) fn holder(owner: &str, token: Token, deadline: Millis) -> Holder {
+    Holder {
+        owner: Owner::new(owner.as_bytes()),
+        token,
+        deadline,
+        granted: 0,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::core::fencing::TokenSource;
     use proptest::prelude::*;
-
-    fn holder(owner: &str, token: Token, deadline: Millis) -> Holder {
-        Holder {
-            owner: Owner::new(owner.as_bytes()),
-            token,
-            deadline,
-            granted: 0,
-        }
-    }
 
     fn req(owner: &str, want: Want, ttl: Millis) -> Request<'_> {
         Request {

@@ -178,15 +178,7 @@ impl<C> WaitQueue<C> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn holder(owner: &str, token: Token, deadline: Millis) -> Holder {
-        Holder {
-            owner: Owner::new(owner.as_bytes()),
-            token,
-            deadline,
-            granted: 0,
-        }
-    }
+    use crate::core::lock::holder;
 
     fn waiter(client: u32, owner: &str, ttl: Millis, want: Want) -> Waiter<u32> {
         Waiter {

@@ -23,8 +23,6 @@ fn guarded_writes_with_stalled_holders_and_a_stopped_server() {
         Duration::from_millis(500),
     ))
     .run();
-    let (accepted, stale) = check(&outcome);
-    assert_eq!(outcome.injected, 3);
-    assert!(accepted > 50, "writers kept working: {accepted}");
+    let (_, stale) = check_faults(&outcome, 3, 50);
     assert!(stale > 0, "the stalled holders' late writes were refused");
 }
