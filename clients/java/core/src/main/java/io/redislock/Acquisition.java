@@ -48,7 +48,10 @@ final class Acquisition {
         this.waitMs = waitMs == 0 ? -1 : waitMs; // a zero wait is one attempt (WAIT 0 waits forever)
         this.end = this.waitMs == Long.MAX_VALUE ? Long.MAX_VALUE : asked + TimeUnit.MILLISECONDS.toNanos(Math.max(0, waitMs));
         result.whenComplete((h, e) -> {
-            if (result.isCancelled()) {
+            // Cancelled, timed out (orTimeout) or completed by the caller: the wait ends early and
+            // leaves the server's queue (rule 3). The acquisition's own failures have handed their
+            // link back before they complete.
+            if (e != null) {
                 closeOwnLink();
             }
         });
@@ -99,7 +102,7 @@ final class Acquisition {
             synchronized (this) {
                 ownLink = link;
             }
-            if (result.isCancelled()) {
+            if (result.isDone()) { // ended early while the link connected
                 closeOwnLink();
                 return;
             }

@@ -108,9 +108,10 @@ public final class RedisLocks implements AutoCloseable {
 
     /**
      * The asynchronous acquire: completes with the hold, or with {@link NotAcquiredException} when
-     * the wait ends ungranted. Cancelling the future closes the wait's connection, which takes it
-     * out of the server's queue (rule 3); a grant already on its way is released. Every kind of
-     * hold; the same rules as {@link #acquire}, which waits on this.
+     * the wait ends ungranted. Cancelling the future (or completing it, as {@code orTimeout} does)
+     * closes the wait's connection, which takes it out of the server's queue (rule 3); a grant
+     * already on its way is released. Every kind of hold; the same rules as {@link #acquire},
+     * which waits on this.
      */
     public CompletableFuture<Hold> acquireAsync(String key, Duration wait, LockOptions options) {
         return new Acquisition(this, key, ownerOf(options), options, wait.toMillis()).start().result;
