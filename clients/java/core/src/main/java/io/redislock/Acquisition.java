@@ -48,17 +48,22 @@ final class Acquisition {
         this.waitMs = waitMs == 0 ? -1 : waitMs; // a zero wait is one attempt (WAIT 0 waits forever)
         this.end = this.waitMs == Long.MAX_VALUE ? Long.MAX_VALUE : asked + TimeUnit.MILLISECONDS.toNanos(Math.max(0, waitMs));
         result.whenComplete((h, e) -> {
-            // Cancelled, timed out (orTimeout) or completed by the caller: the wait ends early and
-            // leaves the server's queue (rule 3). The acquisition's own failures have handed their
-            // link back before they complete.
+            // Cancelled, timed out (orTimeout) or completed by the caller, or its RedisLocks closed:
+            // the wait ends early and leaves the server's queue (rule 3). The acquisition's own
+            // failures have handed their link back before they complete.
             if (e != null) {
                 closeOwnLink();
             }
+            locks.finished(this);
         });
     }
 
     /** Starts on the caller's thread, which connects what the hold will need (never an event loop). */
     Acquisition start() {
+        if (!locks.started(this)) {
+            result.completeExceptionally(new IllegalStateException("RedisLocks is closed"));
+            return this;
+        }
         try {
             locks.commands();
             if (o.watchdog) {
