@@ -151,7 +151,7 @@ final class Acquisition {
     /** A durable grant: kept only when {@code WAIT} reports its replicas; else released, not granted. */
     private void awaitReplicas(Link link, long token, long grantedAt) {
         link.timeout(o.replicaTimeout.plusMillis(GRACE_MS));
-        link.callNoKey(new IntegerOutput<>(StringCodec.UTF8), "WAIT", o.replicas, o.replicaTimeout.toMillis())
+        link.callOnNodeOf(key, new IntegerOutput<>(StringCodec.UTF8), "WAIT", o.replicas, o.replicaTimeout.toMillis())
                 .whenComplete((acked, error) -> {
                     if (error == null && acked != null && acked >= o.replicas) {
                         granted(link, token, grantedAt);
