@@ -45,7 +45,9 @@ final class Acquisition {
         this.key = key;
         this.owner = owner;
         this.o = o;
-        this.waitMs = waitMs == 0 ? -1 : waitMs; // a zero wait is one attempt (WAIT 0 waits forever)
+        // A zero wait is one attempt (WAIT 0 waits forever); one past what a command timeout (in ns)
+        // can hold is a wait without limit.
+        this.waitMs = waitMs == 0 ? -1 : waitMs >= FOREVER.toMillis() ? Long.MAX_VALUE : waitMs;
         this.end = this.waitMs == Long.MAX_VALUE ? Long.MAX_VALUE : asked + TimeUnit.MILLISECONDS.toNanos(Math.max(0, waitMs));
         result.whenComplete((h, e) -> {
             // Cancelled, timed out (orTimeout) or completed by the caller, or its RedisLocks closed:
