@@ -45,17 +45,27 @@ final class Acquisition {
         this.key = key;
         this.owner = owner;
         this.o = o;
-        this.waitMs = waitMs == 0 ? -1 : waitMs; // a zero wait is one attempt (WAIT 0 waits forever)
+        // A zero wait is one attempt (WAIT 0 waits forever); one past what a command timeout (in ns)
+        // can hold is a wait without limit.
+        this.waitMs = waitMs == 0 ? -1 : waitMs >= FOREVER.toMillis() ? Long.MAX_VALUE : waitMs;
         this.end = this.waitMs == Long.MAX_VALUE ? Long.MAX_VALUE : asked + TimeUnit.MILLISECONDS.toNanos(Math.max(0, waitMs));
         result.whenComplete((h, e) -> {
-            if (result.isCancelled()) {
+            // Cancelled, timed out (orTimeout) or completed by the caller, or its RedisLocks closed:
+            // the wait ends early and leaves the server's queue (rule 3). The acquisition's own
+            // failures have handed their link back before they complete.
+            if (e != null) {
                 closeOwnLink();
             }
+            locks.finished(this);
         });
     }
 
     /** Starts on the caller's thread, which connects what the hold will need (never an event loop). */
     Acquisition start() {
+        if (!locks.started(this)) {
+            result.completeExceptionally(new IllegalStateException("RedisLocks is closed"));
+            return this;
+        }
         try {
             locks.commands();
             if (o.watchdog) {
@@ -99,7 +109,7 @@ final class Acquisition {
             synchronized (this) {
                 ownLink = link;
             }
-            if (result.isCancelled()) {
+            if (result.isDone()) { // ended early while the link connected
                 closeOwnLink();
                 return;
             }
@@ -143,7 +153,7 @@ final class Acquisition {
     /** A durable grant: kept only when {@code WAIT} reports its replicas; else released, not granted. */
     private void awaitReplicas(Link link, long token, long grantedAt) {
         link.timeout(o.replicaTimeout.plusMillis(GRACE_MS));
-        link.callNoKey(new IntegerOutput<>(StringCodec.UTF8), "WAIT", o.replicas, o.replicaTimeout.toMillis())
+        link.callOnNodeOf(key, new IntegerOutput<>(StringCodec.UTF8), "WAIT", o.replicas, o.replicaTimeout.toMillis())
                 .whenComplete((acked, error) -> {
                     if (error == null && acked != null && acked >= o.replicas) {
                         granted(link, token, grantedAt);

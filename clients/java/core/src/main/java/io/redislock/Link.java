@@ -1,18 +1,22 @@
 package io.redislock;
 
 import io.lettuce.core.RedisClient;
+import io.lettuce.core.RedisException;
 import io.lettuce.core.RedisFuture;
 import io.lettuce.core.api.StatefulConnection;
 import io.lettuce.core.api.StatefulRedisConnection;
 import io.lettuce.core.api.async.BaseRedisAsyncCommands;
 import io.lettuce.core.cluster.RedisClusterClient;
+import io.lettuce.core.cluster.SlotHash;
 import io.lettuce.core.cluster.api.StatefulRedisClusterConnection;
+import io.lettuce.core.cluster.models.partitions.RedisClusterNode;
 import io.lettuce.core.codec.StringCodec;
 import io.lettuce.core.output.CommandOutput;
 import io.lettuce.core.protocol.CommandArgs;
 import io.lettuce.core.protocol.ProtocolKeyword;
 import java.nio.charset.StandardCharsets;
 import java.time.Duration;
+import java.util.concurrent.CompletableFuture;
 
 /**
  * One Lettuce connection of the library's own (standalone or cluster), never the application's: the
@@ -64,13 +68,25 @@ final class Link implements AutoCloseable {
         return async.dispatch(new Name(command), output, a);
     }
 
-    /** Sends a command without a key ({@code WAIT n timeout}). */
-    <T> RedisFuture<T> callNoKey(CommandOutput<String, String, T> output, String command, long... args) {
+    /**
+     * Sends a command without a key ({@code WAIT n timeout}) to the node that serves {@code key}:
+     * on a cluster, over the same node connection the key's commands went on (a keyless command
+     * would go to whichever node Lettuce's default connection reaches).
+     */
+    <T> CompletableFuture<T> callOnNodeOf(String key, CommandOutput<String, String, T> output, String command, long... args) {
         CommandArgs<String, String> a = new CommandArgs<>(StringCodec.UTF8);
         for (long arg : args) {
             a.add(arg);
         }
-        return async.dispatch(new Name(command), output, a);
+        if (connection instanceof StatefulRedisClusterConnection<String, String> c) {
+            RedisClusterNode master = c.getPartitions().getMasterBySlot(SlotHash.getSlot(key));
+            if (master == null) {
+                return CompletableFuture.failedFuture(new RedisException("no master serves the slot of " + key));
+            }
+            return c.getConnectionAsync(master.getUri().getHost(), master.getUri().getPort())
+                    .thenCompose(n -> n.async().dispatch(new Name(command), output, a).toCompletableFuture());
+        }
+        return async.dispatch(new Name(command), output, a).toCompletableFuture();
     }
 
     /** Lifts the client's own command timeout for a wait of this long (rule 2). */

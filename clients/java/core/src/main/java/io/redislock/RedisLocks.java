@@ -6,8 +6,10 @@ import io.lettuce.core.cluster.RedisClusterClient;
 import io.lettuce.core.codec.StringCodec;
 import io.lettuce.core.output.IntegerOutput;
 import java.time.Duration;
+import java.util.Set;
 import java.util.UUID;
 import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.ConcurrentLinkedDeque;
 import java.util.concurrent.ExecutionException;
 import java.util.concurrent.Future;
@@ -33,6 +35,8 @@ public final class RedisLocks implements AutoCloseable {
     private final Supplier<Link> connector;
     final ScheduledExecutorService scheduler;
     private final ConcurrentLinkedDeque<Link> idleWaits = new ConcurrentLinkedDeque<>();
+    /** The acquisitions not yet over: close() ends them, which closes their waits' links. */
+    private final Set<Acquisition> acquiring = ConcurrentHashMap.newKeySet();
     private volatile Link commands;
     private volatile Link watchdog;
     private volatile boolean closed;
@@ -108,9 +112,10 @@ public final class RedisLocks implements AutoCloseable {
 
     /**
      * The asynchronous acquire: completes with the hold, or with {@link NotAcquiredException} when
-     * the wait ends ungranted. Cancelling the future closes the wait's connection, which takes it
-     * out of the server's queue (rule 3); a grant already on its way is released. Every kind of
-     * hold; the same rules as {@link #acquire}, which waits on this.
+     * the wait ends ungranted. Cancelling the future (or completing it, as {@code orTimeout} does)
+     * closes the wait's connection, which takes it out of the server's queue (rule 3); a grant
+     * already on its way is released. Every kind of hold; the same rules as {@link #acquire},
+     * which waits on this.
      */
     public CompletableFuture<Hold> acquireAsync(String key, Duration wait, LockOptions options) {
         return new Acquisition(this, key, ownerOf(options), options, wait.toMillis()).start().result;
@@ -179,12 +184,28 @@ public final class RedisLocks implements AutoCloseable {
                 .toCompletableFuture();
     }
 
+    /** Registers an acquisition that close() is to end; false if closed already. */
+    synchronized boolean started(Acquisition a) {
+        if (closed) {
+            return false;
+        }
+        acquiring.add(a);
+        return true;
+    }
+
+    void finished(Acquisition a) {
+        acquiring.remove(a);
+    }
+
     /** A wait's link whose call is over, for the next wait. */
     void idle(Link link) {
         idleWaits.push(link);
     }
 
     Link waitLink() {
+        if (closed) {
+            throw new IllegalStateException("RedisLocks is closed");
+        }
         for (Link l; (l = idleWaits.poll()) != null;) {
             if (l.isOpen()) {
                 return l;
@@ -277,11 +298,17 @@ public final class RedisLocks implements AutoCloseable {
         }
     }
 
-    /** Closes the library's connections and stops the watchdog thread; holds are not released. */
+    /**
+     * Closes the library's connections and stops the watchdog thread; holds are not released. An
+     * acquire still waiting ends with {@link IllegalStateException}, its wait's connection closed.
+     */
     @Override
     public void close() {
         synchronized (this) {
             closed = true;
+        }
+        for (Acquisition a : acquiring) { // a wait in flight ends, and its link is closed (rule 3)
+            a.result.completeExceptionally(new IllegalStateException("RedisLocks is closed"));
         }
         scheduler.shutdownNow();
         for (Link l; (l = idleWaits.poll()) != null;) {

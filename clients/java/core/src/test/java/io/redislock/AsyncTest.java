@@ -44,6 +44,29 @@ class AsyncTest extends OnServer {
     }
 
     @Test
+    void aFutureTimedOutByTheCallerLeavesTheQueueAndIsNeverGranted() throws Exception {
+        Hold first = locks.acquire("k", Duration.ZERO);
+        CompletableFuture<Hold> waiting = locks.acquireAsync("k", Duration.ofSeconds(10), LockOptions.defaults())
+                .orTimeout(300, TimeUnit.MILLISECONDS); // the same future, completed with a TimeoutException
+        assertTrue(TestServer.eventually(() -> server.waiters("k") == 1, 3000));
+        ExecutionException e = assertThrows(ExecutionException.class, () -> waiting.get(5, TimeUnit.SECONDS));
+        assertInstanceOf(java.util.concurrent.TimeoutException.class, e.getCause());
+        assertLeftTheQueueAndNeverGranted("k", first);
+    }
+
+    @Test
+    void closingRedisLocksEndsAWaitInFlight() throws Exception {
+        Hold first = locks.acquire("k", Duration.ZERO);
+        RedisLocks other = RedisLocks.create(server.client);
+        CompletableFuture<Hold> waiting = other.acquireAsync("k", Duration.ofSeconds(10), LockOptions.defaults());
+        assertTrue(TestServer.eventually(() -> server.waiters("k") == 1, 3000));
+        other.close();
+        assertTrue(TestServer.eventually(waiting::isDone, 3000), "the wait ends with its RedisLocks");
+        assertThrows(ExecutionException.class, () -> waiting.get(1, TimeUnit.SECONDS));
+        assertLeftTheQueueAndNeverGranted("k", first);
+    }
+
+    @Test
     void aSessionHoldTakenAfterAWaitEndsWithItsConnection() throws Exception {
         Hold first = locks.acquire("k", Duration.ZERO);
         CompletableFuture<Hold> waiting = locks.acquireAsync("k", Duration.ofSeconds(5), LockOptions.defaults().session());

@@ -125,6 +125,38 @@ class ClusterTest {
     }
 
     @Test
+    void aDurableGrantCountsTheReplicasOfTheKeysMaster() throws Exception {
+        TestServer master = ownerOf("{b}:lock");
+        try (TestServer replica = new TestServer("--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
+                "--cluster-node-timeout", "2000")) {
+            Process p = new ProcessBuilder("redis-cli", "--cluster", "add-node", "127.0.0.1:" + replica.port,
+                    "127.0.0.1:" + master.port, "--cluster-slave", "--cluster-master-id", myId(master))
+                    .redirectErrorStream(true).start();
+            String out = new String(p.getInputStream().readAllBytes());
+            assertEquals(0, p.waitFor(), out);
+            assertTrue(TestServer.eventually(() -> String.valueOf(replica.cmd("INFO", "replication"))
+                    .contains("master_link_status:up"), 20_000));
+            LockOptions durable = LockOptions.defaults().replicas(1, Duration.ofMillis(300));
+            try (RedisLocks locks = RedisLocks.create(client)) {
+                for (String key : List.of("{a}:durable", "{b}:durable", "{c}:durable")) {
+                    if (ownerOf(key) == master) {
+                        locks.acquire(key, Duration.ZERO, durable).release();
+                    } else {
+                        assertThrows(NotAcquiredException.class, () -> locks.acquire(key, Duration.ZERO, durable),
+                                key + ": its master has no replica");
+                    }
+                }
+            } finally {
+                String id = myId(replica);
+                replica.close();
+                for (TestServer n : nodes) {
+                    n.cmd("CLUSTER", "FORGET", id);
+                }
+            }
+        }
+    }
+
+    @Test
     void aMovedSlotIsFollowed() throws Exception {
         String key = "{moved}:lock";
         try (RedisLocks locks = RedisLocks.create(client)) {

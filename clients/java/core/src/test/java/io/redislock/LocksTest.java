@@ -118,6 +118,22 @@ class LocksTest extends OnServer {
     }
 
     @Test
+    void aWaitOfCenturiesIsAWaitWithoutLimit() throws Exception {
+        RedisLock l = locks.lock("k");
+        assertTrue(l.tryLock(Long.MAX_VALUE, TimeUnit.NANOSECONDS), "292 years: no overflow");
+        l.unlock();
+        Hold held = locks.acquire("k", Duration.ZERO);
+        CompletableFuture<Boolean> got = inThread(() -> {
+            try (Hold h = other.acquire("k", Duration.ofDays(1_000_000))) {
+                return h.token() > held.token();
+            }
+        });
+        assertTrue(TestServer.eventually(() -> server.waiters("k") == 1, 3000));
+        held.release();
+        assertTrue(got.get(5, TimeUnit.SECONDS));
+    }
+
+    @Test
     void rule3_anInterruptedWaitLeavesTheQueueAndIsNeverGranted() throws Exception {
         Hold held = locks.acquire("k", Duration.ZERO);
         RedisLock waiter = other.lock("k");
