@@ -164,17 +164,22 @@ final class Acquisition {
     }
 
     private void granted(Link link, long token, long grantedAt) {
-        if (result.isDone()) { // cancelled while the grant was on its way: give it back
+        boolean wanted;
+        synchronized (this) {
+            // A session's link becomes the hold's here, under the lock an early end takes to close
+            // it: either the end came first (the link is closed, the grant given back) or it finds
+            // no link to close and the hold is released as it would be by its holder.
+            wanted = !result.isDone() && (!o.session || ownLink == link);
+            if (wanted && o.session) {
+                ownLink = null;
+            }
+        }
+        if (!wanted) { // ended while the grant was on its way: give it back
             locks.releaseAsync(key, owner, token);
             done(link, null);
             return;
         }
         Hold hold = new Hold(locks, key, owner, token, o, grantedAt, o.session ? link : null);
-        if (o.session) {
-            synchronized (this) {
-                ownLink = null; // the hold's now
-            }
-        }
         if (!result.complete(hold)) {
             hold.releaseAsync();
         }
