@@ -71,23 +71,7 @@ class InventoryTest {
             AtomicInteger stale = new AtomicInteger();
             List<Thread> threads = new ArrayList<>();
             for (int i = 0; i < 16; i++) {
-                Thread t = new Thread(() -> {
-                    for (;;) {
-                        lock.lock();
-                        try {
-                            long left = (Long) lock.guard("DECRBY", "{sku:9}:stock", "0");
-                            if (left <= 0) {
-                                return;
-                            }
-                            lock.guard("DECRBY", "{sku:9}:stock", "1");
-                            sold.incrementAndGet();
-                        } catch (StaleTokenException e) {
-                            stale.incrementAndGet();
-                        } finally {
-                            lock.unlock();
-                        }
-                    }
-                });
+                Thread t = new Thread(() -> InventoryWorker.sellUntilGone(lock, 0, sold::incrementAndGet, stale::incrementAndGet));
                 threads.add(t);
                 t.start();
             }

@@ -15,36 +15,8 @@ public final class InventoryWorker {
         RedisLock lock = locks.lock("{sku:9}:lock", LockOptions.defaults().ttl(Duration.ofMillis(500)));
         List<Thread> threads = new ArrayList<>();
         for (int i = 0; i < 4; i++) {
-            Thread t = new Thread(() -> {
-                for (;;) {
-                    lock.lock();
-                    try {
-                        long left = (Long) lock.guard("DECRBY", "{sku:9}:stock", "0");
-                        if (left <= 0) {
-                            return;
-                        }
-                        Thread.sleep(2); // the work between the read and the write, where a pause hurts
-                        lock.guard("DECRBY", "{sku:9}:stock", "1");
-                        synchronized (System.out) {
-                            System.out.println("SOLD");
-                            System.out.flush();
-                        }
-                    } catch (StaleTokenException e) {
-                        synchronized (System.out) {
-                            System.out.println("STALE");
-                            System.out.flush();
-                        }
-                    } catch (InterruptedException e) {
-                        return;
-                    } finally {
-                        try {
-                            lock.unlock();
-                        } catch (LockLostException e) {
-                            // paused past the lease: the guard already refused the write
-                        }
-                    }
-                }
-            });
+            // 2 ms of work between the read and the write, where a pause hurts.
+            Thread t = new Thread(() -> sellUntilGone(lock, 2, () -> say("SOLD"), () -> say("STALE")));
             threads.add(t);
             t.start();
         }
@@ -53,5 +25,44 @@ public final class InventoryWorker {
         }
         locks.close();
         client.shutdown();
+    }
+
+    private static void say(String line) {
+        synchronized (System.out) {
+            System.out.println(line);
+            System.out.flush();
+        }
+    }
+
+    /**
+     * One seller: under {@code lock}, reads the stock and takes one item through guarded writes
+     * until none is left, {@code workMs} between the read and the write; each sale and each write
+     * refused as stale reported. A hold lost to a pause is the guard's to refuse.
+     */
+    static void sellUntilGone(RedisLock lock, long workMs, Runnable sold, Runnable stale) {
+        for (;;) {
+            lock.lock();
+            try {
+                long left = (Long) lock.guard("DECRBY", "{sku:9}:stock", "0");
+                if (left <= 0) {
+                    return;
+                }
+                if (workMs > 0) {
+                    Thread.sleep(workMs);
+                }
+                lock.guard("DECRBY", "{sku:9}:stock", "1");
+                sold.run();
+            } catch (StaleTokenException e) {
+                stale.run();
+            } catch (InterruptedException e) {
+                return;
+            } finally {
+                try {
+                    lock.unlock();
+                } catch (LockLostException e) {
+                    // paused past the lease: the guard already refused the write
+                }
+            }
+        }
     }
 }
