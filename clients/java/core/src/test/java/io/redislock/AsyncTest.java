@@ -106,10 +106,7 @@ class AsyncTest extends OnServer {
             assertFalse(h.releaseAsync().get(5, TimeUnit.SECONDS), "a second release answers false");
             assertTrue(released.get(5, TimeUnit.SECONDS));
         }
-        long after = server.calls("lock.extend");
-        Thread.sleep(600);
-        assertEquals(after, server.calls("lock.extend"), "no renewal after release");
-        assertNull(server.info("k"));
+        assertNoRenewalAfterwards("k");
     }
 
     @Test

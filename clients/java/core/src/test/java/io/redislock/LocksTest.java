@@ -248,10 +248,7 @@ class LocksTest extends OnServer {
             Thread.sleep(120 + i * 17);
             assertTrue(h.release());
         }
-        long after = server.calls("lock.extend");
-        Thread.sleep(600);
-        assertEquals(after, server.calls("lock.extend"), "no renewal after release");
-        assertNull(server.info("k"));
+        assertNoRenewalAfterwards("k");
     }
 
     @Test

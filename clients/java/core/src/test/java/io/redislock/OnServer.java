@@ -30,4 +30,12 @@ abstract class OnServer {
         Thread.sleep(100);
         assertNull(server.info(key), "nobody was granted the lock");
     }
+
+    /** The holds were released: no renewal reaches the server for 600 ms, and {@code key} is free. */
+    void assertNoRenewalAfterwards(String key) throws InterruptedException {
+        long after = server.calls("lock.extend");
+        Thread.sleep(600);
+        assertEquals(after, server.calls("lock.extend"), "no renewal after release");
+        assertNull(server.info(key));
+    }
 }
