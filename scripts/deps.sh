@@ -6,7 +6,8 @@
 #   scripts/deps.sh test    build + redis-server, redis-cli (cluster tests), faketime (fault
 #                           suite), a TrueType font (benchmark charts), Python with pip and venv
 #                           (the Python client's tests and the matrix servers' wheels), Node.js
-#                           20+ with npm (the TypeScript client's); the default
+#                           20+ with npm (the TypeScript client's), PostgreSQL, MariaDB and the
+#                           sqlite3 shell (the fenced-write tests, scripts/testdb.sh); the default
 #   scripts/deps.sh qemu    qemu-user, to run Debian's arm64 redis-server (make test-aarch64)
 #   scripts/deps.sh --list MODE...   print "group package" for each check the MODEs make (tested
 #                           by scripts/test-deps.sh), check nothing
@@ -74,6 +75,14 @@ need test python3-venv python3 -c 'import ensurepip, venv'
 # and ioredis 6 require Node 20; Debian 13's nodejs is 20, Debian 12's is 18, too old.
 need test nodejs has node
 need test npm has npm
+# The fenced-write tests of every client start throwaway PostgreSQL and MariaDB servers
+# (scripts/testdb.sh); the docs tests run the SQL snippets with psql, mariadb and sqlite3.
+need test postgresql test -n "$(ls /usr/lib/postgresql/*/bin/initdb 2>/dev/null)"
+need test postgresql-client has psql
+need test mariadb-server-core test -x /usr/sbin/mariadbd
+need test mariadb-server-core test -x /usr/bin/mariadb-install-db
+need test mariadb-client-core has mariadb
+need test sqlite3 has sqlite3
 need test default-jdk-headless has javac
 need test maven has mvn
 if [ $list = no ] && [[ " $groups " == *" test "* ]] && command -v node >/dev/null 2>&1; then

@@ -3,7 +3,8 @@
 # install what only the tests use; `deps.sh test` must still bring all of it.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-test_only="redis-server redis-tools faketime fonts-dejavu-core python3-pip nodejs npm"
+test_only="redis-server redis-tools faketime fonts-dejavu-core python3-pip nodejs npm postgresql
+mariadb-server-core sqlite3"
 fail() { echo "deps: $*" >&2; exit 1; }
 for mode in build dist; do
     listed=$("$here/deps.sh" --list $mode | awk '{print $2}')

@@ -3,12 +3,14 @@
 //! freshly built module and stopped by PID (`Server`); clients and small helpers; a Redis Cluster
 //! (`cluster`); the fault-injection engine with its history checker (`scenario`); network
 //! namespaces for real partitions (`netns`) and Sentinel deployments with their workload
-//! (`sentinel`).
+//! (`sentinel`); throwaway PostgreSQL and MariaDB servers for the fenced-write tests
+//! (`database`).
 //!
 //! `LOCK_TEST_SERVER` picks the server binary (default `redis-server`); `LOCK_MODULE` the module
 //! (default `target/debug/libredis_lock.so`, built by `make test`).
 
 pub mod cluster;
+pub mod database;
 pub mod netns;
 pub mod scenario;
 pub mod sentinel;
