@@ -387,7 +387,7 @@ fn every_go_snippet_is_a_run_example() {
 }
 
 /// The README, `docs/*.md`, the changelog and the clients' READMEs.
-fn pages() -> Vec<std::path::PathBuf> {
+pub(crate) fn pages() -> Vec<std::path::PathBuf> {
     let root = workspace();
     let mut pages = vec![root.join("README.md")];
     pages.extend(

@@ -9,6 +9,7 @@ mod command_docs;
 mod commands;
 mod config;
 mod docs;
+mod docs_sql;
 mod epochs;
 mod errors;
 mod events;

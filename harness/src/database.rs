@@ -78,23 +78,30 @@ impl Database {
         }
     }
 
-    /// The server's command-line client (`psql` / `mariadb`) connected to it, reading SQL from
-    /// stdin and stopping at the first error.
+    /// The server's command-line client (`psql` / `mariadb`) connected to its database, reading
+    /// SQL from stdin and stopping at the first error.
     pub fn shell(&self) -> Command {
+        self.shell_on(&self.database)
+    }
+
+    /// The command-line client connected to `database` on this server.
+    pub fn shell_on(&self, database: &str) -> Command {
         let port = self.port.to_string();
         match self.kind {
             Kind::Postgres => {
                 let mut c = Command::new("psql");
+                // Notices ("already exists, skipping") are not failures.
+                c.env("PGOPTIONS", "-c client_min_messages=warning");
                 c.args(["-X", "-q", "-v", "ON_ERROR_STOP=1", "-h", "127.0.0.1", "-p"])
                     .arg(&port)
-                    .args(["-U", &self.user, "-d", &self.database]);
+                    .args(["-U", &self.user, "-d", database]);
                 c
             }
             Kind::MariaDb => {
                 let mut c = Command::new("mariadb");
                 c.args(["--no-defaults", "-h", "127.0.0.1", "-P"])
                     .arg(&port)
-                    .args(["-u", &self.user, &self.database]);
+                    .args(["-u", &self.user, database]);
                 c
             }
         }
