@@ -346,15 +346,14 @@ func TestTheWatchdogHolds10xPastTheTTLAndNeverRenewsAfterRelease(t *testing.T) {
 	if got := await(t, other, 2*time.Second); !errors.Is(got.err, redislock.ErrNotObtained) {
 		t.Fatalf("a waiter got a watched hold: %v", got.err)
 	}
-	renewals := calls(r, "lock.extend")
-	if renewals < 15 || renewals > 35 {
-		t.Fatalf("%d renewals in 3 s of a 300 ms lease, want about 30", renewals)
-	}
+	// The hold outliving ten leases is the renewals' outcome; how many there were is the
+	// scheduler's. Rule 7 says none comes after the release has returned (a renewal already
+	// on its way when the release began may land before it).
 	release(t, lock, true)
 	after := calls(r, "lock.extend")
-	time.Sleep(time.Second)
-	if n := calls(r, "lock.extend"); n != after || after != renewals {
-		t.Fatalf("renewals: %d before the release, %d at it, %d a second later", renewals, after, n)
+	time.Sleep(time.Second) // three renewal periods of a 300 ms lease: any renewal would show
+	if n := calls(r, "lock.extend"); n != after {
+		t.Fatalf("renewals: %d when the release returned, %d a second later", after, n)
 	}
 	select {
 	case <-lock.Lost():
