@@ -37,8 +37,8 @@ export async function freePort(): Promise<number> {
   }
 }
 
-/** Polls `cond` every 10 ms until it holds or `timeout` ms pass; whether it held. */
-export async function eventually(cond: () => boolean | Promise<boolean>, timeout = 5000): Promise<boolean> {
+/** Polls `cond` every `every` ms until it holds or `timeout` ms pass; whether it held. */
+export async function eventually(cond: () => boolean | Promise<boolean>, timeout = 5000, every = 10): Promise<boolean> {
   const end = performance.now() + timeout;
   while (performance.now() < end) {
     try {
@@ -46,7 +46,7 @@ export async function eventually(cond: () => boolean | Promise<boolean>, timeout
     } catch {
       // not yet
     }
-    await sleep(10);
+    await sleep(every);
   }
   return !!(await cond());
 }
