@@ -37,6 +37,9 @@
 #[doc = include_str!("../README.md")]
 pub struct ReadmeDoctests;
 
+#[cfg(feature = "sqlx")]
+pub mod fence;
+
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -55,6 +58,9 @@ pub enum Error {
     Stale(String),
     /// An upgrade from shared to exclusive while other readers hold.
     Deadlock(String),
+    /// The database failed, or refused an argument (`fence`, feature `sqlx-*`).
+    #[cfg(feature = "sqlx")]
+    Database(sqlx::Error),
 }
 
 impl std::fmt::Display for Error {
@@ -62,11 +68,29 @@ impl std::fmt::Display for Error {
         match self {
             Error::Redis(e) => write!(f, "{e}"),
             Error::Stale(m) | Error::Deadlock(m) => f.write_str(m),
+            #[cfg(feature = "sqlx")]
+            Error::Database(e) => write!(f, "{e}"),
         }
     }
 }
 
-impl std::error::Error for Error {}
+impl std::error::Error for Error {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Error::Redis(e) => Some(e),
+            Error::Stale(_) | Error::Deadlock(_) => None,
+            #[cfg(feature = "sqlx")]
+            Error::Database(e) => Some(e),
+        }
+    }
+}
+
+#[cfg(feature = "sqlx")]
+impl From<sqlx::Error> for Error {
+    fn from(e: sqlx::Error) -> Self {
+        Error::Database(e)
+    }
+}
 
 impl From<RedisError> for Error {
     fn from(e: RedisError) -> Self {
