@@ -60,13 +60,13 @@ test-redis: deps build
 	$(ON_REDIS) \
 		cargo test --test '*' --no-fail-fast -- --test-threads=$(TEST_THREADS)
 	$(ON_REDIS) \
-		cargo test -p redis-lock-client -- --test-threads=$(TEST_THREADS)
+		cargo test -p redis-lock-client --features sqlx-postgres,sqlx-mysql,sqlx-sqlite -- --test-threads=$(TEST_THREADS)
 
 test-valkey: deps build valkey
 	$(ON_VALKEY) \
 		cargo test --test '*' --no-fail-fast -- --test-threads=$(TEST_THREADS)
 	$(ON_VALKEY) \
-		cargo test -p redis-lock-client -- --test-threads=$(TEST_THREADS)
+		cargo test -p redis-lock-client --features sqlx-postgres,sqlx-mysql,sqlx-sqlite -- --test-threads=$(TEST_THREADS)
 
 ## The Python client (clients/python) in a virtual environment of its own, with redis-py and
 ## pytest from PyPI; its tests start their own servers like the Rust ones.
