@@ -138,9 +138,9 @@ function integer(value: unknown): bigint | undefined {
 }
 
 function stale(f: Fence, stored?: bigint): StaleError {
-  const held = stored === undefined ? "a newer token" : `token ${stored}`;
+  const held = stored === undefined ? "a token newer than" : `token ${stored}, newer than`;
   return new StaleError(
-    `the fence "${f.name}" in ${f.table} holds ${held}, newer than this hold's token ${f.token}: a newer holder has been here; rolled back`,
+    `the fence "${f.name}" in ${f.table} holds ${held} this hold's token ${f.token}: a newer holder has been here; rolled back`,
   );
 }
 

@@ -1,16 +1,18 @@
 /**
  * Every ```ts example of this package's README and of the main README is type-checked against
  * the package's own types (tsc, strict) and run, as written, against a real server with the
- * module (`process.env.REDIS_URL` names it). Each runs on a fresh server; afterwards no lock may
- * be left held (each example releases what it takes).
+ * module (`process.env.REDIS_URL` names it), and, for the fenced transactions, a PostgreSQL and a
+ * MariaDB server (`DATABASE_URL`, `MYSQL_URL`) started once for all. Each runs on a fresh Redis
+ * server; afterwards no lock may be left held (each example releases what it takes).
  */
 import assert from "node:assert/strict";
 import { spawnSync } from "node:child_process";
 import { mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { dirname, join } from "node:path";
-import { test } from "node:test";
+import { after, before, test } from "node:test";
 import { fileURLToPath } from "node:url";
 import ts from "typescript";
+import { startDatabases, type Database } from "./databases.js";
 import { ROOT, Server } from "./support.js";
 
 const PACKAGE = join(dirname(fileURLToPath(import.meta.url)), "../..");
@@ -70,12 +72,26 @@ test("every example type-checks (strict) against the package's types", () => {
   assert.deepEqual(diagnostics, []);
 });
 
+let databases: Database[] = [];
+before(async () => {
+  databases = await startDatabases();
+});
+after(async () => {
+  for (const db of databases) await db.stop();
+});
+
+/** The databases' URLs as the examples read them. */
+function databaseEnv(): Record<string, string> {
+  const url = (kind: string): string => databases.find((d) => d.kind === kind)?.url ?? "";
+  return { DATABASE_URL: url("postgres"), MYSQL_URL: url("mariadb") };
+}
+
 for (const [i, s] of all.entries()) {
   test(`${s.where} runs`, async () => {
     const server = await Server.start();
     try {
       const out = spawnSync(process.execPath, [join(dir, `snippet${i}.js`)], {
-        env: { ...process.env, REDIS_URL: `redis://127.0.0.1:${server.port}` },
+        env: { ...process.env, ...databaseEnv(), REDIS_URL: `redis://127.0.0.1:${server.port}` },
         encoding: "utf8",
         timeout: 20_000,
       });
