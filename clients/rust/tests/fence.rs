@@ -610,6 +610,43 @@ async fn a_lost_hold_is_not_refused_by_the_helper<S: Db>() {
     assert!(newer.release().await.unwrap());
 }
 
+/// The helper's cost per write (`--ignored`, prints): a read-modify-write transaction begun by
+/// `fence::begin` against the same begun by `pool.begin()`, alternating, on one connection.
+async fn the_cost_per_write<S: Db>() {
+    const ROUNDS: u32 = 300;
+    let ctx = Ctx::<S>::new("cost").await;
+    let g = ctx.lock().acquire().await.unwrap().expect("granted");
+    let pool = S::open(&ctx.place, 1).await;
+    let (mut plain, mut fenced) = (Duration::ZERO, Duration::ZERO);
+    for round in 0..ROUNDS * 2 {
+        let started = Instant::now();
+        let mut tx = if round % 2 == 0 {
+            pool.begin().await.unwrap()
+        } else {
+            fence::begin(&pool, &g).await.unwrap()
+        };
+        let qty = ctx.shop.read::<S>(&mut tx).await.unwrap();
+        let update = format!("UPDATE {} SET qty = ? WHERE sku = ?", ctx.shop.stock);
+        S::exec(&mut tx, &update, &[Arg::Int(qty), Arg::Text(SKU)])
+            .await
+            .unwrap();
+        tx.commit().await.unwrap();
+        let took = started.elapsed();
+        if round % 2 == 0 {
+            plain += took;
+        } else {
+            fenced += took;
+        }
+    }
+    eprintln!(
+        "{}: plain {:.0} µs, fenced {:.0} µs per transaction ({ROUNDS} each)",
+        S::LABEL,
+        plain.as_secs_f64() * 1e6 / f64::from(ROUNDS),
+        fenced.as_secs_f64() * 1e6 / f64::from(ROUNDS),
+    );
+    assert!(g.release().await.unwrap());
+}
+
 // ---- The inventory soak --------------------------------------------------------------------
 
 const SOAK_WORKERS: usize = 4;
@@ -899,6 +936,12 @@ macro_rules! suite {
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn a_lost_hold_is_judged_by_the_database() {
                 a_lost_hold_is_not_refused_by_the_helper::<$db>().await
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            #[ignore = "a measurement: prints the helper's cost per write"]
+            async fn cost_per_write() {
+                the_cost_per_write::<$db>().await
             }
 
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
