@@ -6,7 +6,9 @@
 // applications otherwise write by hand: wait in the server's queue without polling (the
 // context bounds the wait, and cancelling it leaves the queue), renew the lease while the work
 // runs (a watchdog goroutine), say when a hold is lost (Lock.Lost and Lock.Err), never renew a
-// released hold, and carry the token to the write (Lock.Guard).
+// released hold, and carry the token to the write: Lock.Guard for data in Redis, Fenced for a
+// transaction of a SQL database (database/sql: PostgreSQL, MySQL/MariaDB, SQLite), which
+// raises the lock's fence as the transaction's first statement (docs/fencing.md).
 //
 //	locker := redislock.New(client)
 //	lock, err := locker.Obtain(ctx, "{sku:9}:lock", 30*time.Second)

@@ -10,7 +10,9 @@ var (
 
 	// ErrStale: Guard was refused, nothing ran. The token is no longer the live exclusive
 	// hold's (the lease ran out, the lock was force-released or taken over), the hold is
-	// shared or semaphore permits, or this Lock was released or lost.
+	// shared or semaphore permits, or this Lock was released or lost. Fenced and Fence
+	// return it when the fence table holds a newer token than the hold's: a newer holder
+	// has been in (Fenced has rolled back, its function did not run).
 	ErrStale = errors.New("redislock: stale token")
 
 	// ErrLost: the hold ended before its release (Lock.Err wraps it with the reason).
