@@ -16,13 +16,13 @@ public abstract class WithRedis {
     protected static RedisLocks locks;
 
     @BeforeAll
-    static void startRedis() throws Exception {
+    protected static void startRedis() throws Exception {
         server = new TestServer();
         locks = RedisLocks.create(server.client);
     }
 
     @AfterAll
-    static void stopRedis() {
+    protected static void stopRedis() {
         locks.close();
         server.close();
     }
