@@ -12,8 +12,8 @@ database from ``session.get_bind().dialect.name``), expires the session's object
 one the body uses is read again after the fence, hands the body the session, commits when the
 body returns and rolls back when it raises. A newer holder's token in the table: it rolls back
 before the body runs and raises ``redislock.Stale``. The session must not be in a transaction
-(nor hold changes not yet flushed) when ``fenced`` begins: ``RuntimeError``, as a read before
-the fence may be stale. ``fence`` runs only the fence statement in a transaction the caller
+when ``fenced`` begins (``RuntimeError``: a read before the fence may be stale; a change to
+its objects begins one too). ``fence`` runs only the fence statement in a transaction the caller
 manages (a ``Session`` or a ``Connection``), ``create_fence_table`` makes the table.
 
 SQLAlchemy is needed only by this module (``pip install 'redis-lock-client[sqlalchemy]'``);
@@ -53,15 +53,10 @@ def _dialect(bind_or_session: Any, dialect: Optional[str]) -> f.Dialect:
 
 
 def _check_fresh(session: Any) -> None:
-    """``fenced`` begins the session's transaction: not while one is open, nor with changes
-    made outside one (with ``expire_on_commit=False``) that came from reads before the fence."""
+    """``fenced`` begins the session's transaction: not while one is open (which any change
+    to the session's objects begins too: their values may come from reads before the fence)."""
     if session.in_transaction():
         raise f.already_open("the session")
-    if session.dirty or session.deleted:
-        raise RuntimeError(
-            "the session holds changes not yet flushed, made before the fence (their values "
-            "may come from stale reads): make them inside fenced(), or commit them first"
-        )
 
 
 def _sqlite_immediate(connection: Any) -> bool:

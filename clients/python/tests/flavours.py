@@ -118,6 +118,7 @@ class _Driver:
     def __init__(self, port: int):
         self.port = port
         self._clients: list = []
+        self._closers: list = []
 
     def client(self, server: Any = None, **kw: Any) -> Any:
         """A client of the test server (or of ``server``), closed after the test."""
@@ -125,14 +126,22 @@ class _Driver:
         self._clients.append(made)
         return made
 
+    def closing(self, close: Callable[[], Any]) -> None:
+        """Call ``close()`` (awaited if it is a coroutine) after the test body, in its event
+        loop, before its clients are closed: for what a test's fixtures open in that loop."""
+        self._closers.append(close)
+
     def run(self, body: Any) -> Any:
-        """Run a test body (a coroutine), then close the clients it made."""
+        """Run a test body (a coroutine), then close what it opened and the clients it made."""
         return asyncio.run(self._main(body))
 
     async def _main(self, body: Any) -> Any:
         try:
             return await body
         finally:
+            for close in self._closers:
+                await result(close())
+            self._closers.clear()
             for made in self._clients:
                 await result(self._close(made))
             self._clients.clear()
