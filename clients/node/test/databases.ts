@@ -6,7 +6,7 @@
  * package's own helper for the database (`redis-lock-client/pg` or `/mysql2`).
  */
 import { execFile } from "node:child_process";
-import { mkdtempSync } from "node:fs";
+import { mkdtempSync, readFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { promisify } from "node:util";
@@ -32,14 +32,33 @@ export class Database {
     readonly url: string,
   ) {}
 
-  /** Starts one in a new directory under the system temp dir (the server's user must reach it);
-   * the script stops it by itself if this process dies first. */
+  /**
+   * Starts one in a new directory under the system temp dir (the server's user must reach it);
+   * the script stops it by itself if this process dies first. TMPDIR is that directory too: the
+   * server's temporary files (MariaDB's bootstrap names them by its pid) stay its own, apart
+   * from other servers' in the shared /tmp.
+   */
   static async start(kind: Kind): Promise<Database> {
     const dir = mkdtempSync(join(tmpdir(), `redislock-node-${kind}-`));
-    const { stdout } = await run("bash", [SCRIPT, "start", kind, dir, String(process.pid)], { timeout: 120_000 });
-    const url = /^URL=(.*)$/m.exec(stdout)?.[1];
-    if (!url) throw new Error(`testdb.sh printed no URL: ${stdout}`);
-    return new Database(kind, dir, url);
+    try {
+      const { stdout } = await run("bash", [SCRIPT, "start", kind, dir, String(process.pid)], {
+        timeout: 120_000,
+        env: { ...process.env, TMPDIR: dir },
+      });
+      const url = /^URL=(.*)$/m.exec(stdout)?.[1];
+      if (!url) throw new Error(`testdb.sh printed no URL: ${stdout}`);
+      return new Database(kind, dir, url);
+    } catch (e) {
+      const logs = ["init.log", "server.log"].map((f) => {
+        try {
+          return `${f}: ${readFileSync(join(dir, f), "utf8").slice(-2000)}`;
+        } catch {
+          return "";
+        }
+      });
+      await run("bash", [SCRIPT, "stop", dir]).catch(() => undefined); // by PID, if it got that far
+      throw new Error(`${kind} did not start: ${String(e)}\n${logs.join("\n")}`, { cause: e });
+    }
   }
 
   async stop(): Promise<void> {
