@@ -243,6 +243,8 @@ test-faults: deps build valkey
 
 clippy:
 	cargo clippy --workspace --all-targets -- -D warnings
+	cargo clippy -p redis-lock-client --all-targets \
+		--features sqlx-postgres,sqlx-mysql,sqlx-sqlite -- -D warnings
 
 fmt:
 	cargo fmt --all
