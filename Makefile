@@ -86,7 +86,8 @@ test-python: deps build valkey pyvenv
 
 ## The TypeScript client (clients/node): `npm ci` from the committed package-lock.json, the
 ## ESM and CommonJS builds (tsc --strict), tsc and prettier checks, then `node --test` (every
-## behaviour with node-redis and with ioredis) against servers the tests start, on both.
+## behaviour with node-redis and with ioredis) against servers the tests start, on both; the
+## fenced transactions against PostgreSQL and MariaDB started by scripts/testdb.sh.
 test-node: deps build valkey
 	cd clients/node && npm ci --no-audit --no-fund && npm run build && npm run lint
 	cd clients/node && $(ON_REDIS) npm run test:only
