@@ -3,18 +3,25 @@ package io.redislock;
 import static org.junit.jupiter.api.Assertions.*;
 
 import io.lettuce.core.RedisClient;
+import io.redislock.jdbc.JdbcFence;
+import io.redislock.jdbc.TestDatabase;
 import java.nio.file.Files;
 import java.nio.file.Path;
+import java.sql.Connection;
+import java.sql.PreparedStatement;
+import java.sql.ResultSet;
+import java.sql.Statement;
 import java.time.Duration;
 import java.util.ArrayList;
 import java.util.List;
+import javax.sql.DataSource;
 import org.junit.jupiter.api.Test;
 
 /**
  * The Java examples of the repository's README and of clients/java/README.md (but its Spring
  * section, which spring/'s ReadmeTest runs), run; and the check that each is code of this file,
  * word for word, but for the server's address: {@code "redis://localhost"} stands for the test
- * server's ({@link #uri}).
+ * server's ({@link #uri}). The fenced-writes example runs on a SQLite database.
  */
 class ReadmeTest extends OnServer {
     /** What the examples log, in place of the application's logger. */
@@ -59,6 +66,45 @@ class ReadmeTest extends OnServer {
     }
 
     @Test
+    void theFencedWritesExample() throws Exception {
+        DataSource dataSource = TestDatabase.of(TestDatabase.Kind.SQLITE).dataSource();
+        try (Connection c = dataSource.getConnection(); Statement s = c.createStatement()) {
+            s.execute("CREATE TABLE stock (sku TEXT PRIMARY KEY, qty INTEGER NOT NULL)");
+            s.execute("INSERT INTO stock (sku, qty) VALUES ('sku9', 10)");
+        }
+
+        JdbcFence.createTable(dataSource);                     // once: CREATE TABLE IF NOT EXISTS lock_fences
+
+        try (Hold hold = locks.acquire("{sku:9}:lock", Duration.ofSeconds(5))) {
+            int left = JdbcFence.inTransaction(dataSource, hold, connection -> { // BEGIN; the fence, first
+                try (PreparedStatement read = connection.prepareStatement("SELECT qty FROM stock WHERE sku = ?");
+                     PreparedStatement write = connection.prepareStatement("UPDATE stock SET qty = ? WHERE sku = ?")) {
+                    read.setString(1, "sku9");
+                    int qty;
+                    try (ResultSet rs = read.executeQuery()) {
+                        rs.next();
+                        qty = rs.getInt(1);
+                    }
+                    write.setInt(1, qty - 1);                  // read, decide, write: no token in them
+                    write.setString(2, "sku9");
+                    write.executeUpdate();
+                    return qty - 1;
+                }
+            });                                                // COMMIT, or ROLLBACK on an exception
+        } catch (StaleTokenException e) {
+            // a newer holder has been in: rolled back before the body ran, nothing written
+        }
+
+        try (Connection c = dataSource.getConnection(); Statement s = c.createStatement();
+                ResultSet rs = s.executeQuery("SELECT (SELECT qty FROM stock), (SELECT count(*) FROM lock_fences)")) {
+            assertTrue(rs.next());
+            assertEquals(9, rs.getInt(1), "sold one: committed");
+            assertEquals(1, rs.getInt(2), "the fence of {sku:9}:lock");
+        }
+        assertNull(server.info("{sku:9}:lock"), "released");
+    }
+
+    @Test
     void theRepositoryReadmeExample() throws Exception {
         server.cmd("SET", "{sku:9}:stock", "10");
         String uri = uri();
@@ -85,7 +131,7 @@ class ReadmeTest extends OnServer {
                 checked++;
             }
         }
-        assertEquals(2, checked, "every Java example is checked");
+        assertEquals(3, checked, "every Java example is checked");
     }
 
     static List<String> javaBlocks(String page) {

@@ -153,6 +153,24 @@ class JdbcFenceTransactionTest extends WithRedis {
         hold.release();
     }
 
+    /** sqlite-jdbc's {@code transaction_mode=IMMEDIATE}: the transaction begins IMMEDIATE, the same fence. */
+    @org.junit.jupiter.api.Test
+    void sqliteInImmediateMode() throws Exception {
+        TestDatabase db = TestDatabase.of(Kind.SQLITE);
+        Shop shop = Shop.open(db, 100);
+        Hold[] holds = oldAndNew();
+        try (Connection c = java.sql.DriverManager.getConnection(db.url + "&transaction_mode=IMMEDIATE")) {
+            JdbcFence.inTransaction(c, holds[1], shop.options, tx -> {
+                shop.sell(tx, shop.qty(tx), "newer");
+                return null;
+            });
+            assertThrows(StaleTokenException.class, () -> JdbcFence.inTransaction(c, holds[0], shop.options,
+                    tx -> fail("the body of a stale hold")));
+        }
+        assertEquals(99, shop.qty(db));
+        holds[1].release();
+    }
+
     @ParameterizedTest(name = "{0}")
     @EnumSource(Kind.class)
     void fenceAloneInTheCallersTransaction(Kind kind) throws Exception {

@@ -3,15 +3,18 @@ package io.redislock.spring;
 import static org.junit.jupiter.api.Assertions.*;
 
 import io.lettuce.core.RedisClient;
+import io.redislock.Hold;
 import io.redislock.LockOptions;
 import io.redislock.RedisLocks;
 import io.redislock.TestServer;
+import io.redislock.jdbc.TestDatabase;
 import java.nio.file.Files;
 import java.nio.file.Path;
 import java.time.Duration;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.concurrent.locks.Lock;
+import javax.sql.DataSource;
 import org.junit.jupiter.api.AfterEach;
 import org.junit.jupiter.api.BeforeEach;
 import org.junit.jupiter.api.Test;
@@ -21,10 +24,14 @@ import org.springframework.context.annotation.Configuration;
 import org.springframework.integration.config.EnableIntegration;
 import org.springframework.integration.leader.DefaultCandidate;
 import org.springframework.integration.support.leader.LockRegistryLeaderInitiator;
+import org.springframework.jdbc.core.JdbcTemplate;
+import org.springframework.jdbc.datasource.DataSourceTransactionManager;
+import org.springframework.transaction.PlatformTransactionManager;
 
 /**
  * The examples of the "Spring Integration" section of clients/java/README.md, run; and the check
- * that every Java block of that section is code of this file, word for word.
+ * that every Java block of that section is code of this file, word for word. The fenced
+ * transaction's runs on a SQLite database.
  */
 class ReadmeTest {
     TestServer server;
@@ -93,6 +100,48 @@ class ReadmeTest {
         }
     }
 
+    @Configuration
+    static class Fenced {
+        @Bean
+        DataSource dataSource() {
+            return TestDatabase.of(TestDatabase.Kind.SQLITE).dataSource();
+        }
+
+        @Bean
+        PlatformTransactionManager transactionManager(DataSource dataSource) {
+            return new DataSourceTransactionManager(dataSource);
+        }
+
+        @Bean
+        FencedTransactionTemplate fenced(PlatformTransactionManager transactionManager, DataSource dataSource) {
+            return new FencedTransactionTemplate(transactionManager, dataSource);
+        }
+    }
+
+    @Test
+    void theFencedTransactionExample() throws Exception {
+        try (AnnotationConfigApplicationContext context = new AnnotationConfigApplicationContext(Fenced.class)) {
+            FencedTransactionTemplate fenced = context.getBean(FencedTransactionTemplate.class);
+            JdbcTemplate jdbc = new JdbcTemplate(context.getBean(DataSource.class));
+            jdbc.execute("CREATE TABLE stock (sku TEXT PRIMARY KEY, qty INTEGER NOT NULL)");
+            jdbc.execute("CREATE TABLE lock_fences (name TEXT PRIMARY KEY, token INTEGER NOT NULL)");
+            jdbc.update("INSERT INTO stock (sku, qty) VALUES (?, ?)", "sku9", 10);
+            RedisLocks locks = RedisLocks.create(client);
+
+            try (Hold hold = locks.acquire("{sku:9}:lock", Duration.ofSeconds(5))) {
+                fenced.execute(hold, status -> {                   // BEGIN; the fence, on this transaction's connection
+                    int qty = jdbc.queryForObject("SELECT qty FROM stock WHERE sku = ?", Integer.class, "sku9");
+                    return jdbc.update("UPDATE stock SET qty = ? WHERE sku = ?", qty - 1, "sku9");
+                });                                                // COMMIT; StaleTokenException: rolled back
+            }
+
+            assertEquals(9, jdbc.queryForObject("SELECT qty FROM stock WHERE sku = ?", Integer.class, "sku9"));
+            assertEquals(1, jdbc.queryForObject("SELECT count(*) FROM lock_fences WHERE name = ?", Integer.class,
+                    "{sku:9}:lock"), "fenced");
+            locks.close();
+        }
+    }
+
     @Test
     void everyJavaBlockOfTheSectionIsCodeOfThisFile() throws Exception {
         String readme = Files.readString(Path.of("../README.md"));
@@ -108,7 +157,7 @@ class ReadmeTest {
             assertTrue(self.contains(squeeze(block)), "not code of ReadmeTest.java:\n" + block);
             blocks++;
         }
-        assertEquals(2, blocks, "the section's examples are checked");
+        assertEquals(4, blocks, "the section's examples are checked");
     }
 
     static String squeeze(String text) {
