@@ -17,12 +17,16 @@ import (
 // addr is the server the examples run against, started by TestMain.
 var addr string
 
-// TestMain runs the helper processes of the inventory test (the test binary re-executed), or
-// the tests and examples: on a server of their own each, the examples on one started here. No
-// goroutine may outlive them (goleak): every watchdog, wait and connection has ended.
+// TestMain runs the helper processes of the inventory tests (the test binary re-executed), or
+// the tests and examples: on a server of their own each, the examples on one started here, and
+// the databases of the fenced-transaction tests, started when first needed and stopped here.
+// No goroutine may outlive them (goleak): every watchdog, wait and connection has ended.
 func TestMain(m *testing.M) {
 	if os.Getenv(helperEnv) != "" {
 		os.Exit(helperMain())
+	}
+	if os.Getenv(fenceWorkerEnv) != "" {
+		os.Exit(fenceWorkerMain())
 	}
 	flag.Parse()
 	if !testing.Verbose() {
@@ -36,6 +40,7 @@ func TestMain(m *testing.M) {
 	addr = s.Addr()
 	code := m.Run()
 	s.Stop()
+	stopDatabases()
 	if code == 0 {
 		if err := leaked(); err != nil {
 			fmt.Fprintln(os.Stderr, "goleak: goroutines outlived the tests:", err)
