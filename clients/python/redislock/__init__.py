@@ -2,13 +2,15 @@
 
     lock = redislock.Lock(r, "order:42", ttl=30.0)
     with lock:                    # waits in the server's FIFO queue, no polling
-        store.write(..., fence=lock.token)
+        with redislock.db.fenced(conn, lock) as cur:     # the database checks the token first
+            ...
 
-Shared locks (``shared=True``), semaphores (``Semaphore``), session holds (``session=True``),
-durable grants (``replicas=n``), guarded writes (``lock.guard(...)``), a watchdog that renews
-the lease and says when a hold is lost (``on_lost``, ``LockLost``); ``redislock.aio`` has the
-same API for asyncio. ``redislock.compat`` has drop-in adapters for code written for redis-py's
-``Lock`` and for python-redis-lock.
+Fenced database transactions (``redislock.db`` on DB-API connections, ``redislock.sqlalchemy``
+on SQLAlchemy sessions), shared locks (``shared=True``), semaphores (``Semaphore``), session
+holds (``session=True``), durable grants (``replicas=n``), guarded writes (``lock.guard(...)``),
+a watchdog that renews the lease and says when a hold is lost (``on_lost``, ``LockLost``);
+``redislock.aio`` has the same API for asyncio. ``redislock.compat`` has drop-in adapters for
+code written for redis-py's ``Lock`` and for python-redis-lock.
 """
 
 from . import aio
@@ -25,13 +27,18 @@ __all__ = [
     "Stale",
     "Deadlock",
     "compat",
+    "db",
+    "sqlalchemy",
 ]
+
+#: Imported on first use, so ``import redislock`` alone stays as light as it was (and
+#: ``redislock.sqlalchemy`` needs SQLAlchemy only once it is used).
+_LAZY = ("compat", "db", "sqlalchemy")
 
 
 def __getattr__(name: str):
-    # ``redislock.compat`` on first use, so ``import redislock`` alone stays as light as it was.
-    if name == "compat":
+    if name in _LAZY:
         import importlib
 
-        return importlib.import_module(".compat", __name__)
+        return importlib.import_module(f".{name}", __name__)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

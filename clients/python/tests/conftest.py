@@ -19,7 +19,7 @@ import pytest
 import redis
 
 # PostgreSQL and MariaDB, started once per test process when a test needs them (databases.py).
-from databases import mysql_server, postgresql_server  # noqa: F401
+from databases import database_servers, mysql_server, postgresql_server  # noqa: F401
 
 ROOT = pathlib.Path(__file__).resolve().parents[3]
 

@@ -59,8 +59,13 @@ class Server:
         self.database = fields["DATABASE"]
         self.url = fields["URL"]
 
+    def stopping(self) -> "subprocess.Popen[bytes]":
+        """Stop the server (and remove its directory): the stop under way, to wait for."""
+        return subprocess.Popen(["bash", str(TESTDB), "stop", self.dir],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
     def stop(self) -> None:
-        subprocess.run(["bash", str(TESTDB), "stop", self.dir], capture_output=True, timeout=60)
+        self.stopping().wait(timeout=60)
 
 
 @dataclass
@@ -244,24 +249,40 @@ def _fence_table(dialect: str, url: str) -> None:
         conn.close()
 
 
-@pytest.fixture(scope="session")
-def postgresql_server():
-    server = Server("postgres")
-    try:
-        _fence_table("postgresql", server.url)
-        yield server
-    finally:
-        server.stop()
+class Servers:
+    """The database servers of a test process, each started when a test first needs it, all
+    stopped together at the end (a MariaDB takes seconds to stop)."""
+
+    def __init__(self):
+        self._started: Dict[str, Server] = {}
+
+    def get(self, kind: str, dialect: str) -> Server:
+        if kind not in self._started:
+            server = Server(kind)
+            self._started[kind] = server
+            _fence_table(dialect, server.url)
+        return self._started[kind]
+
+    def stop(self) -> None:
+        for stopping in [server.stopping() for server in self._started.values()]:
+            stopping.wait(timeout=60)
 
 
 @pytest.fixture(scope="session")
-def mysql_server():
-    server = Server("mariadb")
-    try:
-        _fence_table("mysql", server.url)
-        yield server
-    finally:
-        server.stop()
+def database_servers():
+    servers = Servers()
+    yield servers
+    servers.stop()
+
+
+@pytest.fixture(scope="session")
+def postgresql_server(database_servers):
+    return database_servers.get("postgres", "postgresql")
+
+
+@pytest.fixture(scope="session")
+def mysql_server(database_servers):
+    return database_servers.get("mariadb", "mysql")
 
 
 def database(request: Any, dialect: str, tmp_path: pathlib.Path) -> Database:
@@ -285,4 +306,3 @@ def missing(*modules: str) -> Optional[str]:
         if importlib.util.find_spec(module) is None:
             return module
     return None
-

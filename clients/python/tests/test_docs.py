@@ -4,22 +4,34 @@ Each snippet runs on a fresh server in a fresh namespace holding only the preamb
 
     r   = redis.Redis(...)           a client of the test server
     ar  = redis.asyncio.Redis(...)   the same for asyncio (used inside one asyncio.run)
-    db  = a stand-in database whose execute() records the statements it is given
 
 and ``redis.Redis()`` without arguments (as the READMEs write it) connects to the test server.
+It runs in a directory of its own (a SQLite file it names is made there). A snippet that reads
+``os.environ["DATABASE_URL"]`` gets a real PostgreSQL (databases.py), in a schema of its own
+holding the fence table and the tables the snippets use (``SHOP``).
 
 Snippets import what they use themselves, as an application would; an assertion that fails or
 an exception that escapes fails the test, which names the snippet by its line."""
 
+import itertools
 import pathlib
 import re
 
+import psycopg
 import pytest
 import redis
 import redis.asyncio
 
+from redislock.db import create_fence_table
+
 ROOT = pathlib.Path(__file__).resolve().parents[3]
 PAGES = ["docs/migration.md", "README.md", "clients/python/README.md"]
+#: The tables of the snippets' DATABASE_URL.
+SHOP = [
+    "CREATE TABLE orders (id int PRIMARY KEY, status text NOT NULL)",
+    "INSERT INTO orders VALUES (42, 'new')",
+]
+_schemas = itertools.count(1)
 
 
 def snippets():
@@ -32,23 +44,27 @@ def snippets():
     return found
 
 
-class Database:
-    """The snippets' stand-in for an application's database."""
-
-    def __init__(self):
-        self.statements = []
-
-    def execute(self, statement, params=()):
-        self.statements.append((statement, params))
-
-
 def test_the_pages_have_python_snippets():
     pages = {where.rsplit(":", 1)[0] for where, _ in snippets()}
     assert pages == set(PAGES) and len(snippets()) >= 8
 
 
+def database_url(server) -> str:
+    """A URL of the PostgreSQL ``server`` whose connections work in a new schema holding the
+    fence table and ``SHOP``."""
+    schema = f"snippet_{next(_schemas)}"
+    with psycopg.connect(server.url, autocommit=True) as conn:
+        conn.execute(f"CREATE SCHEMA {schema}")
+    url = f"{server.url}?options=-csearch_path%3D{schema}"
+    with psycopg.connect(url) as conn:
+        create_fence_table(conn)
+        for statement in SHOP:
+            conn.execute(statement)
+    return url
+
+
 @pytest.mark.parametrize("where,code", snippets(), ids=[where for where, _ in snippets()])
-def test_snippet_runs(server, monkeypatch, where, code):
+def test_snippet_runs(request, server, monkeypatch, tmp_path, where, code):
     r = server.client()
     ar = redis.asyncio.Redis(port=server.port)
     real = redis.Redis
@@ -59,8 +75,11 @@ def test_snippet_runs(server, monkeypatch, where, code):
         return real(*args, **kw)
 
     monkeypatch.setattr(redis, "Redis", to_the_test_server)
-    db = Database()
-    namespace = {"r": r, "ar": ar, "db": db, "__name__": "snippet"}
+    monkeypatch.chdir(tmp_path)
+    if "DATABASE_URL" in code:
+        monkeypatch.setenv("DATABASE_URL",
+                           database_url(request.getfixturevalue("postgresql_server")))
+    namespace = {"r": r, "ar": ar, "__name__": "snippet"}
     try:
         exec(compile(code, where, "exec"), namespace)
     finally:

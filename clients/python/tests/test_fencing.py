@@ -330,8 +330,6 @@ def test_sqlite_begins_immediate_so_a_second_writer_waits(tmp_path, r):
 @pytest.fixture(params=["postgresql", "mysql", "sqlite"])
 def orm(request, tmp_path):
     """A SQLAlchemy engine of ``db`` and its ORM classes."""
-    from sqlalchemy.orm import Session  # noqa: F401  (SQLAlchemy is there)
-
     db = database(request, request.param, tmp_path)
     engine = db.engine()
     yield db, engine, models(db)

@@ -92,7 +92,7 @@ def test_inventory_soak_with_holders_paused_past_their_lease(request, tmp_path, 
                 running = [w for w in workers if w.poll() is None and w.pid not in stopped_at]
                 if running:
                     signal_(rng.choice(running).pid, signal.SIGSTOP)
-                next_stop = now + rng.uniform(0.3, 0.8)
+                next_stop = now + rng.uniform(0.4, 1.0)
             time.sleep(0.02)
         for w in workers:
             outputs[w.pid] = w.communicate(timeout=10)

@@ -163,3 +163,18 @@ def test_stale_names_the_fence_and_the_token():
         "a newer holder has been in (rolled back)")
     assert isinstance(fence.stale(), redislock.Stale)
     assert "holds a token newer than this hold's 17" in str(fence.stale())
+
+
+def test_the_helpers_are_imported_on_first_use_and_sqlalchemy_stays_optional():
+    import subprocess
+    import sys
+
+    code = """
+import sys
+import redislock
+assert "redislock.db" not in sys.modules and "sqlalchemy" not in sys.modules
+assert callable(redislock.db.fenced) and "sqlalchemy" not in sys.modules
+assert callable(redislock.sqlalchemy.fenced) and "sqlalchemy" in sys.modules
+"""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
