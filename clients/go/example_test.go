@@ -2,11 +2,13 @@ package redislock_test
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"log"
 	"time"
 
+	_ "github.com/jackc/pgx/v5/stdlib"
 	"github.com/redis/go-redis/v9"
 
 	redislock "github.com/redis-lock/redis-lock/clients/go"
@@ -32,6 +34,57 @@ func Example() {
 	held, err := lock.Release(ctx) // false if the hold had been lost meanwhile
 	fmt.Println(left, held, err)
 	// Output: 99 true <nil>
+}
+
+// A read-modify-write in PostgreSQL that a paused holder cannot spoil: the fence first, then
+// the read and the write, in one transaction (docs/fencing.md). (databaseURL is a throwaway
+// PostgreSQL's; the README shows the lines from sql.Open to CreateFenceTable, and from
+// Obtain to the end.)
+func ExampleFenced() {
+	client := redis.NewClient(&redis.Options{Addr: addr})
+	defer client.Close()
+	ctx := context.Background()
+	databaseURL := testDatabaseURL("postgres")
+
+	db, err := sql.Open("pgx", databaseURL) // import _ "github.com/jackc/pgx/v5/stdlib"
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer db.Close()
+	// Once: CREATE TABLE IF NOT EXISTS lock_fences (name text PRIMARY KEY, token bigint NOT NULL)
+	if err := redislock.CreateFenceTable(ctx, db); err != nil {
+		log.Fatal(err)
+	}
+
+	_, err = db.ExecContext(ctx, "CREATE TABLE stock (sku text PRIMARY KEY, qty int NOT NULL);"+
+		"INSERT INTO stock VALUES ('sku9', 100)")
+	if err != nil {
+		log.Fatal(err)
+	}
+
+	lock, err := redislock.New(client).Obtain(ctx, "{sku:9}:lock", 30*time.Second)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer lock.Release(ctx)
+	var left int
+	err = redislock.Fenced(ctx, db, lock, func(tx *sql.Tx) error {
+		// The fence is raised: read, decide and write with plain statements.
+		if err := tx.QueryRowContext(ctx, "SELECT qty FROM stock WHERE sku = $1", "sku9").Scan(&left); err != nil {
+			return err
+		}
+		if left == 0 {
+			return errors.New("sold out") // rolled back, returned as is
+		}
+		left--
+		_, err := tx.ExecContext(ctx, "UPDATE stock SET qty = $1 WHERE sku = $2", left, "sku9")
+		return err
+	})
+	if errors.Is(err, redislock.ErrStale) {
+		log.Print(err) // a newer holder has been in: rolled back before the function ran
+	}
+	fmt.Println(left, err)
+	// Output: 99 <nil>
 }
 
 // A wait is bounded by WithWait or by the context; WithWait(0) tries once.
