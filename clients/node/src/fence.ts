@@ -34,7 +34,7 @@ export interface FenceStatements {
   /** `CREATE TABLE IF NOT EXISTS ...` with the DDL of docs/fencing.md. */
   createTable: string;
   /** The fence, the transaction's first statement(s): parameters (name, token), then (name). */
-  fence: readonly string[];
+  fence: readonly [string, ...string[]];
 }
 
 export const DEFAULT_TABLE = "lock_fences";
@@ -148,7 +148,7 @@ function stale(f: Fence, stored?: bigint): StaleError {
  * this token's, throws `StaleError` when a larger one is stored. */
 async function raise(run: Run, f: Fence): Promise<void> {
   const [upsert, readBack] = statementsOf(f.dialect, f.table).fence;
-  const raised = await run(upsert!, [f.name, f.token]);
+  const raised = await run(upsert, [f.name, f.token]);
   if (readBack === undefined) {
     // PostgreSQL: 1 row = raised (or already this token), 0 = the WHERE found a larger one.
     if (raised.affected === 1) return;

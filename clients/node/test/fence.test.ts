@@ -377,6 +377,26 @@ describe("PostgreSQL: pg's own cases", () => {
     );
     assert.equal((await pool.query(`SELECT count(*)::int AS n FROM ${table}`)).rows[0]?.n, 0);
   });
+  test("an error at COMMIT (a deferred constraint) rejects with the database's error; nothing written", async () => {
+    const table = unique("fences");
+    const notes = unique("notes");
+    await onPg.createFenceTable(pool, { table });
+    await pool.query(`CREATE TABLE ${notes} (note text, UNIQUE (note) DEFERRABLE INITIALLY DEFERRED)`);
+    await assert.rejects(
+      onPg.fenced(
+        pool,
+        { key: "k", token: 1 },
+        async (c) => {
+          await c.query(`INSERT INTO ${notes} VALUES ('twice'), ('twice')`); // checked at COMMIT
+        },
+        { table },
+      ),
+      { code: "23505" },
+    );
+    assert.equal((await pool.query(`SELECT count(*)::int AS n FROM ${notes}`)).rows[0]?.n, 0);
+    assert.equal((await pool.query(`SELECT count(*)::int AS n FROM ${table}`)).rows[0]?.n, 0);
+    assert.equal(await onPg.fenced(pool, { key: "k", token: 1 }, async () => "again", { table }), "again");
+  });
 });
 
 describe("MariaDB: mysql2's own cases", () => {
