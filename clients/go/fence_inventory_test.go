@@ -4,7 +4,7 @@ package redislock_test
 // test binary, re-executed) sell a stock of 100, one unit per hold: Obtain with WAIT, then in
 // Fenced read the stock, stop at 0, write it minus one and record the sale. Holders are frozen
 // with SIGSTOP past their 300 ms lease: two workers stop themselves inside their transaction,
-// after the read of their 3rd sale, and the test stops workers at random moments; it resumes
+// after the read of their 3rd sale, and the test stops workers at random moments (8); it resumes
 // every worker stopped for 2 leases. A frozen holder's transaction keeps the fence row, so the
 // next holder waits and then reads its write; a holder frozen before its transaction finds a
 // newer fence and gets ErrStale. Sold + left = 100, whatever the scheduler did.
