@@ -97,6 +97,11 @@ start_mariadb() {
     [ -x "$mariadbd" ] || mariadbd=$(command -v mariadbd)
     local as_user=()
     [ -n "$user" ] && as_user=(--user="$user")
+    # MariaDB's bootstrap names temporary tables by process id in $TMPDIR: a shared /tmp lets
+    # another setup with the same pid (another namespace) remove ours. Each server has its own.
+    mkdir -p "$dir/tmp"
+    [ -n "$user" ] && chown "$user" "$dir/tmp"
+    export TMPDIR="$dir/tmp"
     if [ ! -d "$dir/data" ]; then
         mariadb-install-db --no-defaults --datadir="$dir/data" "${as_user[@]}" \
             --auth-root-authentication-method=normal --skip-test-db \
@@ -111,7 +116,7 @@ GRANT ALL ON *.* TO 'lock'@'localhost';
 SQL
     [ -n "$user" ] && chown -R "$user" "$dir"
     setsid "$mariadbd" --no-defaults "${as_user[@]}" --datadir="$dir/data" --port="$port" \
-        --bind-address=127.0.0.1 --socket="$dir/mysqld.sock" --pid-file="$dir/mysqld.pid" \
+        --bind-address=127.0.0.1 --tmpdir="$dir/tmp" --socket="$dir/mysqld.sock" --pid-file="$dir/mysqld.pid" \
         --init-file="$dir/init.sql" --skip-name-resolve --innodb-flush-log-at-trx-commit=0 \
         --innodb-buffer-pool-size=32M --innodb-log-file-size=16M --skip-log-bin \
         --max-connections=200 >"$dir/server.log" 2>&1 </dev/null &
