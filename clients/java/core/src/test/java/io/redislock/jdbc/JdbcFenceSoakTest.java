@@ -82,6 +82,7 @@ class JdbcFenceSoakTest extends WithRedis {
             assertEquals(100, rows + left, "sales + stock left = 100");
             assertEquals(rows, sold, "the sales the workers report are the rows");
             assertEquals(0, left, "the workers stopped on an empty stock");
+            assertTrue(count(lines, "PAUSE") >= 1, "a worker paused inside its transaction (one of three sold 34 or more)");
         } finally {
             for (Process p : workers) {
                 p.destroyForcibly(); // by its PID; a no-op for those that exited
