@@ -68,7 +68,8 @@ class Api:
         return table
 
     async def close(self) -> None:
-        pass
+        """Close what the parties opened, the last first (after a failed test, an earlier
+        party may be waiting for a later one's row lock: closing the later one frees it)."""
 
     def __repr__(self) -> str:
         return self.name
@@ -147,7 +148,7 @@ class Dbapi(Api):
             conn.close()
 
     async def close(self) -> None:
-        for conn in self._conns:
+        for conn in reversed(self._conns):
             conn.close()
 
 
@@ -218,7 +219,7 @@ class AsyncDbapi(Dbapi):
             await conn.close()
 
     async def close(self) -> None:
-        for conn in self._conns:
+        for conn in reversed(self._conns):
             await conn.close()
 
 
@@ -313,7 +314,7 @@ class Orm(Api):
         redislock.sqlalchemy.create_fence_table(self.engine, table=table)
 
     async def close(self) -> None:
-        for session in self._sessions:
+        for session in reversed(self._sessions):
             session.close()
         self.engine.dispose()
 
@@ -380,7 +381,7 @@ class AsyncOrm(Api):
         await redislock.sqlalchemy.async_create_fence_table(self.engine, table=table)
 
     async def close(self) -> None:
-        for session in self._sessions:
+        for session in reversed(self._sessions):
             await session.close()
         await self.engine.dispose()
 

@@ -309,22 +309,34 @@ def test_a_connection_in_autocommit_mode_gets_a_transaction_all_the_same(db, r):
 
 
 def test_sqlite_begins_immediate_so_a_second_writer_waits(tmp_path, r):
-    """``BEGIN IMMEDIATE``: the fenced transaction holds SQLite's write lock from its first
-    statement; another connection's write waits for it (busy timeout) instead of slipping in."""
+    """``BEGIN IMMEDIATE``: the fenced transaction holds SQLite's write lock from its start;
+    another connection's write waits for it (busy timeout) instead of slipping in. Through
+    sqlite3 and through a SQLAlchemy session on it."""
     import sqlite3
+
+    from sqlalchemy import create_engine
+    from sqlalchemy.orm import Session
 
     path = tmp_path / "immediate.db"
     conn = sqlite3.connect(path)
     redislock.db.create_fence_table(conn)
+    engine = create_engine(f"sqlite:///{path}")
+    session = Session(engine)
     other = sqlite3.connect(path, timeout=0)
     try:
         with redislock.Lock(r, "immediate", ttl=5.0) as lock:
-            with redislock.db.fenced(conn, lock):
-                with pytest.raises(sqlite3.OperationalError, match="database is locked"):
-                    other.execute("BEGIN IMMEDIATE")
+            for fenced in (redislock.db.fenced(conn, lock),
+                           redislock.sqlalchemy.fenced(session, lock)):
+                with fenced:
+                    with pytest.raises(sqlite3.OperationalError, match="database is locked"):
+                        other.execute("BEGIN IMMEDIATE")
+                other.execute("BEGIN IMMEDIATE")  # free again
+                other.rollback()
     finally:
         conn.close()
         other.close()
+        session.close()
+        engine.dispose()
 
 
 @pytest.fixture(params=["postgresql", "mysql", "sqlite"])
