@@ -266,9 +266,11 @@ def raise_fence(io: Any, fence: Fence) -> Steps[None]:
         return
     sql, params = fence.read_back()
     stored = yield io.scalar, sql, params
-    if stored is None:
-        raise RuntimeError(f"the fence {fence.name!r} was not stored in {fence.table}")
-    if int(stored) != fence.token:
+    # GREATEST stored this token or kept a larger one: anything else is not a fence table.
+    if stored is None or int(stored) < fence.token:
+        raise RuntimeError(f"the fence {fence.name!r} in {fence.table} reads {stored!r} after "
+                           f"storing {fence.token}")
+    if int(stored) > fence.token:
         raise fence.stale(int(stored))
 
 
@@ -315,4 +317,3 @@ def create(io: Any, dialect: Dialect, table: str) -> Steps[None]:
         yield from rollback_quietly(io)
         raise
     yield from leave(io, failed=False)
-
