@@ -9,6 +9,7 @@ counted are the rows recorded. (How many holds went stale is the scheduler's bus
 import json
 import os
 import random
+import select
 import signal
 import subprocess
 import sys
@@ -72,7 +73,8 @@ def test_inventory_soak_with_holders_paused_past_their_lease(request, tmp_path, 
     outputs = {}
     try:
         for w in workers:  # started and connected (a slow start is not part of the soak)
-            assert w.stdout.readline() == "ready\n", w.communicate()[1]
+            waited = select.select([w.stdout], [], [], BOUND)[0]
+            assert waited and w.stdout.readline() == "ready\n", f"worker {w.pid} is not ready"
         redis_server.client().rpush(start, *["go"] * WORKERS)
         started = time.monotonic()
         stopped_at = {}  # pid -> when it was first seen stopped
