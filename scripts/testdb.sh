@@ -66,12 +66,21 @@ wait_for() {
     die "$what did not start in 60 s; see $dir/server.log"
 }
 
+# init_failed DIR WHAT: keep WHAT's log, drop the half-made data directory so the next attempt
+# starts afresh (mariadb-install-db has crashed once here while other servers were starting).
+init_failed() {
+    local dir=$1 what=$2
+    echo "testdb: $what failed:" >&2
+    tail -n 5 "$dir/init.log" >&2 || true
+    rm -rf "$dir/data"
+}
+
 start_postgres() {
     local dir=$1 user=$2 port=$3 bin
     bin=$(pg_bin)
     if [ ! -d "$dir/data" ]; then
         "${exec_as[@]}" "$bin/initdb" -D "$dir/data" -U postgres --auth=trust -E UTF8 --no-sync \
-            >"$dir/init.log" 2>&1 || die "initdb failed; see $dir/init.log"
+            >"$dir/init.log" 2>&1 || { init_failed "$dir" initdb; return 1; }
     fi
     # A durable-enough, fast server: fsync off (the data is thrown away), no TCP but loopback.
     setsid "${exec_as[@]}" "$bin/postgres" -D "$dir/data" -p "$port" -k "$dir" \
@@ -105,7 +114,7 @@ start_mariadb() {
     if [ ! -d "$dir/data" ]; then
         mariadb-install-db --no-defaults --datadir="$dir/data" "${as_user[@]}" \
             --auth-root-authentication-method=normal --skip-test-db \
-            >"$dir/init.log" 2>&1 || die "mariadb-install-db failed; see $dir/init.log"
+            >"$dir/init.log" 2>&1 || { init_failed "$dir" mariadb-install-db; return 1; }
     fi
     cat >"$dir/init.sql" <<'SQL'
 CREATE DATABASE IF NOT EXISTS test;
@@ -157,7 +166,7 @@ start() {
             mariadb) start_mariadb "$dir" "$user" "$port" && break ;;
             *) die "unknown database '$kind' (postgres or mariadb)" ;;
         esac
-        [ "$attempt" = 5 ] && die "$kind did not start; see $dir/server.log"
+        [ "$attempt" = 5 ] && die "$kind did not start; see $dir/server.log and $dir/init.log"
     done
     [ -n "$owner" ] && watch_owner "$owner" "$dir"
     return 0
