@@ -105,7 +105,9 @@ def check(shop: Shop, server) -> None:
     assert shop.most_inside == 1, "two workers were inside at once"
     assert sum(shop.sold.values()) == STOCK
     assert int(server.client().get("stock")) == 0
-    assert min(shop.handoffs.values()) >= 3, "old and new took turns"
+    # The precondition of the test, not a rate: old and new overlapped, so the lock passed from
+    # each to the other at least once. How often it changed hands is the scheduler's.
+    assert min(shop.handoffs.values()) >= 1, f"old and new never took turns: {shop.handoffs}"
 
 
 # -- redis-py's Lock, old; the native client and the RedisPyLock adapter, new --------------------
