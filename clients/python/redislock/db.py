@@ -105,7 +105,9 @@ def _plan(conn: Any, dialect: f.Dialect) -> _Plan:
     autocommit = _autocommit(conn)
     # psycopg (and a driver that does not say) begins on its own at the first statement; a
     # BEGIN of ours would come second. sqlite3 would begin a deferred one: ours is IMMEDIATE.
-    implicit = dialect is f.POSTGRESQL or state is None
+    # On MySQL a driver that does not say (mysqlclient) may be inside a transaction whose
+    # snapshot predates the fence: START TRANSACTION ends it, so the fence comes first.
+    implicit = dialect is f.POSTGRESQL or (state is None and dialect is not f.MYSQL)
     return _Plan(send_begin=autocommit or not implicit, end_with_statements=autocommit)
 
 

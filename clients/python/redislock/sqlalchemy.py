@@ -80,10 +80,16 @@ class _Session:
         _check_fresh(self.session)
         self.session.expire_all()  # what the body reads, it reads after the fence
         self.session.begin()
-        if self.dialect is f.SQLITE:
-            connection = self.session.connection()
-            if _sqlite_immediate(connection):
-                connection.exec_driver_sql(statement)
+        try:
+            if self.dialect is f.SQLITE:
+                connection = self.session.connection()
+                if _sqlite_immediate(connection):
+                    connection.exec_driver_sql(statement)
+        except BaseException:
+            # A BEGIN IMMEDIATE that timed out ("database is locked") must not leave the
+            # session in a transaction, or every retry would be refused as already open.
+            self.session.rollback()
+            raise
 
     def execute(self, sql: str, params: Any) -> int:
         return self.session.execute(text(sql), params or {}).rowcount
@@ -110,10 +116,14 @@ class _AsyncSession:
         _check_fresh(self.session)
         self.session.expire_all()
         await self.session.begin()
-        if self.dialect is f.SQLITE:
-            connection = await self.session.connection()
-            if _sqlite_immediate(connection.sync_connection):
-                await connection.exec_driver_sql(statement)
+        try:
+            if self.dialect is f.SQLITE:
+                connection = await self.session.connection()
+                if _sqlite_immediate(connection.sync_connection):
+                    await connection.exec_driver_sql(statement)
+        except BaseException:
+            await self.session.rollback()  # as the sync one: a retry must not find it open
+            raise
 
     async def execute(self, sql: str, params: Any) -> int:
         return (await self.session.execute(text(sql), params or {})).rowcount

@@ -308,35 +308,117 @@ def test_a_connection_in_autocommit_mode_gets_a_transaction_all_the_same(db, r):
         other.close()
 
 
-def test_sqlite_begins_immediate_so_a_second_writer_waits(tmp_path, r):
-    """``BEGIN IMMEDIATE``: the fenced transaction holds SQLite's write lock from its start;
-    another connection's write waits for it (busy timeout) instead of slipping in. Through
-    sqlite3 and through a SQLAlchemy session on it."""
+def test_sqlite_runs_begin_immediate_then_the_fence_before_the_body(tmp_path, r):
+    """The order of statements SQLite executes (its trace callback, below every driver):
+    ``BEGIN IMMEDIATE``, then the fence, then the body. Through sqlite3 and a SQLAlchemy
+    session on it."""
+    import sqlite3
+
+    from sqlalchemy import create_engine, event, text
+    from sqlalchemy.orm import Session
+
+    path = tmp_path / "order.db"
+    statements = []
+    conn = sqlite3.connect(path)
+    redislock.db.create_fence_table(conn)
+    conn.set_trace_callback(statements.append)
+    engine = create_engine(f"sqlite:///{path}")
+    event.listen(engine, "connect",
+                 lambda dbapi, _record: dbapi.set_trace_callback(statements.append))
+    session = Session(engine)
+    try:
+        with redislock.Lock(r, "order", ttl=5.0) as lock:
+            with redislock.db.fenced(conn, lock) as cur:
+                cur.execute("SELECT 'body'")
+            assert first_words(statements) == ["BEGIN IMMEDIATE", "INSERT INTO lock_fences",
+                                               "SELECT 'body'", "COMMIT"], statements
+            statements.clear()
+            with redislock.sqlalchemy.fenced(session, lock):
+                session.execute(text("SELECT 'body'"))
+            assert first_words(statements)[:3] == ["BEGIN IMMEDIATE", "INSERT INTO lock_fences",
+                                                   "SELECT 'body'"], statements
+    finally:
+        conn.close()
+        session.close()
+        engine.dispose()
+
+
+def first_words(statements):
+    """Each statement's first words, as many as the assertions above compare."""
+    out = []
+    for sql in statements:
+        words = sql.split()
+        n = 3 if words[:2] == ["INSERT", "INTO"] else 2
+        out.append(" ".join(words[:n]))
+    return out
+
+
+def test_a_begin_immediate_that_times_out_leaves_the_session_usable(tmp_path, r):
+    """SQLite busy: the fenced transaction fails to begin, and the session is not left inside
+    a transaction, so the caller's retry runs once the other writer is gone."""
     import sqlite3
 
     from sqlalchemy import create_engine
     from sqlalchemy.orm import Session
 
-    path = tmp_path / "immediate.db"
-    conn = sqlite3.connect(path)
-    redislock.db.create_fence_table(conn)
-    engine = create_engine(f"sqlite:///{path}")
-    session = Session(engine)
-    other = sqlite3.connect(path, timeout=0)
+    path = tmp_path / "busy.db"
+    redislock.db.create_fence_table(sqlite3.connect(path))
+    engine = create_engine(f"sqlite:///{path}", connect_args={"timeout": 0})
+    session, other = Session(engine), sqlite3.connect(path, isolation_level=None)
     try:
-        with redislock.Lock(r, "immediate", ttl=5.0) as lock:
-            for fenced in (redislock.db.fenced(conn, lock),
-                           redislock.sqlalchemy.fenced(session, lock)):
-                with fenced:
-                    with pytest.raises(sqlite3.OperationalError, match="database is locked"):
-                        other.execute("BEGIN IMMEDIATE")
-                other.execute("BEGIN IMMEDIATE")  # free again
-                other.rollback()
+        with redislock.Lock(r, "busy", ttl=5.0) as lock:
+            other.execute("BEGIN IMMEDIATE")  # another writer holds the database
+            with pytest.raises(Exception, match="database is locked"):
+                with redislock.sqlalchemy.fenced(session, lock):
+                    pytest.fail("the body ran")
+            assert not session.in_transaction()
+            other.execute("ROLLBACK")
+            with redislock.sqlalchemy.fenced(session, lock):
+                pass
     finally:
-        conn.close()
         other.close()
         session.close()
         engine.dispose()
+
+
+class _Silent:
+    """A MySQL connection whose driver does not say whether it is in a transaction (as
+    mysqlclient's): only the DB-API methods."""
+
+    def __init__(self, conn):
+        self._conn = conn
+
+    def cursor(self):
+        return self._conn.cursor()
+
+    def commit(self):
+        self._conn.commit()
+
+    def rollback(self):
+        self._conn.rollback()
+
+    def get_autocommit(self):
+        return self._conn.get_autocommit()
+
+
+def test_a_mysql_driver_that_does_not_say_gets_a_fresh_transaction(tmp_path, r, request):
+    """A read made before ``fenced`` on a MySQL connection that does not report its
+    transaction leaves a REPEATABLE READ snapshot open; the fence must not join it, or the body
+    reads the stock as it was before the previous holder's commit."""
+    db = database(request, "mysql", tmp_path)
+    conn, silent = db.connect(), None
+    try:
+        cur = conn.cursor()
+        cur.execute(f"SELECT qty FROM {db.stock}")  # opens a snapshot: 100
+        assert cur.fetchone()[0] == 100
+        db.run("UPDATE {stock} SET qty = 99")  # the previous holder's committed write
+        silent = _Silent(conn)
+        with redislock.Lock(r, f"silent:{db.n}", ttl=5.0) as lock:
+            with redislock.db.fenced(silent, lock, dialect="mysql") as fenced_cur:
+                fenced_cur.execute(f"SELECT qty FROM {db.stock}")
+                assert fenced_cur.fetchone()[0] == 99, "read in a snapshot from before"
+    finally:
+        conn.close()
 
 
 @pytest.fixture(params=["postgresql", "mysql", "sqlite"])
