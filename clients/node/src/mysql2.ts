@@ -66,7 +66,8 @@ function runOn(conn: Pick<Connection, "query">): Run {
  * Runs `body` in a transaction whose first statements raise the fence to `hold.token` (and read
  * it back under the row lock), and resolves with what it returns, after the COMMIT. Given a pool,
  * it takes a connection for the transaction and gives it back; given a connection, it runs on it
- * (which must not be in a transaction already). The body's error is rethrown unchanged after a
+ * (which must not be in a transaction already: mysql2 cannot tell, and the START TRANSACTION
+ * sent here commits whatever the connection had open). The body's error is rethrown unchanged after a
  * ROLLBACK. A larger token stored for the fence (a newer holder has been in) rolls back before
  * the body runs and rejects with `StaleError`. The table is not created here
  * (`createFenceTable`); nothing is retried (a deadlock, 1213, is yours to retry).

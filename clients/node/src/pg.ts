@@ -41,6 +41,21 @@ function shapeOf(db: unknown, what: string): Shape {
   throw new TypeError(`redis-lock-client/pg: ${what} needs a pg Pool, Client or PoolClient, not ${describe(db)}`);
 }
 
+/**
+ * A client already in a transaction would make the fence its second statement (PostgreSQL
+ * answers BEGIN with a warning only), after reads that may predate the previous holder's commit.
+ * pg 8.12 and newer say where the client is (`"I"`: idle); older ones are not checked.
+ */
+function refuseOpenTransaction(client: ClientBase): void {
+  const status = (client as { getTransactionStatus?: () => string | null }).getTransactionStatus?.();
+  if (status !== undefined && status !== null && status !== "I") {
+    throw new Error(
+      "redis-lock-client/pg: fenced() needs a client outside any transaction " +
+        `(its status is ${JSON.stringify(status)}): a read before the fence may be stale`,
+    );
+  }
+}
+
 function runOn(client: Pick<ClientBase, "query">): Run {
   return async (text, values) => {
     const r = await client.query({ text, values: [...values], rowMode: "array" });
@@ -78,6 +93,7 @@ export async function fenced<T>(
   const lend = async (): Promise<Lent<PoolClient>> => {
     if (shape === "client") {
       const client = db as PoolClient; // a client: the overloads hand the body its own type
+      refuseOpenTransaction(client);
       return { client, run: runOn(client), giveBack: () => undefined };
     }
     const client = await (db as Pool).connect();

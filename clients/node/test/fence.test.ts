@@ -361,6 +361,25 @@ describe("PostgreSQL: pg's own cases", () => {
     }
   });
 
+  test("a client already in a transaction is refused, and its transaction left as it was", async () => {
+    const table = unique("fences");
+    await onPg.createFenceTable(pool, { table });
+    const client = await pool.connect();
+    try {
+      await client.query("BEGIN");
+      await client.query(`INSERT INTO ${table} (name, token) VALUES ('mine', 1)`);
+      await assert.rejects(
+        onPg.fenced(client, { key: "k", token: 2 }, () => assert.fail("the body ran"), { table }),
+        /outside any transaction/,
+      );
+      await client.query("COMMIT"); // the caller's own transaction, still open and intact
+    } finally {
+      client.release();
+    }
+    const names = (await pool.query(`SELECT name FROM ${table} ORDER BY name`)).rows.map((r) => r.name);
+    assert.deepEqual(names, ["mine"]);
+  });
+
   test("a body that catches a failed statement: COMMIT rolls back, and fenced says so", async () => {
     const table = unique("fences");
     await onPg.createFenceTable(pool, { table });
