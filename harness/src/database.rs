@@ -1,6 +1,8 @@
 //! Throwaway database servers for the fenced-write tests: PostgreSQL and MariaDB started by
 //! `scripts/testdb.sh` (the one launcher every client's tests use) in a directory under the system
-//! temporary directory, on a free loopback port, stopped by PID when the value is dropped.
+//! temporary directory, on a free loopback port, stopped by PID when the value is dropped (a
+//! value kept in a `static` is never dropped: the launcher's watcher stops it by PID once the
+//! test process has exited).
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -55,12 +57,14 @@ impl Database {
             .arg(std::process::id().to_string())
             .output()
             .expect("run scripts/testdb.sh");
-        assert!(
-            out.status.success(),
-            "scripts/testdb.sh start {}: {}",
-            kind.script_name(),
-            String::from_utf8_lossy(&out.stderr)
-        );
+        if !out.status.success() {
+            stop(&dir); // whatever the failed start left: a server, a directory
+            panic!(
+                "scripts/testdb.sh start {}: {}",
+                kind.script_name(),
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
         let fields: HashMap<String, String> = String::from_utf8_lossy(&out.stdout)
             .lines()
             .filter_map(|l| l.split_once('='))
@@ -110,9 +114,14 @@ impl Database {
 
 impl Drop for Database {
     fn drop(&mut self) {
-        let _ = Command::new(workspace().join("scripts/testdb.sh"))
-            .arg("stop")
-            .arg(&self.dir)
-            .status();
+        stop(&self.dir);
     }
+}
+
+/// Stops the server started in `dir` by its PID and removes `dir`.
+fn stop(dir: &std::path::Path) {
+    let _ = Command::new(workspace().join("scripts/testdb.sh"))
+        .arg("stop")
+        .arg(dir)
+        .status();
 }

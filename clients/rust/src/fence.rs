@@ -16,7 +16,7 @@
 //! use redis_lock_client::fence;
 //! let guard = locker.lock("{sku:9}:lock").wait_forever().acquire().await?.expect("granted");
 //! let mut tx = fence::begin(&pool, &guard).await?; // Error::Stale: a newer holder has been in
-//! let qty: i64 = sqlx::query_scalar("SELECT qty FROM stock WHERE sku = $1")
+//! let qty: i32 = sqlx::query_scalar("SELECT qty FROM stock WHERE sku = $1")
 //!     .bind("sku9")
 //!     .fetch_one(&mut *tx)
 //!     .await?;

@@ -134,11 +134,15 @@ macro_rules! dialect {
                     .bind(name)
                     .fetch_one(&mut *conn)
                     .await?;
-                Ok(if stored == token {
-                    Raised::Ours
-                } else {
-                    Raised::Newer(Some(stored))
-                })
+                match stored.cmp(&token) {
+                    std::cmp::Ordering::Equal => Ok(Raised::Ours),
+                    std::cmp::Ordering::Greater => Ok(Raised::Newer(Some(stored))),
+                    // GREATEST cannot store less than ours: the table is not a fence table.
+                    std::cmp::Ordering::Less => Err(sqlx::Error::Protocol(format!(
+                        "{table} holds {stored} for {name:?} after raising it to {token}: \
+                         not a fence table (docs/fencing.md)"
+                    ))),
+                }
             }
 
             async fn execute(
