@@ -82,7 +82,7 @@ func launch(kind string) (*database, error) {
 	cmd := exec.Command(script, "start", kind, dir, strconv.Itoa(os.Getpid()))
 	cmd.Stdout, cmd.Stderr = &out, &stderr
 	if err := cmd.Run(); err != nil {
-		_ = os.RemoveAll(dir)
+		_ = exec.Command(script, "stop", dir).Run() // what the failed start left, by PID
 		return nil, fmt.Errorf("scripts/testdb.sh start %s: %v: %s", kind, err, stderr.String())
 	}
 	vars := map[string]string{}

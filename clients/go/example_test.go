@@ -56,7 +56,7 @@ func ExampleFenced() {
 		log.Fatal(err)
 	}
 
-	_, err = db.ExecContext(ctx, "CREATE TABLE stock (sku text PRIMARY KEY, qty int NOT NULL);"+
+	_, err = db.ExecContext(ctx, "DROP TABLE IF EXISTS stock; CREATE TABLE stock (sku text PRIMARY KEY, qty int NOT NULL);"+
 		"INSERT INTO stock VALUES ('sku9', 100)")
 	if err != nil {
 		log.Fatal(err)
