@@ -63,6 +63,7 @@ wait_for() {
         kill -0 "$pid" 2>/dev/null || return 1
         sleep 0.1
     done
+    kill -KILL "$pid" 2>/dev/null || true # nothing else would stop it: no watcher yet
     die "$what did not start in 60 s; see $dir/server.log"
 }
 

@@ -82,6 +82,8 @@ public final class TestDatabase {
                     String.valueOf(ProcessHandle.current().pid())).redirectErrorStream(true).start();
             String out = new String(p.getInputStream().readAllBytes(), StandardCharsets.UTF_8);
             if (!p.waitFor(90, TimeUnit.SECONDS) || p.exitValue() != 0) {
+                p.destroyForcibly();
+                stop(script, dir); // what the failed start left (a server, a directory), by PID
                 throw new IllegalStateException("testdb.sh start " + which + " failed:\n" + out);
             }
             Map<String, String> info = new HashMap<>();
