@@ -75,6 +75,24 @@ def _in_transaction(conn: Any) -> Optional[bool]:
     return None
 
 
+def _would_autocommit(conn: Any) -> bool:
+    """Whether a statement on ``conn`` now would be committed on its own (no transaction open,
+    autocommit on): a fence there orders nothing."""
+    if _in_transaction(conn):
+        return False
+    if hasattr(conn, "in_transaction") and getattr(conn, "isolation_level", "") is None:
+        return True  # sqlite3 / aiosqlite with isolation_level=None
+    return _autocommit(conn)
+
+
+def _check_in_transaction(cursor_or_conn: Any) -> None:
+    conn = getattr(cursor_or_conn, "connection", None) if _is_cursor(cursor_or_conn) else \
+        cursor_or_conn
+    if conn is not None and _would_autocommit(conn):
+        raise RuntimeError("fence() needs a transaction: the connection commits each statement "
+                           "on its own and none is open (BEGIN first, or use fenced())")
+
+
 def _autocommit(conn: Any) -> bool:
     """Whether ``conn`` commits each statement on its own (then ``fenced`` sends ``BEGIN`` and
     ``COMMIT``/``ROLLBACK`` itself)."""
@@ -291,9 +309,12 @@ def fence(cursor_or_conn: Any, lock: Any, *, name: Optional[str] = None, table: 
           dialect: Optional[str] = None) -> None:
     """Only the fence statement, in the transaction the caller (or a framework) manages:
     make it the transaction's first statement. ``redislock.Stale`` when a larger token is
-    stored: roll the transaction back. Given a connection, it uses a cursor of its own."""
+    stored: roll the transaction back. Given a connection, it uses a cursor of its own.
+    ``RuntimeError`` on a connection in autocommit mode with no transaction open (the fence
+    would be committed alone and order nothing)."""
     d = f.dialect_of(cursor_or_conn, dialect)
     fence_ = f.fence_of(lock, d, _paramstyle(cursor_or_conn, d), name, table)
+    _check_in_transaction(cursor_or_conn)
     if _is_cursor(cursor_or_conn):
         run(f.raise_fence(_Cursor(None, cursor_or_conn, d), fence_))
         return
@@ -309,6 +330,7 @@ async def async_fence(cursor_or_conn: Any, lock: Any, *, name: Optional[str] = N
     """``fence`` for an asyncio DB-API cursor or connection."""
     d = f.dialect_of(cursor_or_conn, dialect)
     fence_ = f.fence_of(lock, d, _paramstyle(cursor_or_conn, d), name, table)
+    _check_in_transaction(cursor_or_conn)
     if _is_cursor(cursor_or_conn):
         await arun(f.raise_fence(_AsyncCursor(None, cursor_or_conn, d), fence_))
         return

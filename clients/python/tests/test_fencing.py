@@ -308,6 +308,26 @@ def test_a_connection_in_autocommit_mode_gets_a_transaction_all_the_same(db, r):
         other.close()
 
 
+def test_fence_alone_refuses_a_connection_that_commits_each_statement(db, r):
+    """``fence()`` outside a transaction, in autocommit mode, would commit the fence alone and
+    order nothing: refused, nothing written. Inside one begun explicitly it runs."""
+    conn = autocommit(db)
+    try:
+        with redislock.Lock(r, f"alone:{db.n}", ttl=5.0) as lock:
+            with pytest.raises(RuntimeError, match="needs a transaction"):
+                redislock.db.fence(conn, lock)
+            assert db.one("SELECT count(*) FROM lock_fences WHERE name = {p}",
+                          f"alone:{db.n}") == 0
+            cur = conn.cursor()
+            cur.execute("BEGIN")
+            redislock.db.fence(cur, lock)
+            cur.execute("COMMIT")
+            assert db.one("SELECT token FROM lock_fences WHERE name = {p}",
+                          f"alone:{db.n}") == lock.token
+    finally:
+        conn.close()
+
+
 def test_sqlite_runs_begin_immediate_then_the_fence_before_the_body(tmp_path, r):
     """The order of statements SQLite executes (its trace callback, below every driver):
     ``BEGIN IMMEDIATE``, then the fence, then the body. Through sqlite3 and a SQLAlchemy
