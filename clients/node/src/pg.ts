@@ -47,13 +47,19 @@ function shapeOf(db: unknown, what: string): Shape {
  * pg 8.12 and newer say where the client is (`"I"`: idle); older ones are not checked.
  */
 function refuseOpenTransaction(client: ClientBase): void {
-  const status = (client as { getTransactionStatus?: () => string | null }).getTransactionStatus?.();
-  if (status !== undefined && status !== null && status !== "I") {
+  const status = transactionStatus(client);
+  if (status !== undefined && status !== "I") {
     throw new Error(
       "redis-lock-client/pg: fenced() needs a client outside any transaction " +
         `(its status is ${JSON.stringify(status)}): a read before the fence may be stale`,
     );
   }
+}
+
+/** Where `client` is: `"I"` idle, `"T"` in a transaction, `"E"` in a failed one (pg 8.12+). */
+function transactionStatus(client: ClientBase): string | undefined {
+  const status = (client as { getTransactionStatus?: () => string | null }).getTransactionStatus?.();
+  return status ?? undefined;
 }
 
 function runOn(client: Pick<ClientBase, "query">): Run {
@@ -110,6 +116,10 @@ export async function fenced<T>(
 export async function fence(client: ClientBase, hold: FenceHold, options?: FenceOptions): Promise<void> {
   if (shapeOf(client, "fence") === "pool") {
     throw new TypeError("redis-lock-client/pg: fence runs in your transaction: pass its client, not the Pool");
+  }
+  if (transactionStatus(client) === "I") {
+    // Outside a transaction the fence would be committed alone and order nothing.
+    throw new Error("redis-lock-client/pg: fence() needs a transaction: send BEGIN first, or use fenced()");
   }
   await fenceOn("postgres", runOn(client), hold, options);
 }

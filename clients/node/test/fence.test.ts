@@ -361,6 +361,18 @@ describe("PostgreSQL: pg's own cases", () => {
     }
   });
 
+  test("fence() outside a transaction is refused: the fence alone would order nothing", async () => {
+    const table = unique("fences");
+    await onPg.createFenceTable(pool, { table });
+    const client = await pool.connect();
+    try {
+      await assert.rejects(onPg.fence(client, { key: "k", token: 3 }, { table }), /needs a transaction/);
+    } finally {
+      client.release();
+    }
+    assert.equal((await pool.query(`SELECT count(*)::int AS n FROM ${table}`)).rows[0]?.n, 0);
+  });
+
   test("a client already in a transaction is refused, and its transaction left as it was", async () => {
     const table = unique("fences");
     await onPg.createFenceTable(pool, { table });
