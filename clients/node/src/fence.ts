@@ -46,6 +46,12 @@ const IDENTIFIER = /^[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)?$/;
 const MYSQL_NAME_BYTES = 255;
 
 /** The table option, checked: it is written into the SQL, so only an identifier passes. */
+/** What a value handed to a helper is, for its error message: "a Pool", "undefined". */
+export function describe(db: unknown): string {
+  if (typeof db !== "object" || db === null) return String(db);
+  return `a ${db.constructor?.name ?? "object"}`;
+}
+
 export function tableOf(options: TableOptions | undefined): string {
   const table: unknown = options?.table ?? DEFAULT_TABLE;
   if (typeof table !== "string" || !IDENTIFIER.test(table)) {

@@ -8,6 +8,7 @@
 import type { Connection, Pool, PoolConnection, PoolNamespace, ResultSetHeader, RowDataPacket } from "mysql2/promise";
 import {
   createTableOn,
+  describe,
   fenceOn,
   inTransaction,
   statementsOf,
@@ -23,11 +24,6 @@ import {
 export type { FenceHold, FenceOptions, FenceStatements, TableOptions } from "./fence.js";
 
 type Shape = "pool" | "connection";
-
-function describe(db: unknown): string {
-  if (typeof db !== "object" || db === null) return String(db);
-  return `a ${db.constructor?.name ?? "object"}`;
-}
 
 /** A `mysql2/promise` pool (or pool cluster namespace), or a connection; mysql2's callback API
  * and other drivers' objects are refused before a statement is sent. */

@@ -7,6 +7,7 @@
 import type { ClientBase, Pool, PoolClient } from "pg";
 import {
   createTableOn,
+  describe,
   fenceOn,
   inTransaction,
   statementsOf,
@@ -22,11 +23,6 @@ import {
 export type { FenceHold, FenceOptions, FenceStatements, TableOptions } from "./fence.js";
 
 type Shape = "pool" | "client";
-
-function describe(db: unknown): string {
-  if (typeof db !== "object" || db === null) return String(db);
-  return `a ${db.constructor?.name ?? "object"}`;
-}
 
 /** A pg `Pool`, or a client (`pg.Client`, pure JS or native, or a pool's `PoolClient`); anything
  * else (another driver's pool, say) is refused before a statement is sent. */
