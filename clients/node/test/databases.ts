@@ -15,7 +15,8 @@ import pg from "pg";
 import * as onMysql from "redis-lock-client/mysql2";
 import * as onPg from "redis-lock-client/pg";
 import type { FenceHold, FenceOptions, TableOptions } from "redis-lock-client/pg";
-import { ROOT, eventually } from "./support.js";
+import { after, before } from "node:test";
+import { ROOT, Server, eventually } from "./support.js";
 
 const run = promisify(execFile);
 const SCRIPT = join(ROOT, "scripts/testdb.sh");
@@ -207,4 +208,25 @@ export async function shop(
   await store.createFenceTable({ table: t.fences });
   await store.exec(`INSERT INTO ${t.stock} (sku, qty) VALUES (?, ?)`, [sku, qty]);
   return t;
+}
+
+/**
+ * A Redis server with the module and a `Store` on each database, started before the file's
+ * tests and stopped (by PID) after them: read `server` and `stores` inside the tests.
+ */
+export function withServerAndStores(): { server: Server; stores: Map<Kind, Store> } {
+  const live = { server: undefined as unknown as Server, stores: new Map<Kind, Store>() };
+  before(async () => {
+    const [s, dbs] = await Promise.all([Server.start(), startDatabases()]);
+    live.server = s;
+    for (const db of dbs) live.stores.set(db.kind, storeOf(db));
+  });
+  after(async () => {
+    for (const store of live.stores.values()) {
+      await store.close().catch(() => undefined);
+      await store.db.stop();
+    }
+    live.server?.stop();
+  });
+  return live;
 }

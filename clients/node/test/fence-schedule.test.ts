@@ -14,8 +14,8 @@
 import assert from "node:assert/strict";
 import { after, before, describe, test } from "node:test";
 import { Locks, StaleError } from "redis-lock-client";
-import { KINDS, LABELS, shop, startDatabases, storeOf, type Store, type Tx } from "./databases.js";
-import { FLAVOURS, Server } from "./support.js";
+import { KINDS, LABELS, shop, withServerAndStores, type Store, type Tx } from "./databases.js";
+import { FLAVOURS } from "./support.js";
 
 const SKU = "sku9";
 const LEASE = 300;
@@ -34,22 +34,7 @@ async function sell(tx: Tx, t: Tables, read: number, token: number): Promise<voi
   await tx.query(`INSERT INTO ${t.sales} (sku, token) VALUES (?, ?)`, [SKU, token]);
 }
 
-let server: Server;
-const stores = new Map<string, Store>();
-
-before(async () => {
-  const [s, dbs] = await Promise.all([Server.start(), startDatabases()]);
-  server = s;
-  for (const db of dbs) stores.set(db.kind, storeOf(db));
-});
-
-after(async () => {
-  for (const store of stores.values()) {
-    await store.close().catch(() => undefined);
-    await store.db.stop();
-  }
-  server?.stop();
-});
+const live = withServerAndStores();
 
 for (const kind of KINDS) {
   for (const flavour of FLAVOURS) {
@@ -58,8 +43,8 @@ for (const kind of KINDS) {
       let locks: Locks;
       let store: Store;
       before(async () => {
-        store = stores.get(kind)!;
-        redis = await flavour.client(server.port);
+        store = live.stores.get(kind)!;
+        redis = await flavour.client(live.server.port);
         locks = new Locks(redis);
       });
       after(async () => {

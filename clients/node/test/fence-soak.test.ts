@@ -12,10 +12,10 @@
 import assert from "node:assert/strict";
 import { spawn, type ChildProcess } from "node:child_process";
 import { readFileSync } from "node:fs";
-import { after, before, test } from "node:test";
-import { KINDS, LABELS, shop, startDatabases, storeOf, type Store } from "./databases.js";
+import { test } from "node:test";
+import { KINDS, LABELS, shop, withServerAndStores, type Store } from "./databases.js";
 import type { WorkerConfig } from "./fence-worker.js";
-import { FLAVOURS, Server, sleep } from "./support.js";
+import { FLAVOURS, sleep } from "./support.js";
 
 const WORKER = new URL("./fence-worker.js", import.meta.url).pathname;
 const SKU = "sku9";
@@ -60,36 +60,21 @@ function stateOf(pid: number): string | undefined {
   }
 }
 
-let server: Server;
-const stores = new Map<string, Store>();
-
-before(async () => {
-  const [s, dbs] = await Promise.all([Server.start(), startDatabases()]);
-  server = s;
-  for (const db of dbs) stores.set(db.kind, storeOf(db));
-});
-
-after(async () => {
-  for (const store of stores.values()) {
-    await store.close().catch(() => undefined);
-    await store.db.stop();
-  }
-  server?.stop();
-});
+const live = withServerAndStores();
 
 for (const kind of KINDS) {
   test(
     `${LABELS[kind]}: 4 processes sell 100 through fenced, holders SIGSTOPped past their lease: sold + left = 100`,
     { timeout: DEADLINE + 30_000 },
     async () => {
-      const store = stores.get(kind)!;
+      const store = live.stores.get(kind)!;
       const t = await shop(store, SKU, 100);
       const key = `{${t.stock}}:lock`;
       const workers = Array.from({ length: WORKERS }, (_, i) =>
         spawnWorker({
           kind,
           url: store.db.url,
-          port: server.port,
+          port: live.server.port,
           flavour: FLAVOURS[i % FLAVOURS.length]!.name,
           key,
           sku: SKU,
@@ -119,7 +104,7 @@ for (const kind of KINDS) {
             }
           }
           if (pauses < RANDOM_PAUSES && now >= nextPause) {
-            const info = (await server.cmd("LOCK.INFO", key)) as unknown[] | null;
+            const info = (await live.server.cmd("LOCK.INFO", key)) as unknown[] | null;
             const pid = info ? Number(String(info[info.indexOf("owner") + 1]).split(":")[0]) : 0;
             const holder = workers.find((w) => w.child.pid === pid && w.alive && w.stoppedSince === undefined);
             if (holder) {
