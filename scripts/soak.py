@@ -1,0 +1,100 @@
+#!/usr/bin/env python3
+"""Find the tests that fail only sometimes: run suites (make targets) round-robin, RUNS times
+each, while a CPU hog (stress-ng --cpu <cores>, or busy Python processes without it) competes
+for every core; then print each test that failed at least once and a table (suite, server,
+runs, failed runs, tests that failed).
+
+    scripts/soak.py [--runs N] [--no-hog] TARGET...     (make test-soak)
+
+The log of every failed run stays in <target dir>/soak/<target>.<run>.log.
+"""
+
+import argparse
+import multiprocessing
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from collections import Counter, defaultdict
+
+import suites
+
+
+def _spin() -> None:
+    while True:
+        pass
+
+
+def start_hog() -> list:
+    """One busy process per core; stress-ng when installed (scripts/deps.sh test)."""
+    cores = os.cpu_count() or 2
+    if shutil.which("stress-ng"):
+        proc = subprocess.Popen(
+            ["stress-ng", "--cpu", str(cores), "--quiet"], start_new_session=True
+        )
+        return [proc]
+    procs = [multiprocessing.Process(target=_spin, daemon=True) for _ in range(cores)]
+    for p in procs:
+        p.start()
+    return procs
+
+
+def stop_hog(hog: list) -> None:
+    for proc in hog:
+        if isinstance(proc, subprocess.Popen):
+            os.killpg(proc.pid, signal.SIGTERM)
+            proc.wait()
+        else:
+            proc.terminate()
+            proc.join()
+
+
+def soak(targets: list[str], runs: int) -> tuple[dict, dict]:
+    soak_dir = suites.target_dir() / "soak"
+    failed_runs = Counter()
+    failed_tests = defaultdict(Counter)
+    for run in range(1, runs + 1):
+        for target in targets:
+            log_path = soak_dir / f"{target}.log"
+            result = suites.run_one(target, log_path)
+            status = "ok" if result.ok else "FAILED " + " ".join(result.counts.failures)
+            print(f"run {run}/{runs} {target}: {status} ({result.seconds:.0f} s)", flush=True)
+            if not result.ok:
+                failed_runs[target] += 1
+                names = result.counts.failures or [f"(no test named: {result.note or 'exit'})"]
+                failed_tests[target].update(names)
+                log_path.rename(soak_dir / f"{target}.{run}.log")
+    return failed_runs, failed_tests
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=10)
+    parser.add_argument("--no-hog", action="store_true", help="no CPU hog")
+    parser.add_argument("targets", nargs="+")
+    args = parser.parse_args()
+    hog = [] if args.no_hog else start_hog()
+    try:
+        failed_runs, failed_tests = soak(args.targets, args.runs)
+    finally:
+        stop_hog(hog)
+    print()
+    for target, tests in failed_tests.items():
+        for name, times in tests.most_common():
+            print(f"{target}: {name} failed {times} of {args.runs} runs")
+    rows = []
+    for target in args.targets:
+        suite, server = suites.suite_and_server(target)
+        names = len(failed_tests[target])
+        rows.append([suite, server, str(args.runs), str(failed_runs[target]), str(names)])
+    print()
+    print(suites.table(rows, ["suite", "server", "runs", "failed runs", "tests that failed"]))
+    return 1 if failed_runs else 0
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(main())
+    except KeyboardInterrupt:
+        sys.exit(130)

@@ -1,0 +1,160 @@
+#!/usr/bin/env python3
+"""Run test suites (make targets) one after another, every one even when an earlier one
+failed, each one's output in <target dir>/test-logs/<target>.log; then one table (suite,
+server, passed, failed, seconds) and exit 1 if any failed.
+
+    scripts/suites.py TARGET...        (make test: the SUITES of the Makefile)
+
+A target test-<suite>-<server> is <suite> on redis or valkey; any other is a suite of its own.
+A failed suite's failures and the end of its log are printed as soon as it ends.
+LOCK_TEST_VERBOSE=1 also streams each log to the terminal. SUITE_TIMEOUT (seconds, default
+2400) stops a suite that wedges: its whole process group is killed and it counts as failed.
+"""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import suite_logs
+
+SERVERS = ("redis", "valkey")
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def target_dir() -> Path:
+    return Path(os.environ.get("CARGO_TARGET_DIR") or ROOT / "target").resolve()
+
+
+def suite_and_server(target: str) -> tuple[str, str]:
+    name = target.removeprefix("test-")
+    for server in SERVERS:
+        if name.endswith("-" + server):
+            return name[: -len(server) - 1], server
+    return name, "-"
+
+
+@dataclass
+class Result:
+    target: str
+    ok: bool
+    seconds: float
+    counts: suite_logs.Counts
+    note: str = ""
+
+
+def _make(target: str, log_file, verbose: bool) -> subprocess.Popen:
+    # A session of its own, so that a timeout can stop every server the suite started.
+    return subprocess.Popen(
+        ["make", "--no-print-directory", target],
+        cwd=ROOT,
+        stdout=subprocess.PIPE if verbose else log_file,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.wait()
+
+
+def run_one(target: str, log_path: Path, verbose: bool = False) -> Result:
+    timeout = float(os.environ.get("SUITE_TIMEOUT", "2400"))
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    start = time.monotonic()
+    note = ""
+    with open(log_path, "wb") as log_file:
+        proc = _make(target, log_file, verbose)
+        try:
+            if verbose:
+                for line in proc.stdout:
+                    log_file.write(line)
+                    sys.stdout.buffer.write(line)
+                    sys.stdout.flush()
+            proc.wait(timeout=max(0.0, timeout - (time.monotonic() - start)))
+        except subprocess.TimeoutExpired:
+            _stop(proc)
+            note = f"stopped after {timeout:.0f} s (SUITE_TIMEOUT)"
+        except BaseException:
+            _stop(proc)
+            raise
+    seconds = time.monotonic() - start
+    log = log_path.read_text(errors="replace")
+    counts = suite_logs.read(suite_and_server(target)[0], log)
+    ok = proc.returncode == 0 and not note
+    if ok and counts.failed:
+        ok, note = False, "make succeeded, but the log counts failures"
+    return Result(target, ok, seconds, counts, note)
+
+
+def _cell(value) -> str:
+    return "-" if value is None else str(value)
+
+
+def table(rows: list[list[str]], header: list[str]) -> str:
+    widths = [max(len(r[i]) for r in [header] + rows) for i in range(len(header))]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in [header] + rows]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def summary(results: list[Result]) -> str:
+    rows = []
+    for r in results:
+        suite, server = suite_and_server(r.target)
+        status = "ok" if r.ok else "FAILED"
+        c = r.counts
+        rows.append([suite, server, _cell(c.passed), _cell(c.failed), f"{r.seconds:.0f}", status])
+    header = ["suite", "server", "passed", "failed", "seconds", "status"]
+    return table(rows, header)
+
+
+def report_failure(result: Result, log_path: Path) -> None:
+    suite = suite_and_server(result.target)[0]
+    print(f"---- {result.target} failed {result.note}".rstrip())
+    for name in result.counts.failures:
+        print(f"  failed: {name}")
+    print(f"---- from {log_path}:")
+    print(suite_logs.excerpt(suite, log_path.read_text(errors="replace")))
+    print(f"---- end of {result.target}")
+
+
+def main(targets: list[str]) -> int:
+    if not targets:
+        print(__doc__, file=sys.stderr)
+        return 2
+    verbose = os.environ.get("LOCK_TEST_VERBOSE") == "1"
+    logs = target_dir() / "test-logs"
+    results = []
+    started = time.monotonic()
+    for target in targets:
+        log_path = logs / f"{target}.log"
+        print(f"==> {target} (log: {os.path.relpath(log_path)})", flush=True)
+        result = run_one(target, log_path, verbose)
+        results.append(result)
+        c = result.counts
+        print(f"    {'ok' if result.ok else 'FAILED'}: {_cell(c.passed)} passed, "
+              f"{_cell(c.failed)} failed, {result.seconds:.0f} s", flush=True)
+        if not result.ok:
+            report_failure(result, log_path)
+    print()
+    print(summary(results))
+    failed = [r.target for r in results if not r.ok]
+    minutes = (time.monotonic() - started) / 60
+    print(f"\n{len(results) - len(failed)} of {len(results)} suites passed in {minutes:.1f} min"
+          + (f"; failed: {' '.join(failed)}" if failed else ""))
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(main(sys.argv[1:]))
+    except KeyboardInterrupt:
+        sys.exit(130)
