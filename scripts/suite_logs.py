@@ -49,12 +49,13 @@ def node(log: str) -> Counts:
     # node --test's closing lines: "# pass 120" / "ℹ pass 120" and the same for fail
     passed = re.findall(r"^\S+ pass (\d+)$", log, re.M)
     failed = re.findall(r"^\S+ fail (\d+)$", log, re.M)
+    cancelled = re.findall(r"^\S+ cancelled (\d+)$", log, re.M)
     # TAP: "not ok 3 - name"; spec: "✖ name (12ms)" (repeated in its closing list)
     failures = re.findall(r"^\s*not ok \d+ - (.+?)(?: #.*)?$", log, re.M)
     failures += re.findall(r"^\s*✖ (.+?) \([\d.]+m?s\)$", log, re.M)
     return Counts(
         int(passed[-1]) if passed else None,
-        int(failed[-1]) if failed else None,
+        int(failed[-1]) + int(cancelled[-1] if cancelled else 0) if failed else None,
         _unique(f for f in failures if f != "failing tests:"),
     )
 
