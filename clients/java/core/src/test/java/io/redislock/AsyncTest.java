@@ -99,9 +99,10 @@ class AsyncTest extends OnServer {
     @Test
     void releaseAsyncStopsTheWatchdogInTheCallAndAnswersOnce() throws Exception {
         for (int i = 0; i < 5; i++) {
-            Hold h = locks.acquireAsync("k", Duration.ZERO, LockOptions.defaults().ttl(Duration.ofMillis(150)))
+            // A 1.5 s lease: still live at each release even if the renewal (at 500 ms) comes late.
+            Hold h = locks.acquireAsync("k", Duration.ZERO, LockOptions.defaults().ttl(Duration.ofMillis(1500)))
                     .get(5, TimeUnit.SECONDS);
-            Thread.sleep(120 + i * 17); // past a renewal, and at varying points of the next one
+            Thread.sleep(440 + i * 40); // from before the first renewal to just after it
             CompletableFuture<Boolean> released = h.releaseAsync();
             assertFalse(h.releaseAsync().get(5, TimeUnit.SECONDS), "a second release answers false");
             assertTrue(released.get(5, TimeUnit.SECONDS));

@@ -89,13 +89,16 @@ class ClusterTest {
         try (RedisLocks locks = RedisLocks.create(client)) {
             for (String key : List.of("{a}:lock", "{b}:lock", "{c}:lock")) {
                 TestServer owner = ownerOf(key);
-                try (Hold h = locks.acquire(key, Duration.ofSeconds(1), LockOptions.defaults().ttl(Duration.ofMillis(300)))) {
+                // A 1.5 s lease, renewed every 500 ms: a renewal may come up to 1 s late.
+                try (Hold h = locks.acquire(key, Duration.ofSeconds(1), LockOptions.defaults().ttl(Duration.ofMillis(1500)))) {
+                    long renewals = owner.calls("lock.extend");
                     assertEquals(h.token(), owner.cmd("LOCK.FENCE", key), key);
                     String data = key.replace(":lock", ":stock");
                     assertEquals("OK", h.guard("SET", data, "5"));
                     assertEquals("5", owner.cmd("GET", data));
-                    Thread.sleep(1000); // 3 ttls: renewed on the key's master
-                    assertEquals(h.token(), owner.cmd("LOCK.FENCE", key), "renewed on its master");
+                    assertTrue(TestServer.eventually(() -> owner.calls("lock.extend") > renewals, 5000), "renewed on its master");
+                    assertEquals(h.token(), owner.cmd("LOCK.FENCE", key), "still held on its master");
+                    assertFalse(h.isLost());
                 }
                 assertNull(owner.info(key));
             }

@@ -13,12 +13,14 @@ import org.springframework.integration.config.EnableIntegration;
 /**
  * The beans of the Spring Integration context tests (their configurations extend it): a test
  * server and two application instances on it, each a {@link ModuleLockRegistry} on a {@link
- * RedisLocks} over a client of its own, with leases of 600 ms (renewed every 200 ms).
+ * RedisLocks} over a client of its own, with leases of 3 s (renewed every 1 s: a renewal may come
+ * 2 s late on a loaded machine before the lease ends).
  */
 @Configuration
 @EnableIntegration
 class TwoInstances {
-    static final LockOptions OPTIONS = LockOptions.defaults().ttl(Duration.ofMillis(600));
+    static final long TTL_MS = 3000;
+    static final LockOptions OPTIONS = LockOptions.defaults().ttl(Duration.ofMillis(TTL_MS));
 
     @Bean(destroyMethod = "close")
     TestServer server() throws Exception {
