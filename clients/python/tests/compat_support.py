@@ -42,6 +42,13 @@ def calls(r, command: str) -> int:
     return int(entry["calls"]) if entry else 0
 
 
+def tries(r) -> int:
+    """How many times anyone asked for a lock: SETs (redis-py's and python-redis-lock's take
+    a name with ``SET NX``) and ``LOCK.ACQUIRE``s (the adapters'). To count the tries of one
+    call, as nothing else takes locks meanwhile."""
+    return calls(r, "set") + calls(r, "lock.acquire")
+
+
 def eventually(cond, timeout: float = 5.0) -> bool:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

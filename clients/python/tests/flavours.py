@@ -186,11 +186,14 @@ class Threads(_Driver):
             signal.signal(signal.SIGALRM, previous)
 
     @staticmethod
-    def slow(seconds: float, then: Callable[[str], Any]) -> Callable[[str], None]:
-        """A callback that takes ``seconds`` (in the watchdog's thread) before ``then``."""
+    def gated(gate: Callable[[], Any], then: Callable[[str], Any]) -> Callable[[str], None]:
+        """A callback that waits (in the watchdog's thread) until ``gate()`` is true, at most
+        10 s, before ``then``: it runs for as long as the test says."""
 
         def callback(reason: str) -> None:
-            time.sleep(seconds)
+            deadline = time.monotonic() + 10
+            while not gate() and time.monotonic() < deadline:
+                time.sleep(0.01)
             then(reason)
 
         return callback
@@ -226,11 +229,11 @@ class Tasks(_Driver):
             await asyncio.wait_for(redislock.aio.Lock(client, key, ttl=5.0).acquire(), 0.1)
 
     @staticmethod
-    def slow(seconds: float, then: Callable[[str], Any]) -> Callable[[str], Any]:
-        """A callback that awaits ``seconds`` before ``then``."""
+    def gated(gate: Callable[[], Any], then: Callable[[str], Any]) -> Callable[[str], Any]:
+        """A callback that awaits ``gate()`` being true, at most 10 s, before ``then``."""
 
         async def callback(reason: str) -> None:
-            await asyncio.sleep(seconds)
+            await soon(gate, 10)
             then(reason)
 
         return callback

@@ -56,15 +56,16 @@ async def test_threading_lock_conventions(flavour):
         await a.release()
 
 
-async def test_a_timeout_of_0_is_one_try(flavour):
+async def test_a_timeout_of_0_is_one_try(flavour, r):
     """As ``threading.Lock.acquire(timeout=0)``: granted at once if free, else False at once
     (asyncio's ``wait_for(..., 0)`` used to give up before trying)."""
     free = flavour.Lock(flavour.client(), "k0", ttl=5)
     assert await free.acquire(timeout=0) is True
     other = flavour.Lock(flavour.client(), "k0", ttl=5)
-    started = time.monotonic()
+    asked, queued = calls(r, "lock.acquire"), stat(r, "exclusive_waits")
     assert await other.acquire(timeout=0) is False
-    assert time.monotonic() - started < 0.5
+    assert calls(r, "lock.acquire") == asked + 1, "one try"
+    assert stat(r, "exclusive_waits") == queued, "that never joined the queue"
     assert await free.release()
 
 
@@ -74,11 +75,12 @@ async def test_hold_raises_when_not_granted_in_time_or_at_once(flavour, r):
     with pytest.raises(redislock.NotAcquired):
         async with flavour.Lock(a, "held", ttl=5).hold(timeout=0.2):
             pass
-    started = time.monotonic()
+    asked, queued = calls(r, "lock.acquire"), stat(r, "exclusive_waits")
     with pytest.raises(redislock.NotAcquired):
         async with flavour.Lock(a, "held", ttl=5).hold(blocking=False):
             pass
-    assert time.monotonic() - started < 0.15, "blocking=False asks once"
+    assert calls(r, "lock.acquire") == asked + 1, "blocking=False asks once"
+    assert stat(r, "exclusive_waits") == queued, "and never joins the queue"
     async with flavour.Lock(a, "free", ttl=5).hold(blocking=False) as free:
         assert free.token is not None
 
@@ -96,40 +98,43 @@ async def test_a_short_socket_timeout_does_not_break_a_long_wait(flavour):
 
 async def test_a_waiter_waits_while_the_watchdog_keeps_the_hold(flavour, r):
     r.set("stock", 5)
-    first = flavour.Lock(flavour.client(), "job", ttl=0.6)
+    # Renewed every 0.5 s: a renewal may come ~1 s late before the lease ends.
+    first = flavour.Lock(flavour.client(), "job", ttl=1.5)
     async with first:
         assert await first.guard("DECRBY", "stock", 1) == 4
         second = flavour.Lock(flavour.client(socket_timeout=0.2), "job", ttl=0.3)
-        waiting = flavour.spawn(second.acquire(timeout=5))
-        await asyncio.sleep(1.5)  # more than two leases: the watchdog keeps the hold
+        waiting = flavour.spawn(second.acquire(timeout=10))
+        await asyncio.sleep(3.2)  # more than two leases: only renewals keep the hold
         assert r.execute_command("LOCK.FENCE", "job") == first.token
         assert not waiting.done()
     assert await flavour.join(waiting, 5)
     assert second.token > 0
     await second.release()
-    assert calls(r, "lock.extend") >= 2
+    assert calls(r, "lock.extend") >= 2, "held past two leases: renewed twice at least"
 
 
 async def test_the_watchdog_renews_and_stops_with_release(flavour, r):
-    lock = flavour.Lock(flavour.client(), "w", ttl=0.6)
+    # Renewed every 0.5 s: a renewal may come ~1 s late before the lease ends.
+    lock = flavour.Lock(flavour.client(), "w", ttl=1.5)
     async with lock:
-        await asyncio.sleep(1.5)  # more than two leases
+        await asyncio.sleep(3.2)  # more than two leases: only renewals keep the hold
         assert r.execute_command("LOCK.FENCE", "w") == lock.token
     extends = calls(r, "lock.extend")
-    assert extends >= 2
-    await asyncio.sleep(0.5)
+    assert extends >= 2, "held past two leases: renewed twice at least"
+    await asyncio.sleep(1.0)  # two renewal periods
     assert calls(r, "lock.extend") == extends, "no renewal after release"
 
 
 async def test_a_lost_hold_is_signalled_once_and_raises_on_exit(flavour, r):
     reasons = []
-    lock = flavour.Lock(flavour.client(), "w", ttl=0.3, on_lost=reasons.append)
+    # Renewed every 0.5 s: the hold outlives a renewal ~1 s late, until it is force-released.
+    lock = flavour.Lock(flavour.client(), "w", ttl=1.5, on_lost=reasons.append)
     with pytest.raises(redislock.LockLost):
         async with lock:
             other = await flavour.join(flavour.spawn(lock.acquire(timeout=0.1)), 5)
             assert other is False, "another thread waits for this hold"
             r.execute_command("LOCK.FORCERELEASE", "w")
-            assert await soon(lambda: reasons, 2)
+            assert await soon(lambda: reasons, 5), "the next renewal finds it gone"
             assert not lock.locked()
     assert len(reasons) == 1, reasons
     assert "ran out" in reasons[0]
@@ -139,13 +144,15 @@ async def test_on_lost_runs_to_its_end_when_the_hold_is_released_meanwhile(flavo
     """The watchdog is stopped, never killed, by release (an asyncio release used to cancel
     the task, cutting an awaited on_lost short)."""
     done = []
-    lock = flavour.Lock(flavour.client(), "w", ttl=0.3, raise_on_lost=False,
-                        on_lost=flavour.slow(0.3, done.append))
+    released = []  # on_lost runs until the test says the hold was released
+    lock = flavour.Lock(flavour.client(), "w", ttl=1.5, raise_on_lost=False,
+                        on_lost=flavour.gated(lambda: released, done.append))
     async with lock:
         r.execute_command("LOCK.FORCERELEASE", "w")
-        assert await soon(lambda: lock.lost, 2)
-    assert not done, "released while on_lost runs"
-    assert await soon(lambda: done, 2)
+        assert await soon(lambda: lock.lost, 5), "the next renewal (every 0.5 s) finds it gone"
+    assert not done, "the release did not wait for on_lost"
+    released.append(True)
+    assert await soon(lambda: done, 5), "on_lost ran to its end after the release"
     assert len(done) == 1 and "ran out" in done[0]
 
 
@@ -159,10 +166,12 @@ async def test_without_watchdog_the_lease_is_fixed(flavour):
 
 async def test_guard_writes_only_while_held(flavour, r):
     r.set("{sku:9}:stock", 10)
-    lock = flavour.Lock(flavour.client(), "{sku:9}:lock", ttl=0.2, watchdog=False,
+    lock = flavour.Lock(flavour.client(), "{sku:9}:lock", ttl=30, watchdog=False,
                         raise_on_lost=False)
     async with lock:
         assert await lock.guard("DECRBY", "{sku:9}:stock", 1) == 9
+        # Then the lease is cut to 100 ms (as if this holder had been paused that long).
+        assert r.execute_command("LOCK.EXTEND", "{sku:9}:lock", lock.owner, 100) == 1
         await asyncio.sleep(0.3)
         with pytest.raises(redislock.Stale):
             await lock.guard("DECRBY", "{sku:9}:stock", 1)
@@ -335,9 +344,11 @@ async def test_the_watchdog_keeps_a_hold_on_a_pool_of_two(flavour, r):
     async with flavour.Lock(small, "k", 3.0):
         pass
     lost = []
-    async with flavour.Lock(small, "k", 0.3, on_lost=lost.append) as lock:
-        for _ in range(5):  # 1.0 s, more than three leases: only the watchdog keeps the hold
-            await asyncio.sleep(0.2)
+    # Renewed every 0.5 s: a renewal may come ~1 s late before the lease ends.
+    async with flavour.Lock(small, "k", 1.5, on_lost=lost.append) as lock:
+        granted = time.monotonic()
+        while time.monotonic() - granted < 2.0:  # past its lease: only the watchdog keeps it
+            await asyncio.sleep(0.25)
             assert r.execute_command("LOCK.FENCE", "k") == lock.token
     assert lost == []
     assert idle_pool(small)
@@ -398,11 +409,12 @@ async def test_an_abandoned_wait_leaves_the_queue_and_gives_its_connection_back(
     assert await flavour.Lock(small, "h", ttl=5).acquire(blocking=False)
 
 
-async def test_lock_cycles_on_a_pool_of_two(flavour):
+async def test_lock_cycles_on_a_pool_of_two(flavour, r):
     small = flavour.client(max_connections=2)
     for _ in range(3):
-        async with flavour.Lock(small, "c", ttl=0.3) as lock:
-            await asyncio.sleep(0.4)  # renewed by the watchdog
+        renewals = calls(r, "lock.extend")
+        async with flavour.Lock(small, "c", ttl=1.5) as lock:  # renewed every 0.5 s
+            assert await soon(lambda: calls(r, "lock.extend") > renewals, 5), "a renewal"
             assert await result(small.execute_command("LOCK.FENCE", "c")) == lock.token
         async with flavour.Lock(small, "s", ttl=5, session=True) as session:
             assert await result(small.execute_command("LOCK.FENCE", "s")) == session.token
