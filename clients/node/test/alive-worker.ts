@@ -4,15 +4,21 @@
  * argv: flavour port
  */
 import { Locks } from "redis-lock-client";
-import { FLAVOURS, sleep } from "./support.js";
+import { FLAVOURS, eventually } from "./support.js";
 
 const [name, port] = process.argv.slice(2);
 const flavour = FLAVOURS.find((f) => f.name === name)!;
 const client = await flavour.client(Number(port));
 const locks = new Locks(client);
-const hold = await locks.acquire("alive", { ttl: 1500 });
-await sleep(700); // one renewal (every 500 ms): the watchdog's connection is open
-const info = String(await locks.adapter.send("alive", ["INFO", "commandstats"]));
-console.log(`renewed ${/cmdstat_lock\.extend:calls=(\d+)/.exec(info)?.[1] ?? 0} token ${hold.token}`);
+const renewals = async (): Promise<number> => {
+  const info = String(await locks.adapter.send("alive", ["INFO", "commandstats"]));
+  return Number(/cmdstat_lock\.extend:calls=(\d+)/.exec(info)?.[1] ?? 0);
+};
+const before = await renewals();
+// A 6 s lease: it outlives this process by seconds, so the test finds it still held.
+const hold = await locks.acquire("alive", { ttl: 6000 });
+// The first renewal (2 s in): from then on the watchdog's connection is open.
+await eventually(async () => (await renewals()) > before, 10_000, 50);
+console.log(`renewed ${(await renewals()) - before} token ${hold.token}`);
 await flavour.close(client);
 locks.close();

@@ -54,17 +54,24 @@ for (const flavour of FLAVOURS) {
         const key = KEYS[1]!;
         const owner = await cluster.ownerOf(key);
         const extendsBefore = await owner.calls("lock.extend");
-        const holder = await locks.acquire(key, { ttl: 300 });
+        // A renewal every 500 ms: each may be up to 1 s late before the lease (1.5 s) ends.
+        const ttl = 1500;
+        const holder = await locks.acquire(key, { ttl });
+        const acquired = performance.now(); // its first lease ends before acquired + ttl
         const ctl = new AbortController();
         const aborted = locks.acquire(key, { signal: ctl.signal });
         assert.ok(await eventually(async () => (await owner.waiters(key)) === 1), "waits on its master");
         ctl.abort();
         await assert.rejects(aborted, { name: "AbortError" });
         assert.ok(await eventually(async () => (await owner.waiters(key)) === 0), "left the queue");
-        const waiting = locks.acquire(key, { ttl: 5000, wait: 10_000 });
-        await sleep(700); // two renewals, every 100 ms, on the master of the key
-        assert.equal(await owner.cmd("LOCK.FENCE", key), holder.token);
-        assert.ok((await owner.calls("lock.extend")) - extendsBefore >= 2);
+        // Queued: had the hold lapsed, this waiter would have been granted and the fence moved on.
+        const waiting = locks.acquire(key, { ttl: 5000, wait: 20_000 });
+        assert.ok(
+          await eventually(async () => (await owner.calls("lock.extend")) - extendsBefore >= 1),
+          "renewed on the master of the key",
+        );
+        await sleep(acquired + ttl + 500 - performance.now()); // past its first lease
+        assert.equal(await owner.cmd("LOCK.FENCE", key), holder.token, "kept past its first lease");
         assert.equal(await holder.release(), true);
         const next = await waiting;
         assert.equal(await owner.cmd("LOCK.FENCE", key), next.token);

@@ -20,21 +20,26 @@ interface RedlockLike {
   using<T>(
     resources: string[],
     duration: number,
+    settings: { automaticExtensionThreshold: number },
     routine: (signal: AbortSignal & { error?: Error }) => Promise<T>,
   ): Promise<T>;
 }
 
 /** What an application written for redlock does. */
 async function scenario(redlock: RedlockLike, server: Server): Promise<void> {
-  const lock = await redlock.acquire(["a", "b"], 1000);
+  const lock = await redlock.acquire(["a", "b"], 5000); // redlock extends only before it ends
   assert.equal(await server.cmd("EXISTS", "a", "b"), 2);
   await assert.rejects(redlock.acquire(["b"], 1000, { retryCount: 2, retryDelay: 50 }), { name: "ExecutionError" });
   const extended = await lock.extend(2000);
   await extended.release();
   assert.equal(await server.cmd("EXISTS", "a", "b"), 0);
-  const value = await redlock.using(["c"], 1000, async (signal) => {
-    await sleep(1300); // past the first lease: extended automatically
+  // redlock extends when automaticExtensionThreshold ms are left (500 by default), ours every
+  // duration/3: with these, an extension may be 1.9 s late (redlock's, every ~80 ms) or 1.3 s
+  // late (ours) before the lease (2 s) ends.
+  const value = await redlock.using(["c"], 2000, { automaticExtensionThreshold: 1900 }, async (signal) => {
+    await sleep(2300); // past the first lease: extended automatically
     assert.equal(signal.aborted, false);
+    assert.equal(await server.cmd("EXISTS", "c"), 1, "still held past its first lease");
     return 42;
   });
   assert.equal(value, 42);
