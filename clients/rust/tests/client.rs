@@ -54,14 +54,15 @@ async fn acquire_release_and_fifo_waits() {
 async fn the_watchdog_renews_and_lost_resolves_when_the_hold_is_gone() {
     let s = Server::start();
     let l = locker(&s);
+    // A 1.5 s lease: a renewal every 500 ms, each with 1 s of slack before the lease would end.
     let g = l
         .lock("w")
-        .ttl(Duration::from_millis(600))
+        .ttl(Duration::from_millis(1500))
         .acquire()
         .await
         .unwrap()
         .unwrap();
-    tokio::time::sleep(Duration::from_millis(1500)).await; // more than two leases
+    tokio::time::sleep(Duration::from_millis(3200)).await; // more than two leases
     assert_eq!(fence(&mut s.con(), "w"), Some(g.token() as i64));
     assert!(!g.is_lost() && g.lost_reason().is_none());
     ok(&mut s.con(), &["LOCK.FORCERELEASE", "w"]);
@@ -79,9 +80,10 @@ async fn run_guards_writes_with_the_token() {
     let mut c = s.con();
     ok(&mut c, &["SET", "{sku:9}:stock", "10"]);
     let l = locker(&s);
+    // A 1 s lease: the first guarded write lands inside it even on a loaded machine.
     let g = l
         .lock("{sku:9}:lock")
-        .ttl(Duration::from_millis(200))
+        .ttl(Duration::from_secs(1))
         .watchdog(false)
         .acquire()
         .await
@@ -92,7 +94,12 @@ async fn run_guards_writes_with_the_token() {
         .await
         .unwrap();
     assert_eq!(left, 9);
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    let ended = tokio::task::block_in_place(|| {
+        eventually(Duration::from_secs(3), || {
+            fence(&mut c, "{sku:9}:lock").is_none()
+        })
+    });
+    assert!(ended, "the fixed lease runs out");
     let stale = g
         .run::<i64>(redis::cmd("DECRBY").arg("{sku:9}:stock").arg(1))
         .await;

@@ -62,9 +62,13 @@ fn owner_on(con: &mut Connection, key: &str) -> Option<String> {
 async fn a_holders_watchdog_follows_the_new_master() {
     let mut d = deployment();
     let l = locker(&d);
+    // A 20 s lease, renewed every 6.7 s: the renewals that fail while the master is down and
+    // the Sentinels promote the replica (down after 1 s, then an election: seconds on a loaded
+    // machine) must leave one through to the promoted replica before the lease ends, which
+    // holds while the failover takes less than a renewal period.
     let g = l
         .lock("k")
-        .ttl(Duration::from_secs(6))
+        .ttl(Duration::from_secs(20))
         .replicas(1, Duration::from_secs(2))
         .acquire()
         .await
@@ -73,8 +77,9 @@ async fn a_holders_watchdog_follows_the_new_master() {
     d.nodes[0].kill9();
     wait_failover(&d).await;
     let mut new = d.nodes[1].con().unwrap();
+    // Within a renewal period (6.7 s) and the time to reach the new master.
     let renewed = tokio::task::block_in_place(|| {
-        eventually(Duration::from_secs(10), || {
+        eventually(Duration::from_secs(20), || {
             calls(&mut new, "lock.extend") >= 1
         })
     });
