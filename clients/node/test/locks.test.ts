@@ -186,7 +186,7 @@ for (const flavour of FLAVOURS) {
       await assert.rejects(hold.guard("GET", "{sku:9}:stock"), StaleError);
     });
 
-    it("rule 6: the watchdog keeps a hold 10x past its ttl, on a connection of its own", async ({
+    it("rule 6: the watchdog keeps a hold past several leases, on a connection of its own", async ({
       locks,
       other,
       server,

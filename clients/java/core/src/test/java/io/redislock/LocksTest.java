@@ -214,7 +214,7 @@ class LocksTest extends OnServer {
     }
 
     @Test
-    void rule6_theWatchdogKeepsAHold10xPastItsTtl() throws Exception {
+    void rule6_theWatchdogKeepsAHoldPastSeveralLeases() throws Exception {
         // A 1.5 s lease renewed every 500 ms: a renewal may come up to 1 s late before the lease ends.
         long ttlMs = 1500;
         Hold h = locks.acquire("k", Duration.ZERO, LockOptions.defaults().ttl(Duration.ofMillis(ttlMs)));
