@@ -119,10 +119,15 @@ fn binary_keys_expire_hand_off_and_wake_waiters_on_delete() {
             }),
             "the expired lock left the keyspace"
         );
-        // 2. The lease runs out with a waiter: the timer hands it over.
-        token_of(r(&mut c, &[b"LOCK.ACQUIRE", k, b"first\x00", b"100"]));
+        // 2. The lease runs out with a waiter: the timer hands it over (the lease shortened
+        // once the waiter is queued).
+        token_of(r(&mut c, &[b"LOCK.ACQUIRE", k, b"first\x00", b"60000"]));
         let waiter = wait_for(&s, &name, b"\xffnext");
         wait_blocked(&mut c, 1);
+        assert_eq!(
+            r(&mut c, &[b"LOCK.EXTEND", k, b"first\x00", b"100"]),
+            Ok(Value::Int(1))
+        );
         let t = token_of(waiter.join().unwrap());
         assert_eq!(
             r(&mut c, &[b"LOCK.FENCE", k]),

@@ -38,13 +38,17 @@ fn acquire_extend_release_handoff_and_expiry_events_arrive_in_order() {
     let got: Vec<String> = expected.iter().map(|_| next_event(&mut pubsub)).collect();
     assert_eq!(got, expected);
 
-    // Expiry with a waiter: the timer hands over and both events come, expiry first.
-    acquire(&mut c, "order:1", "c", 200).unwrap();
+    // Expiry with a waiter: the timer hands over and both events come, expiry first. (The
+    // lease is shortened once the waiter is queued.)
+    acquire(&mut c, "order:1", "c", 60_000).unwrap();
     let w = spawn_wait(&s, "order:1", "d", 60_000, 0);
+    wait_blocked(&mut c, 1);
+    assert_eq!(int(&ok(&mut c, &["LOCK.EXTEND", "order:1", "c", "200"])), 1);
     w.join().unwrap().unwrap();
     release(&mut c, "order:1", "d");
     let expected = [
         "lock.acquire",
+        "lock.extend",
         "lock.expire",
         "lock.handoff",
         "lock.release",
@@ -84,10 +88,11 @@ fn shared_and_semaphore_holds_announce_each_grant_release_and_expiry() {
     pubsub.subscribe("__keyspace@0__:doc").unwrap();
     pubsub.subscribe("__keyspace@0__:pool").unwrap();
 
-    ok(&mut c, &["LOCK.ACQUIRE", "doc", "r1", "200", "SHARED"]);
+    ok(&mut c, &["LOCK.ACQUIRE", "doc", "r1", "60000", "SHARED"]);
     ok(&mut c, &["LOCK.ACQUIRE", "doc", "r2", "60000", "SHARED"]);
+    assert_eq!(int(&ok(&mut c, &["LOCK.EXTEND", "doc", "r1", "200"])), 1);
     // r1's lease runs out while r2 still reads: its own expiry, at its deadline.
-    let expected = ["lock.acquire", "lock.acquire", "lock.expire"];
+    let expected = ["lock.acquire", "lock.acquire", "lock.extend", "lock.expire"];
     let got: Vec<String> = expected.iter().map(|_| next_event(&mut pubsub)).collect();
     assert_eq!(got, expected);
     assert_eq!(release(&mut c, "doc", "r2"), 1);

@@ -135,22 +135,33 @@ fn old_releases_wake_waiters_however_they_delete() {
     ];
     for way in ways {
         old_style_lock(&mut c, "k", "old", "60000");
-        // The name is looked at within a second in any case: a WAIT shorter than that is
-        // granted only because the command that deleted the string was seen.
-        let waiter = spawn_wait(&s, "k", "new", 60_000, 800);
+        let waiter = spawn_wait(&s, "k", "new", 60_000, 5_000);
         wait_blocked(&mut c, 1);
-        if way == ["MULTI"] {
+        let deleting = if way == ["MULTI"] {
             ok(&mut c, &["MULTI"]);
             cmd(&mut c, &["DEL", "k"]).unwrap();
             // Nothing is deleted until EXEC: the waiter still waits.
             std::thread::sleep(Duration::from_millis(50));
             assert_eq!(blocked_clients(&mut s.con()), 1);
+            let deleting = Instant::now();
             ok(&mut c, &["EXEC"]);
+            deleting
         } else {
+            let deleting = Instant::now();
             cmd(&mut c, way).unwrap();
-        }
+            deleting
+        };
         let token = token_of(waiter.join().unwrap());
+        let after = deleting.elapsed();
         assert_eq!(fence(&mut c, "k"), Some(token), "after {way:?}");
+        // Granted because the command that deleted the string was seen, right after it. The
+        // look every second would come about 1 s after the waiter queued, which was a little
+        // before the deletion: 500 ms tells the two apart and leaves room for a descheduled
+        // thread.
+        assert!(
+            after < Duration::from_millis(500),
+            "granted {after:?} after {way:?}"
+        );
         assert_eq!(release(&mut c, "k", "new"), 1);
     }
 }
@@ -159,12 +170,13 @@ fn old_releases_wake_waiters_however_they_delete() {
 fn a_waiter_is_granted_when_the_string_expires() {
     let s = Server::start();
     let mut c = s.con();
-    old_style_lock(&mut c, "k", "old", "300");
     let set = Instant::now();
+    old_style_lock(&mut c, "k", "old", "300");
     let waiter = spawn_wait(&s, "k", "new", 60_000, 10_000);
     let token = token_of(waiter.join().unwrap());
     let after = set.elapsed();
     eprintln!("granted {after:?} after the SET PX 300");
+    // The SET was sent at `set` (10 ms: the server's cached clock and ms rounding).
     assert!(after >= Duration::from_millis(290), "not before it expired");
     assert_eq!(fence(&mut c, "k"), Some(token));
     // A string without a TTL is looked at anyway (at least every second): a waiter times out

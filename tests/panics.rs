@@ -48,10 +48,12 @@ fn commands_answer_an_error_and_change_nothing_more() {
 fn a_timer_that_panics_runs_again_so_the_waiter_is_still_served() {
     let s = Server::start();
     let mut c = s.con();
-    acquire(&mut c, "k", "h", 100).unwrap();
+    acquire(&mut c, "k", "h", 60_000).unwrap();
     let w = spawn_wait(&s, "k", "w", 60_000, 10_000);
     wait_blocked(&mut c, 1);
     arm(&mut c, "a timer");
+    // The lease ends now that the waiter is queued: its timer is the one that panics.
+    assert_eq!(int(&ok(&mut c, &["LOCK.EXTEND", "k", "h", "100"])), 1);
     let got = w.join().unwrap();
     assert!(
         matches!(got, Ok(Value::Int(_))),
@@ -110,9 +112,10 @@ fn keyspace_type_and_server_callbacks_contain_panics() {
         contained(&s, c, entry, n);
     };
     // The unlink hook (DEL under a waiter): the waiter is still served at the old deadline.
-    acquire(&mut c, "k", "h", 300).unwrap();
+    acquire(&mut c, "k", "h", 60_000).unwrap();
     let w = spawn_wait(&s, "k", "w", 60_000, 10_000);
     wait_blocked(&mut c, 1);
+    assert_eq!(int(&ok(&mut c, &["LOCK.EXTEND", "k", "h", "300"])), 1);
     arm(&mut c, "the unlink callback");
     assert_eq!(int(&ok(&mut c, &["DEL", "k"])), 1);
     assert!(matches!(w.join().unwrap(), Ok(Value::Int(_))));
@@ -158,9 +161,10 @@ fn keyspace_type_and_server_callbacks_contain_panics() {
     let _ = cmd(&mut c, &["INFO", "lock"]);
     expect(&mut c, "the INFO callback");
     // FLUSHALL under a waiter.
-    acquire(&mut c, "f", "h", 300).unwrap();
+    acquire(&mut c, "f", "h", 60_000).unwrap();
     let w = spawn_wait(&s, "f", "w", 60_000, 10_000);
     wait_blocked(&mut c, 1);
+    assert_eq!(int(&ok(&mut c, &["LOCK.EXTEND", "f", "h", "300"])), 1);
     arm(&mut c, "the flush event");
     ok(&mut c, &["FLUSHALL"]);
     assert!(matches!(w.join().unwrap(), Ok(Value::Int(_))));

@@ -5,8 +5,9 @@
 use redis_lock_harness::*;
 use std::time::{Duration, Instant};
 
-/// Hold `p` for 300 ms with a waiter behind it, run `attempt`, and check the waiter gets the
-/// lock at the expiry (well before its 2.5 s WAIT timeout).
+/// Hold `p` with a waiter behind it, let the lease end 300 ms later, run `attempt`, and check
+/// the waiter gets the lock: at the expiry, not when the 100 s pause `attempt` tried would end
+/// (its WAIT of 10 s would time out first).
 fn waiter_is_served_despite(attempt: impl FnOnce(&Server, &mut Connection)) {
     let s = Server::start();
     let mut c = s.con();
@@ -24,20 +25,17 @@ fn waiter_is_served_despite(attempt: impl FnOnce(&Server, &mut Connection)) {
             "-config",
         ],
     );
-    acquire(&mut c, "p", "holder", 300).unwrap();
+    acquire(&mut c, "p", "holder", 60_000).unwrap();
     let started = Instant::now();
-    let w = spawn_wait(&s, "p", "waiter", 1000, 2500);
+    let w = spawn_wait(&s, "p", "waiter", 1000, 10_000);
     wait_blocked(&mut c, 1);
+    assert_eq!(int(&ok(&mut c, &["LOCK.EXTEND", "p", "holder", "300"])), 1);
     attempt(&s, &mut c);
     let got = w.join().unwrap();
-    let waited = started.elapsed();
     assert!(
         matches!(got, Ok(Value::Int(_))),
-        "the waiter got {got:?} after {waited:?}"
-    );
-    assert!(
-        waited < Duration::from_millis(2000),
-        "served at the expiry, not frozen: {waited:?}"
+        "the waiter got {got:?} after {:?}",
+        started.elapsed()
     );
     assert_eq!(
         cmd(&mut c, &["PING"]),
@@ -107,19 +105,34 @@ fn a_discarded_pause_pauses_nothing() {
     });
 }
 
+/// `LOCK.EXTEND p holder 100` and `CLIENT PAUSE pause_ms WRITE` in one EXEC, so the lease ends
+/// inside the pause whatever the scheduler does; when the EXEC was sent.
+fn shorten_and_pause(c: &mut Connection, pause_ms: &str) -> Instant {
+    let sent = Instant::now();
+    ok(c, &["MULTI"]);
+    ok(c, &["LOCK.EXTEND", "p", "holder", "100"]);
+    ok(c, &["CLIENT", "PAUSE", pause_ms, "WRITE"]);
+    assert_eq!(
+        ok(c, &["EXEC"]),
+        Value::Array(vec![Value::Int(1), Value::Okay])
+    );
+    sent
+}
+
 /// The control: a real pause holds the handoff until it ends, then the waiter is served.
 #[test]
 fn a_real_pause_holds_the_handoff_until_it_ends() {
     let s = Server::start();
     let mut c = s.con();
-    acquire(&mut c, "p", "holder", 100).unwrap();
-    let started = Instant::now();
-    let w = spawn_wait(&s, "p", "waiter", 1000, 5000);
+    acquire(&mut c, "p", "holder", 60_000).unwrap();
+    let w = spawn_wait(&s, "p", "waiter", 1000, 10_000);
     wait_blocked(&mut c, 1);
-    ok(&mut c, &["CLIENT", "PAUSE", "800", "WRITE"]);
+    let paused = shorten_and_pause(&mut c, "800");
     let got = w.join().unwrap();
-    let waited = started.elapsed();
+    let waited = paused.elapsed();
     assert!(matches!(got, Ok(Value::Int(_))), "{got:?}");
+    // The pause ends 800 ms after the EXEC, which came after `paused` (-50 ms: the server's
+    // cached clock and its rounding to the ms); a handoff at the expiry would come at 100 ms.
     assert!(
         waited >= Duration::from_millis(750),
         "held during the pause: {waited:?}"
@@ -131,15 +144,22 @@ fn a_real_pause_holds_the_handoff_until_it_ends() {
 fn unpause_releases_the_handoff() {
     let s = Server::start();
     let mut c = s.con();
-    acquire(&mut c, "p", "holder", 100).unwrap();
-    let w = spawn_wait(&s, "p", "waiter", 1000, 5000);
+    acquire(&mut c, "p", "holder", 60_000).unwrap();
+    let w = spawn_wait(&s, "p", "waiter", 1000, 10_000);
     wait_blocked(&mut c, 1);
-    let started = Instant::now();
-    ok(&mut c, &["CLIENT", "PAUSE", "100000", "WRITE"]);
-    std::thread::sleep(Duration::from_millis(400));
+    let paused = shorten_and_pause(&mut c, "100000");
+    // Past the lease's end (100 ms after the EXEC, which came after `paused`), still paused.
+    std::thread::sleep(Duration::from_millis(400).saturating_sub(paused.elapsed()));
     assert_eq!(blocked_clients(&mut c), 1, "held while paused");
+    let unpaused = Instant::now();
     ok(&mut c, &["CLIENT", "UNPAUSE"]);
     let got = w.join().unwrap();
     assert!(matches!(got, Ok(Value::Int(_))), "{got:?}");
-    assert!(started.elapsed() < Duration::from_secs(3));
+    // The module looks again every 10 ms while paused; 2 s covers descheduled threads (the
+    // pause had 100 s to go).
+    assert!(
+        unpaused.elapsed() < Duration::from_secs(2),
+        "served at the unpause: {:?}",
+        unpaused.elapsed()
+    );
 }

@@ -279,7 +279,11 @@ fn expired_locks_do_not_come_back_after_restart() {
     acquire(&mut c, "short", "a", 200).unwrap();
     let long = acquire(&mut c, "long", "a", 60_000).unwrap();
     ok(&mut c, &["SAVE"]);
-    std::thread::sleep(std::time::Duration::from_millis(400));
+    // The module deleted it (logged with appendfsync always) before the crash.
+    assert!(eventually(std::time::Duration::from_secs(5), || int(&ok(
+        &mut c,
+        &["EXISTS", "short"]
+    )) == 0));
     s.signal(libc::SIGKILL);
     s.restart();
     let mut c = s.con();

@@ -22,10 +22,11 @@ fn replica_follows_grants_extends_handoffs_expiry_and_releases() {
     let mut r = replica.con();
 
     let t1 = acquire(&mut m, "a", "alice", 60_000).unwrap();
-    let short = acquire(&mut m, "b", "bob", 300).unwrap();
+    let short = acquire(&mut m, "b", "bob", 60_000).unwrap();
     let w = spawn_wait(&master, "a", "carol", 60_000, 0);
     let wb = spawn_wait(&master, "b", "dave", 60_000, 0); // gets b when bob's lease runs out
     wait_blocked(&mut m, 2);
+    assert_eq!(int(&ok(&mut m, &["LOCK.EXTEND", "b", "bob", "300"])), 1);
     assert_eq!(release(&mut m, "a", "alice"), 1);
     let t2 = int(&w.join().unwrap().unwrap());
     let t3 = int(&wb.join().unwrap().unwrap());

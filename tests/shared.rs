@@ -313,7 +313,8 @@ fn readers_behind_a_writer_that_gives_up_are_served() {
     let s = Server::start();
     let mut c = s.con();
     let r1 = shared(&mut c, "doc", "r1", 60_000).unwrap();
-    let writer = spawn_wait_with(&s, &["LOCK.ACQUIRE", "doc", "w", "60000", "WAIT", "300"]);
+    // The writer gives up after 1.5 s: the reader queues behind it well before that.
+    let writer = spawn_wait_with(&s, &["LOCK.ACQUIRE", "doc", "w", "60000", "WAIT", "1500"]);
     wait_blocked(&mut c, 1);
     let reader = spawn_wait_with(
         &s,

@@ -64,6 +64,11 @@ pub enum Topology {
 
 /// One fault scenario. `Scenario::default()` is six clients on one server, 300 ms leases, 4 s,
 /// no faults.
+///
+/// The workload runs for `duration`, and longer when the chaos thread is still at work then:
+/// a fault injector that loops while `Chaos::running` stops at `duration`; one with a fixed
+/// number of faults (`crash_loop`, `repeat_command`...) injects every one of them however long
+/// restarts take on a loaded machine, and the workload goes on until a second after its last.
 pub struct Scenario {
     /// Extra arguments of the lock server (and its replica).
     pub lock_args: Vec<String>,
@@ -86,6 +91,10 @@ pub struct Scenario {
     /// Keep the counter on the lock server and write it only through `LOCK.GUARD` (instead of
     /// the fenced store on its own server).
     pub guarded: bool,
+    /// No fault of this scenario may lose a grant or end a lease early (kill -9 with
+    /// `appendfsync always`): a holder whose write is refused before its lease could have
+    /// ended (a newer token got in meanwhile) fails the run.
+    pub leases_kept: bool,
 }
 
 impl Default for Scenario {
@@ -103,6 +112,7 @@ impl Default for Scenario {
             chaos: None,
             readers: 0,
             guarded: false,
+            leases_kept: false,
         }
     }
 }
@@ -138,9 +148,11 @@ pub struct Chaos {
 }
 
 impl Chaos {
+    /// Whether the scenario's duration is not over yet.
     pub fn running(&self) -> bool {
         !self.stop.load(Ordering::Relaxed)
     }
+    /// Sleep `d`, or until the scenario's duration is over.
     pub fn sleep(&self, d: Duration) {
         let until = Instant::now() + d;
         while self.running() && Instant::now() < until {
@@ -214,7 +226,7 @@ impl Chaos {
             if let Some(mut m) = connect(master.port) {
                 let _ = cmd(&mut m, &["CLIENT", "KILL", "TYPE", "replica"]);
             }
-            self.sleep(Duration::from_millis(300)); // grants the replica never sees
+            std::thread::sleep(Duration::from_millis(300)); // grants the replica never sees
         } else if let Some(mut m) = connect(master.port) {
             let _ = cmd(&mut m, &["WAIT", "1", "2000"]);
         }
@@ -340,7 +352,9 @@ struct Workload {
     pause: Pause,
     readers: usize,
     guarded: bool,
-    deadline: Instant,
+    leases_kept: bool,
+    /// Set when the workload is to stop.
+    done: Arc<AtomicBool>,
 }
 
 /// The servers of a run.
@@ -431,8 +445,10 @@ impl Scenario {
             pause: self.pause,
             readers: self.readers,
             guarded: self.guarded,
-            deadline: Instant::now() + self.duration,
+            leases_kept: self.leases_kept,
+            done: Arc::new(AtomicBool::new(false)),
         };
+        let deadline = Instant::now() + self.duration;
         let stop = Arc::new(AtomicBool::new(false));
         let injected = Arc::new(AtomicUsize::new(0));
         let chaos = self.chaos.map(|f| {
@@ -445,14 +461,15 @@ impl Scenario {
                 stop: stop.clone(),
                 injected: injected.clone(),
             };
-            std::thread::spawn(move || f(chaos))
+            std::thread::spawn(move || {
+                f(chaos);
+                Instant::now()
+            })
         });
         let reader_threads: Vec<_> = (0..self.readers)
             .map(|r| {
                 let w = work.clone();
-                std::thread::spawn(move || {
-                    read_loop(r, w.store_port, &w.sha, &w.port, w.ttl_ms, w.deadline)
-                })
+                std::thread::spawn(move || read_loop(r, &w))
             })
             .collect();
         let workers: Vec<_> = (0..self.clients)
@@ -461,6 +478,15 @@ impl Scenario {
                 std::thread::spawn(move || write_loop(c, &w))
             })
             .collect();
+        std::thread::sleep(deadline.saturating_duration_since(Instant::now()));
+        stop.store(true, Ordering::Relaxed);
+        if let Some(chaos) = chaos {
+            // A second of the workload after the last fault.
+            let ended = chaos.join().expect("chaos thread");
+            let until = ended + Duration::from_secs(1);
+            std::thread::sleep(until.saturating_duration_since(Instant::now()));
+        }
+        work.done.store(true, Ordering::Relaxed);
         let records: Vec<Record> = workers
             .into_iter()
             .flat_map(|w| w.join().expect("worker"))
@@ -469,10 +495,6 @@ impl Scenario {
             .into_iter()
             .flat_map(|r| r.join().expect("reader"))
             .collect();
-        stop.store(true, Ordering::Relaxed);
-        if let Some(chaos) = chaos {
-            chaos.join().expect("chaos thread");
-        }
         Outcome {
             server_grants: servers.server_grants(),
             final_counter: servers.final_counter(self.guarded),
@@ -483,13 +505,13 @@ impl Scenario {
     }
 }
 
-/// A writer client: acquire (WAIT) -> read-modify-write -> release, until the deadline.
+/// A writer client: acquire (WAIT) -> read-modify-write -> release, until the workload stops.
 fn write_loop(c: usize, w: &Workload) -> Vec<Record> {
     let mut store = connect(w.store_port).expect("store");
     let mut lock: Option<Connection> = None;
     let mut records = Vec::new();
     let mut op = 0;
-    while Instant::now() < w.deadline {
+    while !w.done.load(Ordering::Relaxed) {
         op += 1;
         let Some(con) = lock.as_mut() else {
             lock = connect(w.port.load(Ordering::SeqCst));
@@ -500,6 +522,7 @@ fn write_loop(c: usize, w: &Workload) -> Vec<Record> {
         };
         let owner = format!("client-{c}-{op}");
         let sent_epoch = w.epoch.load(Ordering::SeqCst);
+        let asked = Instant::now();
         let reply = redis::cmd("LOCK.ACQUIRE")
             .arg(LOCK)
             .arg(&owner)
@@ -527,6 +550,9 @@ fn write_loop(c: usize, w: &Workload) -> Vec<Record> {
                 extend_if_stale(con, &owner, w.ttl_ms, &write),
             )
         };
+        if w.leases_kept {
+            check_lease_kept(w, &owner, asked, &write);
+        }
         let released = redis::cmd("LOCK.RELEASE")
             .arg(LOCK)
             .arg(&owner)
@@ -545,6 +571,28 @@ fn write_loop(c: usize, w: &Workload) -> Vec<Record> {
         });
     }
     records
+}
+
+/// For `Scenario::leases_kept`: a holder whose write was refused must have outlived its lease.
+/// The lock server counts the lease from its grant, after `asked`, so it ends no sooner than
+/// `asked` + ttl (2 ms: rounding to the ms); the refusal came from a newer token, granted once
+/// the lease ended unless a grant was lost. Only a refusal answered before then proves one
+/// was: a holder descheduled past its lease is overtaken rightly.
+fn check_lease_kept(w: &Workload, owner: &str, asked: Instant, write: &Write) {
+    let refused = match write {
+        Write::Stale => true,
+        // Skipped: the store refused the read (guarded: the server went away, no refusal).
+        Write::Skipped => !w.guarded,
+        Write::Accepted(_) => false,
+    };
+    let lease_ends = asked + Duration::from_millis(w.ttl_ms as u64 - 2);
+    assert!(
+        !refused || Instant::now() >= lease_ends,
+        "{owner}: its write was refused {:?} after it asked for a {} ms lease: a newer token \
+         got in while its lease ran (a lost grant)",
+        asked.elapsed(),
+        w.ttl_ms
+    );
 }
 
 /// A holder's read-modify-write of the counter in the fenced store. With readers: first a
@@ -630,23 +678,17 @@ fn guarded_write(con: &mut Connection, token: i64, pause: Option<Duration>, hold
     }
 }
 
-/// A reader client: shared acquire (WAIT) -> fenced read -> release, until `deadline`.
-fn read_loop(
-    r: usize,
-    store_port: u16,
-    sha: &str,
-    port: &AtomicU16,
-    ttl_ms: i64,
-    deadline: Instant,
-) -> Vec<ReadRecord> {
-    let mut store = connect(store_port).expect("store");
+/// A reader client: shared acquire (WAIT) -> fenced read -> release, until the workload stops.
+fn read_loop(r: usize, w: &Workload) -> Vec<ReadRecord> {
+    let (sha, ttl_ms) = (w.sha.as_str(), w.ttl_ms);
+    let mut store = connect(w.store_port).expect("store");
     let mut lock: Option<Connection> = None;
     let mut reads = Vec::new();
     let mut op = 0;
-    while Instant::now() < deadline {
+    while !w.done.load(Ordering::Relaxed) {
         op += 1;
         let Some(con) = lock.as_mut() else {
-            lock = connect(port.load(Ordering::SeqCst));
+            lock = connect(w.port.load(Ordering::SeqCst));
             if lock.is_none() {
                 std::thread::sleep(Duration::from_millis(20));
             }
@@ -846,50 +888,41 @@ pub fn pause_client_zero(c: usize, op: usize) -> Option<Duration> {
     (c == 0 && op.is_multiple_of(3)).then_some(Duration::from_millis(3 * 150))
 }
 
-/// The same command `times` times, `every` apart.
+/// The same command `times` times, `every` apart (all of them: see `Scenario`).
 pub fn repeat_command(times: usize, every: Duration, words: &'static [&'static str]) -> ChaosFn {
     Box::new(move |ch: Chaos| {
         for _ in 0..times {
-            ch.sleep(every);
-            if !ch.running() {
-                return;
-            }
+            std::thread::sleep(every);
             ch.inject(words);
         }
     })
 }
 
-/// One fault, `after` the workload started.
+/// One fault, `after` the workload started (also if that is past its duration).
 pub fn single_fault(after: Duration, fault: fn(&Chaos)) -> ChaosFn {
     Box::new(move |ch: Chaos| {
-        ch.sleep(after);
-        if ch.running() {
-            fault(&ch);
-        }
+        std::thread::sleep(after);
+        fault(&ch);
     })
 }
 
-/// Stop the lock server with SIGSTOP for `stopped`, `times` times, `every` apart.
+/// Stop the lock server with SIGSTOP for `stopped`, `times` times, `every` apart (all of them:
+/// see `Scenario`).
 pub fn stop_server_repeatedly(times: usize, every: Duration, stopped: Duration) -> ChaosFn {
     Box::new(move |ch: Chaos| {
         for _ in 0..times {
-            ch.sleep(every);
-            if !ch.running() {
-                return;
-            }
+            std::thread::sleep(every);
             ch.stop_server_for(stopped);
         }
     })
 }
 
-/// kill -9 and restart the lock server `times` times, `every` apart.
+/// kill -9 and restart the lock server `times` times, `every` apart (all of them: see
+/// `Scenario`).
 pub fn crash_loop(times: usize, every: Duration) -> ChaosFn {
     Box::new(move |ch: Chaos| {
         for _ in 0..times {
-            ch.sleep(every);
-            if !ch.running() {
-                return;
-            }
+            std::thread::sleep(every);
             ch.crash_and_restart();
         }
     })

@@ -10,19 +10,18 @@ use redis_lock_harness::{blocked_ids, cmd};
 #[test]
 #[ignore = "fault suite: make test-faults"]
 fn kill9_and_restart_from_aof_always() {
+    // Every acknowledged grant survives each crash, so no holder is overtaken and fenced off
+    // before its lease could have ended (`leases_kept`; one descheduled past its 300 ms lease
+    // may be, rightly).
     let outcome = Scenario {
         duration: Duration::from_secs(5),
+        leases_kept: true,
         ..Scenario::default()
     }
     .args(&["--appendonly", "yes", "--appendfsync", "always"])
     .chaos(crash_loop(3, Duration::from_millis(1000)))
     .run();
-    let (_, stale) = check_faults(&outcome, 3, 50);
-    // Every acknowledged grant survived each crash, so no holder was ever overtaken and fenced.
-    assert_eq!(
-        stale, 0,
-        "with appendfsync always, no acknowledged grant may be lost"
-    );
+    check_faults(&outcome, 3, 50);
 }
 
 #[test]

@@ -16,75 +16,9 @@ fn fault_helper_process() {
     };
     let port: u16 = std::env::var("LOCK_PORT").unwrap().parse().unwrap();
     let mut lock = connect(port).unwrap();
-    let say = |line: String| {
-        use std::io::Write;
-        println!("HELPER {line}");
-        let _ = std::io::stdout().flush();
-    };
     match role.as_str() {
-        "holder" => {
-            let store_port: u16 = std::env::var("STORE_PORT").unwrap().parse().unwrap();
-            let sha = std::env::var("STORE_SHA").unwrap();
-            let mut store = connect(store_port).unwrap();
-            let token = int(&ok(
-                &mut lock,
-                &["LOCK.ACQUIRE", LOCK, "stopped-holder", "200"],
-            ));
-            let read = match fenced(&mut store, &sha, "GET", token, None).unwrap() {
-                Value::BulkString(b) => String::from_utf8_lossy(&b).parse::<i64>().unwrap_or(0),
-                _ => 0,
-            };
-            say(format!("TOKEN {token}"));
-            // The parent stops this process here, for longer than the lease.
-            std::thread::sleep(Duration::from_millis(300));
-            let write = match fenced(&mut store, &sha, "SET", token, Some((read + 1).to_string())) {
-                Ok(_) => "OK".to_string(),
-                Err(e) if e.contains("STALE") => "STALE".to_string(),
-                Err(e) => e,
-            };
-            say(format!("WRITE {write}"));
-            say(format!(
-                "EXTEND {}",
-                int(&ok(
-                    &mut lock,
-                    &["LOCK.EXTEND", LOCK, "stopped-holder", "200"]
-                ))
-            ));
-            say(format!(
-                "RELEASE {}",
-                int(&ok(&mut lock, &["LOCK.RELEASE", LOCK, "stopped-holder"]))
-            ));
-        }
-        "guard-holder" => {
-            let token = int(&ok(
-                &mut lock,
-                &["LOCK.ACQUIRE", LOCK, "stopped-holder", "200"],
-            ));
-            let read = match ok(&mut lock, &["GET", GUARDED_COUNTER]) {
-                Value::BulkString(b) => String::from_utf8_lossy(&b).parse::<i64>().unwrap_or(0),
-                _ => 0,
-            };
-            say(format!("TOKEN {token}"));
-            // The parent stops this process here, for longer than the lease.
-            std::thread::sleep(Duration::from_millis(300));
-            let next = (read + 1).to_string();
-            let write = match cmd(
-                &mut lock,
-                &[
-                    "LOCK.GUARD",
-                    LOCK,
-                    &token.to_string(),
-                    "SET",
-                    GUARDED_COUNTER,
-                    &next,
-                ],
-            ) {
-                Ok(_) => "OK".to_string(),
-                Err(e) if e.starts_with("STALE") => "STALE".to_string(),
-                Err(e) => e,
-            };
-            say(format!("WRITE {write}"));
-        }
+        "holder" => stopped_holder(&mut lock),
+        "guard-holder" => stopped_guard_holder(&mut lock),
         "session-holder" => {
             let token = int(&ok(
                 &mut lock,
@@ -106,6 +40,86 @@ fn fault_helper_process() {
     }
 }
 
+/// A helper's line to the parent test.
+fn say(line: String) {
+    use std::io::Write;
+    println!("HELPER {line}");
+    let _ = std::io::stdout().flush();
+}
+
+/// The helper that holds a lock, is stopped past its lease, then writes to the fenced store,
+/// extends and releases.
+fn stopped_holder(lock: &mut Connection) {
+    let store_port: u16 = std::env::var("STORE_PORT").unwrap().parse().unwrap();
+    let sha = std::env::var("STORE_SHA").unwrap();
+    let mut store = connect(store_port).unwrap();
+    let token = int(&ok(lock, &["LOCK.ACQUIRE", LOCK, "stopped-holder", "200"]));
+    let read = match fenced(&mut store, &sha, "GET", token, None).unwrap() {
+        Value::BulkString(b) => String::from_utf8_lossy(&b).parse::<i64>().unwrap_or(0),
+        _ => 0,
+    };
+    say(format!("TOKEN {token}"));
+    wait_for_go();
+    let write = match fenced(&mut store, &sha, "SET", token, Some((read + 1).to_string())) {
+        Ok(_) => "OK".to_string(),
+        Err(e) if e.contains("STALE") => "STALE".to_string(),
+        Err(e) => e,
+    };
+    say(format!("WRITE {write}"));
+    let extended = int(&ok(lock, &["LOCK.EXTEND", LOCK, "stopped-holder", "200"]));
+    say(format!("EXTEND {extended}"));
+    let released = int(&ok(lock, &["LOCK.RELEASE", LOCK, "stopped-holder"]));
+    say(format!("RELEASE {released}"));
+}
+
+/// The helper that holds a lock, is stopped past its lease, then writes through LOCK.GUARD.
+fn stopped_guard_holder(lock: &mut Connection) {
+    let token = int(&ok(lock, &["LOCK.ACQUIRE", LOCK, "stopped-holder", "200"]));
+    let read = match ok(lock, &["GET", GUARDED_COUNTER]) {
+        Value::BulkString(b) => String::from_utf8_lossy(&b).parse::<i64>().unwrap_or(0),
+        _ => 0,
+    };
+    say(format!("TOKEN {token}"));
+    wait_for_go();
+    let next = (read + 1).to_string();
+    let token = token.to_string();
+    let guarded = ["LOCK.GUARD", LOCK, &token, "SET", GUARDED_COUNTER, &next];
+    let write = match cmd(lock, &guarded) {
+        Ok(_) => "OK".to_string(),
+        Err(e) if e.starts_with("STALE") => "STALE".to_string(),
+        Err(e) => e,
+    };
+    say(format!("WRITE {write}"));
+}
+
+/// A holder helper waits here for the parent's "go": meanwhile the parent stops this process
+/// (SIGSTOP), writes "go" (read once the process is continued), and lets another client take
+/// the lock and write.
+fn wait_for_go() {
+    let mut line = String::new();
+    std::io::stdin()
+        .read_line(&mut line)
+        .expect("the parent's go");
+    assert_eq!(line.trim(), "go", "the parent's go");
+}
+
+/// Stop the helper with SIGSTOP and queue its "go" for when it continues. The stop takes
+/// effect once one of its threads takes the signal, so the "go" waits until it has.
+fn stop_and_queue_go(child: &mut std::process::Child) {
+    use std::io::Write;
+    let pid = child.id() as i32;
+    let mut status = 0;
+    // SAFETY: signalling our own child process, and waiting for it to report the stop.
+    let stopped = unsafe {
+        libc::kill(pid, libc::SIGSTOP);
+        libc::waitpid(pid, &mut status, libc::WUNTRACED) == pid
+    };
+    assert!(stopped && libc::WIFSTOPPED(status), "the helper stopped");
+    let stdin = child.stdin.as_mut().expect("the helper's stdin");
+    stdin.write_all(b"go\n").expect("write go");
+    stdin.flush().expect("flush go");
+}
+
 fn spawn_helper(role: &str, env: &[(&str, String)]) -> std::process::Child {
     std::process::Command::new(std::env::current_exe().unwrap())
         .args([
@@ -117,6 +131,7 @@ fn spawn_helper(role: &str, env: &[(&str, String)]) -> std::process::Child {
         ])
         .env("FAULT_HELPER", role)
         .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
+        .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::null())
         .spawn()
@@ -172,8 +187,7 @@ fn sigstopped_holder_process_is_fenced_off() {
         .unwrap()
         .parse()
         .unwrap();
-    // SAFETY: signalling our own child process.
-    unsafe { libc::kill(child.id() as i32, libc::SIGSTOP) };
+    stop_and_queue_go(&mut child);
     let mut c = lock.con();
     let mut s = store.con();
     let next = int(&ok(
@@ -239,8 +253,7 @@ fn sigstopped_holder_process_cannot_write_through_guard() {
         .unwrap()
         .parse()
         .unwrap();
-    // SAFETY: signalling our own child process.
-    unsafe { libc::kill(child.id() as i32, libc::SIGSTOP) };
+    stop_and_queue_go(&mut child);
     let mut c = lock.con();
     let next = int(&ok(
         &mut c,

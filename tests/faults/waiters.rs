@@ -4,7 +4,12 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use redis_lock_harness::scenario::*;
-use redis_lock_harness::{blocked_ids, cmd};
+use redis_lock_harness::{blocked_ids, cmd, eventually, stat, Connection};
+
+/// Grants the lock server made so far.
+fn grants(con: &mut Connection) -> f64 {
+    stat(con, "acquired_immediately") + stat(con, "acquired_after_wait")
+}
 
 #[test]
 #[ignore = "fault suite: make test-faults"]
@@ -20,6 +25,13 @@ fn killed_waiters_never_wedge_the_queue() {
             }
             ch.sleep(Duration::from_millis(25));
         }
+        // After all the kills the workload goes on (see `Scenario`), and the queue with it: a
+        // wedged one grants nothing more, however long one waits.
+        let before = grants(&mut con);
+        assert!(
+            eventually(Duration::from_secs(5), || grants(&mut con) > before),
+            "no grant after the last kill: the queue is wedged"
+        );
     };
     let outcome = Scenario {
         clients: 8,
@@ -29,7 +41,8 @@ fn killed_waiters_never_wedge_the_queue() {
     .run();
     let (accepted, _) = check(&outcome);
     assert!(outcome.injected > 10, "waiters were killed");
-    assert!(accepted > 100, "the queue kept moving: {accepted}");
+    // Thousands on an idle machine; the check above is the one about the end of the run.
+    assert!(accepted > 20, "the queue kept moving: {accepted}");
 }
 
 /// Waiters give up (WAIT 3..10 ms) about as long as each holder keeps the lock (3 ms), so
@@ -48,7 +61,8 @@ fn waiters_time_out_exactly_as_the_lock_frees() {
     }
     .run();
     let (accepted, _) = check(&outcome);
-    assert!(accepted > 100);
+    // Hundreds even on a loaded machine: the workload ran (the checks below are the point).
+    assert!(accepted > 20, "writers kept working: {accepted}");
     let orphans = outcome
         .records
         .iter()
