@@ -445,17 +445,25 @@ pub fn blocked_clients(con: &mut Connection) -> i64 {
 }
 
 pub fn info_field(con: &mut Connection, section: &str, field: &str) -> String {
-    let info = match ok(con, &["INFO", section]) {
+    try_info_field(con, section, field)
+        .unwrap_or_else(|e| panic!("[\"INFO\", {section:?}] failed: {e}"))
+}
+
+/// `info_field`, with a failed INFO as an error: for a server that may close the connection
+/// meanwhile (Sentinel kills a demoted master's clients).
+pub fn try_info_field(con: &mut Connection, section: &str, field: &str) -> Result<String, String> {
+    let info = match cmd(con, &["INFO", section])? {
         Value::BulkString(b) => String::from_utf8_lossy(&b).into_owned(),
         Value::VerbatimString { text, .. } => text,
         other => panic!("unexpected INFO reply {other:?}"),
     };
-    info.lines()
+    Ok(info
+        .lines()
         .find_map(|l| {
             l.strip_prefix(&format!("{field}:"))
                 .map(|v| v.trim().to_string())
         })
-        .unwrap_or_default()
+        .unwrap_or_default())
 }
 
 /// Start `LOCK.ACQUIRE key owner ttl WAIT timeout` on its own connection and thread.

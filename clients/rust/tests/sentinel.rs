@@ -204,11 +204,11 @@ async fn a_waiter_on_a_demoted_master_retries_on_the_new_one() {
     wait_failover(&d).await;
     let mut new = d.nodes[1].con().unwrap();
     tokio::task::block_in_place(|| {
-        // Asked on a fresh connection each time: Sentinel kills the clients of the old master.
+        // Asked on a fresh connection each time: Sentinel kills the clients of the old master,
+        // maybe between the connect and the INFO (then asked again).
         let role = || {
-            d.nodes[0]
-                .con()
-                .map(|mut c| info_field(&mut c, "replication", "role"))
+            let mut c = d.nodes[0].con()?;
+            try_info_field(&mut c, "replication", "role").ok()
         };
         assert!(
             eventually(Duration::from_secs(30), || role().as_deref()
