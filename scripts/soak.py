@@ -6,7 +6,8 @@ runs, failed runs, tests that failed).
 
     scripts/soak.py [--runs N] [--no-hog] TARGET...     (make test-soak)
 
-The log of every failed run stays in <target dir>/soak/<target>.<run>.log.
+The log of every failed run stays in <target dir>/soak/<target>.<run>.log. Interrupted
+(Ctrl-C, SIGINT), it stops the suite running and reports the runs so far.
 """
 
 import argparse
@@ -50,22 +51,43 @@ def stop_hog(hog: list) -> None:
             proc.join()
 
 
-def soak(targets: list[str], runs: int) -> tuple[dict, dict]:
+class Tally:
+    """Runs, failed runs, and how often each test failed, per target."""
+
+    def __init__(self):
+        self.runs = Counter()
+        self.failed_runs = Counter()
+        self.failed_tests = defaultdict(Counter)
+
+
+def soak(targets: list[str], runs: int, tally: Tally) -> None:
     soak_dir = suites.target_dir() / "soak"
-    failed_runs = Counter()
-    failed_tests = defaultdict(Counter)
     for run in range(1, runs + 1):
         for target in targets:
             log_path = soak_dir / f"{target}.log"
             result = suites.run_one(target, log_path)
             status = "ok" if result.ok else "FAILED " + " ".join(result.counts.failures)
             print(f"run {run}/{runs} {target}: {status} ({result.seconds:.0f} s)", flush=True)
+            tally.runs[target] += 1
             if not result.ok:
-                failed_runs[target] += 1
+                tally.failed_runs[target] += 1
                 names = result.counts.failures or [f"(no test named: {result.note or 'exit'})"]
-                failed_tests[target].update(names)
+                tally.failed_tests[target].update(names)
                 log_path.rename(soak_dir / f"{target}.{run}.log")
-    return failed_runs, failed_tests
+
+
+def report(targets: list[str], tally: Tally) -> None:
+    print()
+    for target, tests in tally.failed_tests.items():
+        for name, times in tests.most_common():
+            print(f"{target}: {name} failed {times} of {tally.runs[target]} runs")
+    rows = []
+    for target in targets:
+        suite, server = suites.suite_and_server(target)
+        row = [tally.runs[target], tally.failed_runs[target], len(tally.failed_tests[target])]
+        rows.append([suite, server] + [str(n) for n in row])
+    print()
+    print(suites.table(rows, ["suite", "server", "runs", "failed runs", "tests that failed"]))
 
 
 def main() -> int:
@@ -75,26 +97,15 @@ def main() -> int:
     parser.add_argument("targets", nargs="+")
     args = parser.parse_args()
     hog = [] if args.no_hog else start_hog()
+    tally = Tally()
     try:
-        failed_runs, failed_tests = soak(args.targets, args.runs)
+        soak(args.targets, args.runs, tally)
+    except KeyboardInterrupt:
+        print("\ninterrupted: the runs so far")
     finally:
         stop_hog(hog)
-    print()
-    for target, tests in failed_tests.items():
-        for name, times in tests.most_common():
-            print(f"{target}: {name} failed {times} of {args.runs} runs")
-    rows = []
-    for target in args.targets:
-        suite, server = suites.suite_and_server(target)
-        names = len(failed_tests[target])
-        rows.append([suite, server, str(args.runs), str(failed_runs[target]), str(names)])
-    print()
-    print(suites.table(rows, ["suite", "server", "runs", "failed runs", "tests that failed"]))
-    return 1 if failed_runs else 0
-
+    report(args.targets, tally)
+    return 1 if tally.failed_runs else 0
 
 if __name__ == "__main__":
-    try:
-        sys.exit(main())
-    except KeyboardInterrupt:
-        sys.exit(130)
+    sys.exit(main())
