@@ -7,7 +7,7 @@ runs, failed runs, tests that failed).
     scripts/soak.py [--runs N] [--no-hog] TARGET...     (make test-soak)
 
 The log of every failed run stays in <target dir>/soak/<target>.<run>.log. Interrupted
-(Ctrl-C, SIGINT), it stops the suite running and reports the runs so far.
+(Ctrl-C, SIGINT or SIGTERM), it stops the suite running and reports the runs so far.
 """
 
 import argparse
@@ -96,6 +96,10 @@ def main() -> int:
     parser.add_argument("--no-hog", action="store_true", help="no CPU hog")
     parser.add_argument("targets", nargs="+")
     args = parser.parse_args()
+    # Interrupted by Ctrl-C or `kill`, even when started in the background (where a shell
+    # leaves SIGINT ignored): stop the suite running and report the runs so far.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
     hog = [] if args.no_hog else start_hog()
     tally = Tally()
     try:
