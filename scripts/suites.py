@@ -15,6 +15,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -65,6 +66,13 @@ def _stop(proc: subprocess.Popen) -> None:
     proc.wait()
 
 
+def _tee(stream, log_file) -> None:
+    for line in stream:
+        log_file.write(line)
+        sys.stdout.buffer.write(line)
+        sys.stdout.flush()
+
+
 def run_one(target: str, log_path: Path, verbose: bool = False) -> Result:
     timeout = float(os.environ.get("SUITE_TIMEOUT", "2400"))
     log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -72,13 +80,14 @@ def run_one(target: str, log_path: Path, verbose: bool = False) -> Result:
     note = ""
     with open(log_path, "wb") as log_file:
         proc = _make(target, log_file, verbose)
+        # Streamed beside the wait, so that SUITE_TIMEOUT holds in verbose runs too.
+        tee = threading.Thread(target=_tee, args=(proc.stdout, log_file)) if verbose else None
         try:
-            if verbose:
-                for line in proc.stdout:
-                    log_file.write(line)
-                    sys.stdout.buffer.write(line)
-                    sys.stdout.flush()
-            proc.wait(timeout=max(0.0, timeout - (time.monotonic() - start)))
+            if tee:
+                tee.start()
+            proc.wait(timeout=timeout)
+            if tee:
+                tee.join()
         except subprocess.TimeoutExpired:
             _stop(proc)
             note = f"stopped after {timeout:.0f} s (SUITE_TIMEOUT)"
