@@ -75,6 +75,7 @@ unit:
 	scripts/test-find-libclang.sh
 	scripts/test-deps.sh
 	scripts/test-check-rust.sh
+	scripts/test_suite_logs.py
 	cargo test --lib
 	cargo test -p redis-lock-bench
 
@@ -204,7 +205,7 @@ test-dist: dist dist-check deps valkey servers
 ## The aarch64 module in Debian's arm64 redis-server under qemu-user: a LOCK.* session, then the
 ## integration suite (scripts/test-aarch64.sh), then tests/panics.rs on the dist-check build.
 test-aarch64: dist dist-check
-	@scripts/deps.sh test qemu
+	@scripts/deps.sh test
 	scripts/test-aarch64.sh
 	AARCH64_SUITE_ARGS=panics:: scripts/test-aarch64.sh \
 		$(TARGET_DIR)/dist-check/libredis_lock-$(VERSION)-aarch64-linux-gnu.so

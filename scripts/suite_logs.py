@@ -96,6 +96,7 @@ READERS = {
     "matrix": cargo,
     "upgrade": cargo,
     "dist": cargo,
+    "aarch64": cargo,
     "python": pytest,
     "node": node,
     "go": go,

@@ -9,9 +9,12 @@ A target test-<suite>-<server> is <suite> on redis or valkey; any other is a sui
 A failed suite's failures and the end of its log are printed as soon as it ends.
 LOCK_TEST_VERBOSE=1 also streams each log to the terminal. SUITE_TIMEOUT (seconds, default
 2400) stops a suite that wedges: its whole process group is killed and it counts as failed.
+A suite that cannot run here (make test-aarch64 in CI without qemu) prints a line
+"SUITE SKIPPED: <reason>" and exits 0: the table says "skipped" and the reason follows it.
 """
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -45,6 +48,11 @@ class Result:
     seconds: float
     counts: suite_logs.Counts
     note: str = ""
+    skipped: bool = False
+
+    @property
+    def status(self) -> str:
+        return "FAILED" if not self.ok else "skipped" if self.skipped else "ok"
 
 
 def _make(target: str, log_file, verbose: bool) -> subprocess.Popen:
@@ -100,7 +108,14 @@ def run_one(target: str, log_path: Path, verbose: bool = False) -> Result:
     ok = proc.returncode == 0 and not note
     if ok and counts.failed:
         ok, note = False, "make succeeded, but the log counts failures"
+    if ok and skip_reason(log):
+        return Result(target, ok, seconds, counts, skip_reason(log), True)
     return Result(target, ok, seconds, counts, note)
+
+
+def skip_reason(log: str) -> str:
+    """Why a suite that exited 0 did not run: its "SUITE SKIPPED: <reason>" lines, or ""."""
+    return "; ".join(dict.fromkeys(re.findall(r"^SUITE SKIPPED: (.+)$", log, re.M)))
 
 
 def _cell(value) -> str:
@@ -118,11 +133,11 @@ def summary(results: list[Result]) -> str:
     rows = []
     for r in results:
         suite, server = suite_and_server(r.target)
-        status = "ok" if r.ok else "FAILED"
         c = r.counts
-        rows.append([suite, server, _cell(c.passed), _cell(c.failed), f"{r.seconds:.0f}", status])
+        rows.append([suite, server, _cell(c.passed), _cell(c.failed), f"{r.seconds:.0f}", r.status])
     header = ["suite", "server", "passed", "failed", "seconds", "status"]
-    return table(rows, header)
+    skips = [f"skipped {r.target}: {r.note}" for r in results if r.skipped]
+    return "\n".join([table(rows, header)] + skips)
 
 
 def report_failure(result: Result, log_path: Path) -> None:
@@ -149,15 +164,19 @@ def main(targets: list[str]) -> int:
         result = run_one(target, log_path, verbose)
         results.append(result)
         c = result.counts
-        print(f"    {'ok' if result.ok else 'FAILED'}: {_cell(c.passed)} passed, "
-              f"{_cell(c.failed)} failed, {result.seconds:.0f} s", flush=True)
+        print(f"    {result.status}: {_cell(c.passed)} passed, "
+              f"{_cell(c.failed)} failed, {result.seconds:.0f} s"
+              + (f" ({result.note})" if result.skipped else ""), flush=True)
         if not result.ok:
             report_failure(result, log_path)
     print()
     print(summary(results))
     failed = [r.target for r in results if not r.ok]
+    skipped = [r.target for r in results if r.skipped]
+    passed = len(results) - len(failed) - len(skipped)
     minutes = (time.monotonic() - started) / 60
-    print(f"\n{len(results) - len(failed)} of {len(results)} suites passed in {minutes:.1f} min"
+    print(f"\n{passed} of {len(results)} suites passed in {minutes:.1f} min"
+          + (f"; skipped: {' '.join(skipped)}" if skipped else "")
           + (f"; failed: {' '.join(failed)}" if failed else ""))
     return 1 if failed else 0
 
