@@ -670,7 +670,17 @@ impl LockGuard {
 
     /// Release the hold: `Ok(false)` if it had been lost (at once, nothing sent, when that was
     /// known; a release that finds the lease gone marks it lost, and `lost()` resolves). The
-    /// watchdog stops first, so a released hold is never renewed.
+    /// watchdog stops first, so a released hold is never renewed. `Error::Unavailable` when the
+    /// server cannot be reached within the locker's bound (the lease then ends by itself).
+    ///
+    /// A second release does not compile (`release` takes the guard):
+    ///
+    /// ```compile_fail,E0382
+    /// async fn twice(guard: redis_lock_client::LockGuard) {
+    ///     let _ = guard.release().await;
+    ///     let _ = guard.release().await;
+    /// }
+    /// ```
     pub async fn release(mut self) -> Result<bool, Error> {
         self.released = true;
         if let Some(keeper) = self.keeper.take() {

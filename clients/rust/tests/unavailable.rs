@@ -43,6 +43,7 @@ fn assert_unavailable<T: std::fmt::Debug>(
         "{message}"
     );
     assert!(elapsed <= limit, "{elapsed:?} > {limit:?}: {message}");
+    eprintln!("unavailable after {elapsed:?} (limit {limit:?}): {message}");
     message
 }
 
