@@ -232,11 +232,15 @@ impl Locker {
         }
         self.forget().await;
         self.availability.failed();
-        let give_up = self.availability.until(deadline);
-        if Instant::now() >= give_up {
+        // No try that would begin at (or past) the end: it could only fail as silent.
+        let (give_up, next) = (
+            self.availability.until(deadline),
+            Instant::now() + RETRY_PAUSE,
+        );
+        if next >= give_up {
             return Err(self.availability.error(e));
         }
-        tokio::time::sleep_until(give_up.min(Instant::now() + RETRY_PAUSE).into()).await;
+        tokio::time::sleep_until(next.into()).await;
         Ok(give_up)
     }
 

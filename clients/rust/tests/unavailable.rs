@@ -77,7 +77,11 @@ async fn a_wrong_address_is_unavailable_within_the_bound() {
     let waited = locker_at(port).lock("k").acquire().await; // the default wait: without limit
     let message = assert_unavailable(waited, port, started, BOUND + MARGIN);
     assert!(message.to_lowercase().contains("refused"), "{message}");
-    assert!(started.elapsed() >= BOUND, "retried until the bound");
+    // Retried until the bound (but for the last pause between tries, 50 ms, that would end past it).
+    assert!(
+        started.elapsed() >= BOUND - Duration::from_millis(50),
+        "retried"
+    );
     // The caller's deadline first: trying once fails at the first refusal, a short wait at its end.
     let started = Instant::now();
     let tried = locker_at(port)
