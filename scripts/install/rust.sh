@@ -4,8 +4,8 @@
 # `redis-lock/clients/rust` rewritten to this checkout's "$repo/clients/rust", the only
 # change), the README's example as src/main.rs, built and run against a real server, its
 # output checked. Needs the crates.io index (or a warm ~/.cargo). Cargo builds into the
-# project's own target directory unless CARGO_TARGET_DIR is set (a shared one saves the
-# dependencies' build: about 2 minutes on 2 loaded cores).
+# project's own target directory unless CARGO_TARGET_DIR is set: 75 s on 2 loaded cores into
+# its own, 4 s into a warm shared one (the first time there: 55 s).
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 

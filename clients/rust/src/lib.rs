@@ -32,7 +32,7 @@
 //! # async fn demo(locker: redis_lock_client::Locker) -> Result<(), redis_lock_client::Error> {
 //! # use redis_lock_client::redis;
 //! # use std::time::Duration;
-//! let guard = locker.lock("{sku:9}:lock").ttl(Duration::from_secs(30)).acquire().await?.unwrap();
+//! let guard = locker.lock("{sku:9}:lock").ttl(Duration::from_secs(30)).wait_forever().acquire().await?.unwrap();
 //! let left: i64 = guard.run(redis::cmd("DECRBY").arg("{sku:9}:stock").arg(1)).await?;
 //! guard.release().await?;
 //! # let _ = left; Ok(()) }
