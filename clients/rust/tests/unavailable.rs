@@ -129,8 +129,8 @@ async fn a_service_that_never_answers_is_unavailable_within_the_bound() {
     assert_unavailable(tried, port, started, BOUND + MARGIN);
 }
 
-/// The server killed while one client holds and another waits (the default wait): both see
-/// unavailable within the bound. Once the hold's lease has ended, the client knows it lost:
+/// The server killed while one client holds and another waits (the default wait): the
+/// waiter, a guarded write and a live hold's release see unavailable within the bound. Once the hold's lease has ended, the client knows it lost:
 /// a guarded write is stale and the release false, at once, without the server.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stopped_server_is_unavailable_to_a_holder_and_a_waiter() {
@@ -138,6 +138,12 @@ async fn a_stopped_server_is_unavailable_to_a_holder_and_a_waiter() {
     let port = s.port;
     let g = locker_at(port).lock("k").ttl(Duration::from_secs(3));
     let g = g.acquire().await.unwrap().unwrap();
+    let other = locker_at(port)
+        .lock("other")
+        .acquire()
+        .await
+        .unwrap()
+        .unwrap();
     let waiter = tokio::spawn(async move {
         let waited = locker_at(port).lock("k").acquire().await;
         (waited, Instant::now())
@@ -151,6 +157,8 @@ async fn a_stopped_server_is_unavailable_to_a_holder_and_a_waiter() {
     let started = Instant::now();
     let write = g.run::<i64>(redis::cmd("INCR").arg("n")).await;
     assert_unavailable(write, port, started, BOUND + MARGIN);
+    let started = Instant::now();
+    assert_unavailable(other.release().await, port, started, BOUND + MARGIN);
     // Lost by the lease's end (3 s after the last renewal before the kill, at the latest).
     let lost = tokio::time::timeout(Duration::from_secs(3) + MARGIN, g.lost()).await;
     assert!(lost.is_ok(), "lost by the lease's end");
@@ -165,8 +173,8 @@ async fn a_stopped_server_is_unavailable_to_a_holder_and_a_waiter() {
 }
 
 /// The server frozen (SIGSTOP) while one client holds and another waits: the guarded write,
-/// the waiter (its PING watch) and a wait whose deadline passes all see unavailable within
-/// the bound; resumed (SIGCONT), the same locker works again and the hold was kept.
+/// the waiter (its PING watch), a live hold's release and a wait whose deadline passes all see
+/// unavailable within the bound; resumed (SIGCONT), the same locker works again and the hold was kept.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_frozen_server_is_unavailable_to_a_holder_and_a_waiter() {
     let s = Server::start();
@@ -174,6 +182,12 @@ async fn a_frozen_server_is_unavailable_to_a_holder_and_a_waiter() {
     // A 10 s lease: its renewal awaits the freeze (a few seconds) and lands after SIGCONT.
     let g = locker_at(port).lock("k").ttl(Duration::from_secs(10));
     let g = g.acquire().await.unwrap().unwrap();
+    let other = locker_at(port)
+        .lock("other")
+        .acquire()
+        .await
+        .unwrap()
+        .unwrap();
     let waiter = tokio::spawn(async move {
         let waited = locker_at(port).lock("k").acquire().await;
         (waited, Instant::now())
@@ -187,6 +201,8 @@ async fn a_frozen_server_is_unavailable_to_a_holder_and_a_waiter() {
     let (waited, at) = waiter.await.unwrap();
     assert_unavailable(waited, port, frozen, BOUND + MARGIN);
     assert!(at - frozen <= BOUND + MARGIN);
+    let started = Instant::now();
+    assert_unavailable(other.release().await, port, started, BOUND + MARGIN);
     // The caller's deadline passes while the server does not answer: unavailable, not `None`.
     let started = Instant::now();
     let short = locker_at(port).lock("k").wait(Duration::from_millis(300));
