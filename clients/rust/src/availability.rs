@@ -20,7 +20,8 @@ pub(crate) const RETRY_PAUSE: Duration = Duration::from_millis(50);
 pub(crate) const REPLY_GRACE: Duration = Duration::from_secs(1);
 
 pub(crate) struct Availability {
-    address: String,
+    /// Where the service is (through Sentinel: the master it named last).
+    address: Mutex<String>,
     bound: Duration,
     /// The first failure since the server last answered (None: it answered last).
     failing_since: Mutex<Option<Instant>>,
@@ -29,7 +30,7 @@ pub(crate) struct Availability {
 impl Availability {
     pub(crate) fn new(address: String, bound: Duration) -> Self {
         Self {
-            address,
+            address: Mutex::new(address),
             bound,
             failing_since: Mutex::new(None),
         }
@@ -73,10 +74,19 @@ impl Availability {
         deadline.map_or(end, |d| d.min(end))
     }
 
+    /// Sentinel named the master at `address`.
+    pub(crate) fn found(&self, address: String) {
+        *self.address.lock().unwrap_or_else(|p| p.into_inner()) = address;
+    }
+
     /// The error naming this service's address and `cause`.
     pub(crate) fn error(&self, cause: impl std::fmt::Display) -> Error {
         Error::Unavailable {
-            address: self.address.clone(),
+            address: self
+                .address
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .clone(),
             cause: cause.to_string(),
         }
     }

@@ -88,10 +88,19 @@ enum Source {
 
 impl Source {
     /// A connection without timeouts of its own: each caller bounds its calls (rule 14).
-    async fn connect(&self) -> Result<MultiplexedConnection, RedisError> {
+    /// Through Sentinel, `availability` learns the master's address.
+    async fn connect(
+        &self,
+        availability: &Availability,
+    ) -> Result<MultiplexedConnection, RedisError> {
         let client = match self {
             Source::Client(client) => client.clone(),
-            Source::Sentinel(sentinel) => sentinel.lock().await.async_get_client().await?,
+            Source::Sentinel(sentinel) => {
+                let client = sentinel.lock().await.async_get_client().await?;
+                let master = client.get_connection_info().addr();
+                availability.found(format!("{master} (the master Sentinel named)"));
+                client
+            }
         };
         let config = AsyncConnectionConfig::new()
             .set_connection_timeout(None)
@@ -105,7 +114,7 @@ impl Source {
     fn address(&self) -> String {
         match self {
             Source::Client(client) => client.get_connection_info().addr().to_string(),
-            Source::Sentinel(_) => "the master Sentinel names".to_string(),
+            Source::Sentinel(_) => "the master Sentinel names (none named yet)".to_string(),
         }
     }
 }
@@ -172,7 +181,7 @@ impl Locker {
         if let Some(conn) = shared.as_ref() {
             return Ok(conn.clone());
         }
-        let conn = self.source.connect().await?;
+        let conn = self.source.connect(&self.availability).await?;
         *shared = Some(conn.clone());
         Ok(conn)
     }
@@ -185,7 +194,7 @@ impl Locker {
 
     /// A connection of its own (a wait's, a session's, a watchdog's).
     async fn dedicated(&self) -> Result<MultiplexedConnection, RedisError> {
-        self.source.connect().await
+        self.source.connect(&self.availability).await
     }
 
     fn failure(&self, e: &RedisError) -> Failure {

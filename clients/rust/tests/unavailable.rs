@@ -219,3 +219,29 @@ async fn a_frozen_server_is_unavailable_to_a_holder_and_a_waiter() {
     assert!(n >= 1);
     assert!(g.release().await.unwrap(), "the hold outlived the freeze");
 }
+
+/// Through Sentinel, no Sentinel answering is unavailable too, naming what it could.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unreachable_sentinels_are_unavailable_within_the_bound() {
+    use redis::sentinel::{SentinelClient, SentinelServerType};
+    let sentinels = vec![format!("redis://127.0.0.1:{}/", free_port())];
+    let client = SentinelClient::build(
+        sentinels,
+        "mymaster".into(),
+        None,
+        SentinelServerType::Master,
+    );
+    let l = Locker::sentinel(client.unwrap()).unavailable_after(BOUND);
+    let started = Instant::now();
+    let waited = l.lock("k").acquire().await;
+    let Err(e @ Error::Unavailable { .. }) = waited else {
+        panic!("expected Error::Unavailable, got {waited:?}")
+    };
+    eprintln!("unavailable after {:?}: {e}", started.elapsed());
+    assert!(e.to_string().contains("Sentinel"), "{e}");
+    assert!(
+        started.elapsed() <= BOUND + MARGIN,
+        "{:?}",
+        started.elapsed()
+    );
+}
