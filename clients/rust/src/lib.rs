@@ -3,11 +3,16 @@
 //! The server does the hard parts (fair FIFO waits, fencing tokens, leases, shared locks,
 //! semaphores, session holds, guarded writes); this crate writes the loop around them: wait
 //! without polling, renew the lease while working (a watchdog task), say when a hold is lost
-//! (`LockGuard::lost`), never renew a released hold, and carry the token to the write.
+//! (`LockGuard::lost`), never renew a released hold, carry the token to the write, and say
+//! `Error::Unavailable` within a bound when the lock service cannot be reached.
+//!
+//! The crate re-exports the `redis` crate it is built on (`redis_lock_client::redis`), so an
+//! application without a `redis` dependency of its own needs no matching version.
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), redis_lock_client::Error> {
 //! use std::time::Duration;
+//! use redis_lock_client::redis;
 //! let locker = redis_lock_client::Locker::new(redis::Client::open("redis://127.0.0.1/")?);
 //! let guard = locker
 //!     .lock("order:42")
@@ -25,6 +30,7 @@
 //!
 //! ```no_run
 //! # async fn demo(locker: redis_lock_client::Locker) -> Result<(), redis_lock_client::Error> {
+//! # use redis_lock_client::redis;
 //! # use std::time::Duration;
 //! let guard = locker.lock("{sku:9}:lock").ttl(Duration::from_secs(30)).wait_forever().acquire().await?.unwrap();
 //! let left: i64 = guard.run(redis::cmd("DECRBY").arg("{sku:9}:stock").arg(1)).await?;
@@ -32,94 +38,43 @@
 //! # let _ = left; Ok(()) }
 //! ```
 
-/// The README's examples, compiled as doctests.
-#[cfg(doctest)]
+/// The README's examples, compiled as doctests (with the feature `sqlx-postgres`, as `make
+/// test` runs them: one example is a fenced transaction on PostgreSQL).
+#[cfg(all(doctest, feature = "sqlx-postgres"))]
 #[doc = include_str!("../README.md")]
 pub struct ReadmeDoctests;
 
+mod availability;
+mod error;
 #[cfg(feature = "sqlx")]
 pub mod fence;
+mod hold;
 
+/// The `redis` crate this one is built on (1.x): its `Client` makes a `Locker`, its `cmd`
+/// builds what `LockGuard::run` sends.
+pub use redis;
+
+pub use availability::DEFAULT_UNAVAILABLE_AFTER;
+pub use error::Error;
+
+use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use redis::aio::MultiplexedConnection;
 use redis::sentinel::SentinelClient;
-use redis::{AsyncConnectionConfig, ErrorKind, FromRedisValue, RedisError, Value};
-use tokio::sync::{watch, Mutex};
+use redis::{AsyncConnectionConfig, FromRedisValue, RedisError, Value};
+use tokio::sync::Mutex;
 use tokio::task::JoinHandle;
+use tokio::time::timeout_at;
 
-/// What can go wrong.
-#[derive(Debug)]
-pub enum Error {
-    /// The server or the connection failed (including other error replies).
-    Redis(RedisError),
-    /// `run` refused: this hold's token is no longer the live exclusive hold's.
-    Stale(String),
-    /// An upgrade from shared to exclusive while other readers hold.
-    Deadlock(String),
-    /// The database failed, or refused an argument (`fence`, feature `sqlx-*`).
-    #[cfg(feature = "sqlx")]
-    Database(sqlx::Error),
-}
+use availability::{Availability, REPLY_GRACE, RETRY_PAUSE};
+use error::Failure;
+use hold::{HoldId, HoldState, Lease};
 
-impl std::fmt::Display for Error {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Error::Redis(e) => write!(f, "{e}"),
-            Error::Stale(m) | Error::Deadlock(m) => f.write_str(m),
-            #[cfg(feature = "sqlx")]
-            Error::Database(e) => write!(f, "{e}"),
-        }
-    }
-}
-
-impl std::error::Error for Error {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match self {
-            Error::Redis(e) => Some(e),
-            Error::Stale(_) | Error::Deadlock(_) => None,
-            #[cfg(feature = "sqlx")]
-            Error::Database(e) => Some(e),
-        }
-    }
-}
-
-#[cfg(feature = "sqlx")]
-impl From<sqlx::Error> for Error {
-    fn from(e: sqlx::Error) -> Self {
-        Error::Database(e)
-    }
-}
-
-impl From<RedisError> for Error {
-    fn from(e: RedisError) -> Self {
-        let text = e.to_string();
-        if e.code() == Some("STALE") || text.contains("STALE") {
-            Error::Stale(text)
-        } else if e.code() == Some("DEADLOCK") || text.contains("DEADLOCK") {
-            Error::Deadlock(text)
-        } else {
-            Error::Redis(e)
-        }
-    }
-}
-
-/// How long a wait pauses before it asks again after a broken link.
-const RETRY_PAUSE: Duration = Duration::from_millis(50);
-
+/// `d` in whole milliseconds, rounded up (a lease is never shorter than asked).
 fn millis(d: Duration) -> u64 {
-    u64::try_from(d.as_millis()).unwrap_or(u64::MAX).max(1)
-}
-
-/// The link broke or could not be made (the server is down, or, through Sentinel, the master
-/// is changing): a wait asks again with the same owner, a renewal again until the lease ends.
-fn unreachable(e: &RedisError) -> bool {
-    e.is_io_error()
-        || e.is_connection_dropped()
-        || e.is_timeout()
-        || e.is_connection_refusal()
-        || e.kind() == ErrorKind::MasterNameNotFoundBySentinel
+    u64::try_from(d.as_nanos().div_ceil(1_000_000)).unwrap_or(u64::MAX)
 }
 
 /// Where connections come from.
@@ -132,23 +87,35 @@ enum Source {
 }
 
 impl Source {
+    /// A connection without timeouts of its own: each caller bounds its calls (rule 14).
+    /// Through Sentinel, `availability` learns the master's address.
     async fn connect(
         &self,
-        config: &AsyncConnectionConfig,
+        availability: &Availability,
     ) -> Result<MultiplexedConnection, RedisError> {
         let client = match self {
             Source::Client(client) => client.clone(),
-            Source::Sentinel(sentinel) => sentinel.lock().await.async_get_client().await?,
+            Source::Sentinel(sentinel) => {
+                let client = sentinel.lock().await.async_get_client().await?;
+                let master = client.get_connection_info().addr();
+                availability.found(format!("{master} (the master Sentinel named)"));
+                client
+            }
         };
+        let config = AsyncConnectionConfig::new()
+            .set_connection_timeout(None)
+            .set_response_timeout(None);
         client
-            .get_multiplexed_async_connection_with_config(config)
+            .get_multiplexed_async_connection_with_config(&config)
             .await
     }
 
-    /// Whether `e` says the connection's server is no longer the master: a demoted master
-    /// answers `READONLY`; through Sentinel, the next connection finds the new one.
-    fn moved(&self, e: &RedisError) -> bool {
-        matches!(self, Source::Sentinel(_)) && e.code() == Some("READONLY")
+    /// The address `Error::Unavailable` names.
+    fn address(&self) -> String {
+        match self {
+            Source::Client(client) => client.get_connection_info().addr().to_string(),
+            Source::Sentinel(_) => "the master Sentinel names (none named yet)".to_string(),
+        }
     }
 }
 
@@ -157,6 +124,7 @@ impl Source {
 pub struct Locker {
     source: Source,
     shared: Arc<Mutex<Option<MultiplexedConnection>>>,
+    availability: Arc<Availability>,
 }
 
 impl Locker {
@@ -174,10 +142,22 @@ impl Locker {
     }
 
     fn from_source(source: Source) -> Self {
+        let availability = Availability::new(source.address(), DEFAULT_UNAVAILABLE_AFTER);
         Self {
             source,
             shared: Arc::new(Mutex::new(None)),
+            availability: Arc::new(availability),
         }
+    }
+
+    /// The unavailability bound (default 10 s): a call that cannot reach the lock service (or
+    /// gets no answer) asks again with the same owner until the caller's deadline or this long
+    /// after the first failure since the server last answered, whichever is first, then fails
+    /// with `Error::Unavailable`. A wait longer than this is watched by a `PING` every half
+    /// bound on another connection. Zero: unavailable at the first failure.
+    pub fn unavailable_after(mut self, bound: Duration) -> Self {
+        self.availability = Arc::new(Availability::new(self.source.address(), bound));
+        self
     }
 
     /// A lock on `key`; set it up with the builder, then `acquire().await`.
@@ -186,7 +166,7 @@ impl Locker {
             locker: self.clone(),
             key: key.into(),
             ttl: Duration::from_secs(30),
-            wait: Wait::No,
+            wait: Wait::Forever,
             mode: Mode::Exclusive,
             session: false,
             replicas: None,
@@ -201,48 +181,154 @@ impl Locker {
         if let Some(conn) = shared.as_ref() {
             return Ok(conn.clone());
         }
-        let conn = self.source.connect(&AsyncConnectionConfig::new()).await?;
+        let conn = self.source.connect(&self.availability).await?;
         *shared = Some(conn.clone());
         Ok(conn)
     }
 
-    /// A command on the shared connection failed with `e`: if the link is gone or its server
-    /// is no longer master, drop it, so the next command connects again (through Sentinel, to
-    /// the new master). Whether `e` calls for that.
-    async fn forget(&self, e: &RedisError) -> bool {
-        let gone = unreachable(e) || self.source.moved(e);
-        if gone {
-            *self.shared.lock().await = None;
-        }
-        gone
+    /// Drop the shared connection (its link failed, or its server is no longer the master), so
+    /// the next command connects again (through Sentinel, to the new master).
+    async fn forget(&self) {
+        *self.shared.lock().await = None;
     }
 
-    /// `cmd` on the shared connection; once more on a fresh one if the link was gone (for
-    /// commands that are safe to repeat: a release with its token).
-    async fn retried<T: FromRedisValue>(&self, cmd: &redis::Cmd) -> Result<T, RedisError> {
-        let first = cmd.query_async(&mut self.conn().await?).await;
-        match first {
-            Err(e) if self.forget(&e).await => cmd.query_async(&mut self.conn().await?).await,
-            other => other,
+    /// A connection of its own (a wait's, a session's, a watchdog's).
+    async fn dedicated(&self) -> Result<MultiplexedConnection, RedisError> {
+        self.source.connect(&self.availability).await
+    }
+
+    fn failure(&self, e: &RedisError) -> Failure {
+        error::failure(e, matches!(self.source, Source::Sentinel(_)))
+    }
+
+    /// `cmd` on the shared connection, asked again after a connection error until the bound
+    /// (rule 14) when `repeat` (commands safe to repeat: a release with its token); else only
+    /// while it was not sent (a guarded write may have run).
+    async fn call<T: FromRedisValue>(&self, cmd: &redis::Cmd, repeat: bool) -> Result<T, Error> {
+        self.availability.begin();
+        let mut give_up = self.availability.until(None);
+        loop {
+            let started = Instant::now();
+            let reply = match timeout_at(give_up.into(), self.conn()).await {
+                Err(_) => return Err(self.silent(started).await),
+                Ok(Err(e)) => Err(e), // not sent: safe to ask again
+                Ok(Ok(mut conn)) => {
+                    match timeout_at(give_up.into(), cmd.query_async(&mut conn)).await {
+                        Err(_) => return Err(self.silent(started).await),
+                        Ok(Err(e)) if !repeat => return Err(self.settle(e).await),
+                        Ok(reply) => reply,
+                    }
+                }
+            };
+            match reply {
+                Ok(value) => {
+                    self.availability.answered();
+                    return Ok(value);
+                }
+                Err(e) => give_up = self.after_failure(e, None).await?,
+            }
         }
     }
 
-    /// A connection of its own, with a response timeout of `timeout` (None: wait as long as the
-    /// server takes, for a blocking `WAIT`).
-    async fn dedicated(
+    /// After a failed try of a call that may ask again until `deadline` (the caller's) or the
+    /// bound: when the next try must answer by (after a pause), or the error to return.
+    async fn after_failure(
         &self,
-        timeout: Option<Duration>,
-    ) -> Result<MultiplexedConnection, RedisError> {
-        let config = AsyncConnectionConfig::new().set_response_timeout(timeout);
-        self.source.connect(&config).await
+        e: RedisError,
+        deadline: Option<Instant>,
+    ) -> Result<Instant, Error> {
+        if self.failure(&e) != Failure::Unreachable {
+            return Err(self.settle(e).await);
+        }
+        self.forget().await;
+        self.availability.failed();
+        // No try that would begin at (or past) the end: it could only fail as silent.
+        let (give_up, next) = (
+            self.availability.until(deadline),
+            Instant::now() + RETRY_PAUSE,
+        );
+        if next >= give_up {
+            return Err(self.availability.error(e));
+        }
+        tokio::time::sleep_until(next.into()).await;
+        Ok(give_up)
+    }
+
+    /// `e` as the caller sees it, with no try left: the server's own refusal, or unavailable.
+    async fn settle(&self, e: RedisError) -> Error {
+        match self.failure(&e) {
+            Failure::Refused => {
+                self.availability.answered();
+                e.into()
+            }
+            Failure::Unreachable => {
+                self.forget().await;
+                self.availability.failed();
+                self.availability.error(e)
+            }
+            Failure::NotLockService => {
+                self.forget().await;
+                self.availability
+                    .error(format!("not Redis with the redis-lock module ({e})"))
+            }
+        }
+    }
+
+    /// A call begun at `started` got no answer in time.
+    async fn silent(&self, started: Instant) -> Error {
+        self.forget().await;
+        self.availability.failed();
+        self.availability.silence(started.elapsed())
+    }
+
+    /// For a wait in the server's queue (rule 14): a `PING` on the shared connection every half
+    /// bound; the unavailable error once none has answered for the bound (the waiting
+    /// connection may be on a server that froze).
+    async fn watch(&self) -> Error {
+        let bound = self.availability.bound();
+        let mut answered = Instant::now();
+        loop {
+            tokio::time::sleep((bound / 2).max(Duration::from_millis(10))).await;
+            let sent = Instant::now();
+            let ping = async {
+                redis::cmd("PING")
+                    .query_async::<()>(&mut self.conn().await?)
+                    .await
+            };
+            match timeout_at((answered + bound).into(), ping).await {
+                Ok(Ok(())) => {
+                    answered = sent;
+                    self.availability.answered();
+                }
+                Ok(Err(e)) if self.failure(&e) == Failure::Unreachable => {
+                    self.forget().await;
+                    self.availability.failed();
+                }
+                Ok(Err(e)) => return self.settle(e).await,
+                Err(_) => return self.silent(answered).await,
+            }
+        }
     }
 }
 
 #[derive(Clone, Copy, Debug)]
 enum Wait {
-    No,
+    /// Up to this long (zero: try once).
     For(Duration),
     Forever,
+}
+
+impl Wait {
+    /// The wait left until `deadline` (None: without limit).
+    fn until(deadline: Option<Instant>) -> Self {
+        deadline.map_or(Wait::Forever, |d| {
+            Wait::For(d.saturating_duration_since(Instant::now()))
+        })
+    }
+
+    fn blocks(self) -> bool {
+        !matches!(self, Wait::For(d) if d.is_zero())
+    }
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -265,18 +351,27 @@ pub struct LockBuilder {
     owner: Option<String>,
 }
 
+/// A grant, before its guard.
+struct Granted {
+    token: u64,
+    conn: MultiplexedConnection,
+    lease_start: Instant,
+}
+
 impl LockBuilder {
-    /// The lease (default 30 s); the watchdog renews it every ttl/3.
+    /// The lease (default 30 s; at least 1 ms, sent in whole milliseconds rounded up); the
+    /// watchdog renews it every ttl/3.
     pub fn ttl(mut self, ttl: Duration) -> Self {
         self.ttl = ttl;
         self
     }
-    /// Wait in the server's queue up to `timeout` (default: do not wait).
+    /// Wait in the server's queue up to `timeout`; `Duration::ZERO` tries once. Without it,
+    /// `acquire` waits without limit (while the server answers: see `Locker::unavailable_after`).
     pub fn wait(mut self, timeout: Duration) -> Self {
         self.wait = Wait::For(timeout);
         self
     }
-    /// Wait in the server's queue without limit.
+    /// Wait in the server's queue without limit (the default).
     pub fn wait_forever(mut self) -> Self {
         self.wait = Wait::Forever;
         self
@@ -286,7 +381,7 @@ impl LockBuilder {
         self.mode = Mode::Shared;
         self
     }
-    /// `permits` of a counting semaphore of `limit` permits.
+    /// `permits` of a counting semaphore of `limit` permits (1 <= permits <= limit).
     pub fn permits(mut self, limit: u32, permits: u32) -> Self {
         self.mode = Mode::Permits { limit, n: permits };
         self
@@ -312,6 +407,22 @@ impl LockBuilder {
         self
     }
 
+    /// The arguments the server would refuse, refused before anything is sent (rule 17).
+    fn check(&self) -> Result<(), Error> {
+        if self.ttl < Duration::from_millis(1) {
+            let ttl = self.ttl;
+            return Err(Error::InvalidArgument(format!("ttl {ttl:?} is under 1 ms")));
+        }
+        if let Mode::Permits { limit, n } = self.mode {
+            if n == 0 || n > limit {
+                return Err(Error::InvalidArgument(format!(
+                    "{n} permits of a semaphore of {limit}: 1 to {limit}"
+                )));
+            }
+        }
+        Ok(())
+    }
+
     fn command(&self, owner: &str, wait: Wait) -> redis::Cmd {
         let mut cmd = redis::cmd("LOCK.ACQUIRE");
         cmd.arg(&self.key).arg(owner).arg(millis(self.ttl));
@@ -328,117 +439,144 @@ impl LockBuilder {
             cmd.arg("SESSION");
         }
         match wait {
-            Wait::No => {}
-            Wait::Forever => {
-                cmd.arg("WAIT").arg(0);
-            }
+            Wait::For(d) if d.is_zero() => {}
             Wait::For(d) => {
                 cmd.arg("WAIT").arg(millis(d));
+            }
+            Wait::Forever => {
+                cmd.arg("WAIT").arg(0);
             }
         }
         cmd
     }
 
-    /// Take the lock: `Some(guard)` when granted, `None` when not (busy without waiting, the
-    /// wait timed out, or a durable grant did not reach its replicas). A connection error while
-    /// waiting is retried with the same owner, which the server treats as a safe retry.
+    /// Take the lock: `Some(guard)` when granted, `None` when not (busy when trying once, the
+    /// wait ended, or a durable grant did not reach its replicas). A connection error is
+    /// retried with the same owner, which the server treats as a safe retry, until the wait's
+    /// deadline or the locker's unavailability bound: then `Error::Unavailable`.
     pub async fn acquire(self) -> Result<Option<LockGuard>, Error> {
+        self.check()?;
         let owner = self
             .owner
             .clone()
             .unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
         let deadline = match self.wait {
             Wait::For(d) => Some(Instant::now() + d),
-            _ => None,
+            Wait::Forever => None,
         };
-        let mut wait = self.wait;
-        let expired = || deadline.is_some_and(|d| Instant::now() >= d);
-        let left = |wait: Wait| match deadline {
-            Some(d) => Wait::For(
-                d.saturating_duration_since(Instant::now())
-                    .max(Duration::from_millis(1)),
-            ),
-            None => wait,
-        };
+        self.locker.availability.begin();
         loop {
-            let blocking = !matches!(wait, Wait::No);
-            let shared = !(blocking || self.session);
-            let conn = if shared {
-                self.locker.conn().await
-            } else {
-                self.locker.dedicated(None).await
-            };
-            let mut conn = match conn {
-                Ok(conn) => conn,
-                // Nobody to ask yet (the server is down, or Sentinel names no master up yet):
-                // a wait asks again until its deadline; a call that does not wait fails.
-                Err(e) if blocking && unreachable(&e) && !expired() => {
-                    tokio::time::sleep(RETRY_PAUSE).await;
-                    wait = left(wait);
-                    continue;
-                }
-                Err(e) => return Err(e.into()),
-            };
-            let reply: Result<Value, RedisError> =
-                self.command(&owner, wait).query_async(&mut conn).await;
-            let token = match reply {
-                Ok(Value::Int(t)) => u64::try_from(t).unwrap_or(0),
-                Ok(_) => return Ok(None),
-                Err(e) if unreachable(&e) || self.locker.source.moved(&e) => {
-                    if shared {
-                        self.locker.forget(&e).await;
-                    }
-                    if expired() {
-                        return Err(e.into());
-                    }
-                    tokio::time::sleep(RETRY_PAUSE).await;
-                    wait = left(wait);
-                    continue;
-                }
-                Err(e) => return Err(e.into()),
-            };
-            if let Some((n, timeout)) = self.replicas {
-                let acked: usize = redis::cmd("WAIT")
-                    .arg(n)
-                    .arg(millis(timeout))
-                    .query_async(&mut conn)
-                    .await?;
-                if acked < n {
-                    let _: Value = release_cmd(&self.key, &owner, token)
-                        .query_async(&mut conn)
-                        .await?;
-                    return Ok(None);
-                }
+            match self.attempt(&owner, deadline).await? {
+                Ok(Some(granted)) => return self.grant(owner, granted).await,
+                Ok(None) => return Ok(None),
+                Err(e) => _ = self.locker.after_failure(e, deadline).await?,
             }
-            return Ok(Some(LockGuard::start(self, owner, token, conn)));
         }
     }
-}
 
-fn release_cmd(key: &str, owner: &str, token: u64) -> redis::Cmd {
-    let mut cmd = redis::cmd("LOCK.RELEASE");
-    cmd.arg(key).arg(owner).arg("TOKEN").arg(token);
-    cmd
-}
+    /// One `LOCK.ACQUIRE`: the grant, `None`, or a failure for `acquire` to judge (inside), or
+    /// unavailable at once (outside: the server did not answer in time, or not as Redis).
+    async fn attempt(
+        &self,
+        owner: &str,
+        deadline: Option<Instant>,
+    ) -> Result<Result<Option<Granted>, RedisError>, Error> {
+        let wait = Wait::until(deadline);
+        let blocking = wait.blocks();
+        let locker = &self.locker;
+        let (started, bound) = (Instant::now(), locker.availability.until(None));
+        // A wait's reply is due when its deadline passed (and a little); a try's, within the bound.
+        let reply_by = match deadline {
+            Some(d) if blocking => Some(d + REPLY_GRACE),
+            Some(d) => Some((d + REPLY_GRACE).min(bound)),
+            None => None,
+        };
+        let connect_by = reply_by.map_or(bound, |by| by.min(bound));
+        let conn = if blocking || self.session {
+            timeout_at(connect_by.into(), locker.dedicated()).await
+        } else {
+            timeout_at(connect_by.into(), locker.conn()).await
+        };
+        let mut conn = match conn {
+            Err(_) => return Err(locker.silent(started).await),
+            Ok(Err(e)) => return Ok(Err(e)),
+            Ok(Ok(conn)) => conn,
+        };
+        let sent = Instant::now();
+        let command = self.command(owner, wait);
+        let query = command.query_async::<Value>(&mut conn);
+        let watched = async {
+            if !blocking {
+                return Ok(query.await);
+            }
+            tokio::select! {
+                reply = query => Ok(reply),
+                unavailable = locker.watch() => Err(unavailable),
+            }
+        };
+        let reply = match reply_by {
+            Some(by) => match timeout_at(by.into(), watched).await {
+                Ok(reply) => reply?,
+                Err(_) => return Err(locker.silent(started).await),
+            },
+            None => watched.await?,
+        };
+        // The grant's time is not known after a wait: its reply's arrival stands for it.
+        let lease_start = if blocking { Instant::now() } else { sent };
+        match reply {
+            Ok(Value::Int(token)) => Ok(Ok(Some(Granted {
+                token: u64::try_from(token).unwrap_or(0),
+                conn,
+                lease_start,
+            }))),
+            Ok(Value::Nil) => {
+                locker.availability.answered();
+                Ok(Ok(None))
+            }
+            Ok(other) => Err(locker.availability.error(format!(
+                "not Redis with the redis-lock module (LOCK.ACQUIRE answered {other:?})"
+            ))),
+            Err(e) => Ok(Err(e)),
+        }
+    }
 
-/// Where a hold stands; the watchdog and the release take turns on it.
-#[derive(Clone, Debug, PartialEq, Eq)]
-enum Phase {
-    Held,
-    Released,
-    Lost(String),
+    /// The guard of a grant; for a durable grant, once `n` replicas have it (else released and
+    /// `None`).
+    async fn grant(self, owner: String, mut granted: Granted) -> Result<Option<LockGuard>, Error> {
+        self.locker.availability.answered();
+        let id = HoldId {
+            key: self.key.clone(),
+            owner,
+            token: granted.token,
+        };
+        if let Some((n, timeout)) = self.replicas {
+            let wait = redis::cmd("WAIT").arg(n).arg(millis(timeout)).clone();
+            let acked = timeout_at(
+                (Instant::now() + timeout + REPLY_GRACE).into(),
+                wait.query_async::<usize>(&mut granted.conn),
+            );
+            let acked = match acked.await {
+                Ok(Ok(acked)) => acked,
+                Ok(Err(e)) => return Err(self.locker.settle(e).await),
+                Err(_) => return Err(self.locker.silent(granted.lease_start).await),
+            };
+            if acked < n {
+                id.release(&self.locker, &HoldState::new()).await?;
+                return Ok(None);
+            }
+        }
+        Ok(Some(LockGuard::start(self, id, granted)))
+    }
 }
 
 /// A granted hold. Release it with `release().await`; dropped without it, it is released in the
 /// background. `lost()` resolves when the hold is lost before its release.
 pub struct LockGuard {
     locker: Locker,
-    key: String,
-    owner: String,
-    token: u64,
-    phase: Arc<Mutex<Phase>>,
-    lost_rx: watch::Receiver<Option<String>>,
-    watchdog: Option<JoinHandle<()>>,
+    id: HoldId,
+    state: Arc<HoldState>,
+    /// The lease's timer and the watchdog (`hold::keep`).
+    keeper: Option<JoinHandle<()>>,
     /// For a session hold: the connection it lives on (closing it ends the hold).
     session: Option<MultiplexedConnection>,
     released: bool,
@@ -447,83 +585,90 @@ pub struct LockGuard {
 impl std::fmt::Debug for LockGuard {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("LockGuard")
-            .field("key", &self.key)
-            .field("owner", &self.owner)
-            .field("token", &self.token)
+            .field("key", &self.id.key)
+            .field("owner", &self.id.owner)
+            .field("token", &self.id.token)
             .finish()
     }
 }
 
 impl LockGuard {
-    fn start(builder: LockBuilder, owner: String, token: u64, conn: MultiplexedConnection) -> Self {
-        let phase = Arc::new(Mutex::new(Phase::Held));
-        let (lost_tx, lost_rx) = watch::channel(None);
-        let watchdog = builder.watchdog.then(|| {
-            tokio::spawn(renew(
-                builder.locker.clone(),
-                builder.key.clone(),
-                owner.clone(),
-                token,
-                builder.ttl,
-                phase.clone(),
-                lost_tx,
-            ))
-        });
+    fn start(builder: LockBuilder, id: HoldId, granted: Granted) -> Self {
+        let state = HoldState::new();
+        let lease = Lease {
+            ttl: builder.ttl,
+            start: granted.lease_start,
+            renew: builder.watchdog,
+        };
+        let keeper = tokio::spawn(hold::keep(
+            builder.locker.clone(),
+            id.clone(),
+            state.clone(),
+            lease,
+        ));
         LockGuard {
             locker: builder.locker,
-            key: builder.key,
-            owner,
-            token,
-            phase,
-            lost_rx,
-            watchdog,
-            session: builder.session.then_some(conn),
+            id,
+            state,
+            keeper: Some(keeper),
+            session: builder.session.then_some(granted.conn),
             released: false,
         }
     }
 
     /// The fencing token of this hold: pass it to the storage with every write.
     pub fn token(&self) -> u64 {
-        self.token
+        self.id.token
     }
 
     pub fn key(&self) -> &str {
-        &self.key
+        &self.id.key
     }
 
     pub fn owner(&self) -> &str {
-        &self.owner
+        &self.id.owner
     }
 
     /// Why the hold was lost, if it was.
     pub fn lost_reason(&self) -> Option<String> {
-        self.lost_rx.borrow().clone()
+        self.state.lost_reason()
     }
 
     /// Whether the hold was lost (`lost_reason` says why).
     pub fn is_lost(&self) -> bool {
-        self.lost_rx.borrow().is_some()
+        self.state.lost_reason().is_some()
     }
 
-    /// Resolves with the reason when the hold is lost (a renewal answered 0, or the server could
-    /// not be reached before the lease would end). Pending forever while the hold lives.
-    pub async fn lost(&self) -> String {
-        let mut rx = self.lost_rx.clone();
-        loop {
-            if let Some(reason) = rx.borrow_and_update().clone() {
-                return reason;
-            }
-            if rx.changed().await.is_err() {
-                std::future::pending::<()>().await;
+    /// Resolves with the reason when the hold is lost: its lease ended with no renewal since
+    /// (the server could not be reached, or did not answer in time), a renewal answered 0, or
+    /// the release found the lease already gone. Pending forever while the hold lives. The
+    /// future does not borrow the guard: it can be spawned, and outlives a `release`.
+    pub fn lost(&self) -> impl Future<Output = String> + Send + 'static {
+        let mut rx = self.state.subscribe();
+        async move {
+            loop {
+                if let Some(reason) = rx.borrow_and_update().clone() {
+                    return reason;
+                }
+                if rx.changed().await.is_err() {
+                    std::future::pending::<()>().await;
+                }
             }
         }
     }
 
     /// `LOCK.GUARD key token <cmd>`: run `cmd` only while this is the live exclusive hold
-    /// (`Error::Stale` otherwise); replicated as `cmd` itself.
+    /// (`Error::Stale` otherwise, at once when the hold is known lost); replicated as `cmd`
+    /// itself. Not repeated after a broken link (it may have run): `Error::Unavailable`.
     pub async fn run<T: FromRedisValue>(&self, cmd: &redis::Cmd) -> Result<T, Error> {
+        if let Some(reason) = self.state.lost_reason() {
+            let key = &self.id.key;
+            return Err(Error::Stale(format!(
+                "the hold on {key} was lost: {reason}"
+            )));
+        }
         let mut guarded = redis::cmd("LOCK.GUARD");
-        guarded.arg(&self.key).arg(self.token);
+        guarded.arg(&self.id.key).arg(self.id.token);
         for arg in cmd.args_iter() {
             match arg {
                 redis::Arg::Simple(bytes) => {
@@ -534,33 +679,31 @@ impl LockGuard {
                 }
             }
         }
-        let mut conn = self.locker.conn().await?;
-        match guarded.query_async(&mut conn).await {
-            Ok(v) => Ok(v),
-            Err(e) => {
-                // Not repeated (the command may have run); the next call connects again.
-                self.locker.forget(&e).await;
-                Err(e.into())
-            }
-        }
+        self.locker.call(&guarded, false).await
     }
 
-    /// Release the hold: `Ok(false)` if it had been lost (its lease ran out first). The watchdog
-    /// stops in the same step, so a released hold is never renewed.
+    /// Release the hold: `Ok(false)` if it had been lost (at once, nothing sent, when that was
+    /// known; a release that finds the lease gone marks it lost, and `lost()` resolves). The
+    /// watchdog stops first, so a released hold is never renewed. `Error::Unavailable` when the
+    /// server cannot be reached within the locker's bound (the lease then ends by itself).
+    ///
+    /// A second release does not compile (`release` takes the guard):
+    ///
+    /// ```compile_fail,E0382
+    /// async fn twice(guard: redis_lock_client::LockGuard) {
+    ///     let _ = guard.release().await;
+    ///     let _ = guard.release().await;
+    /// }
+    /// ```
     pub async fn release(mut self) -> Result<bool, Error> {
         self.released = true;
-        let mut phase = self.phase.lock().await;
-        let was = std::mem::replace(&mut *phase, Phase::Released);
-        if let Some(w) = self.watchdog.take() {
-            w.abort();
+        if let Some(keeper) = self.keeper.take() {
+            keeper.abort();
+            let _ = keeper.await; // gone: no renewal, no loss marked after this point
         }
-        let released: i64 = self
-            .locker
-            .retried(&release_cmd(&self.key, &self.owner, self.token))
-            .await?;
-        drop(phase);
+        let released = self.id.release(&self.locker, &self.state).await;
         self.session = None;
-        Ok(released == 1 && was == Phase::Held)
+        released
     }
 }
 
@@ -569,83 +712,22 @@ impl Drop for LockGuard {
         if self.released {
             return;
         }
-        if let Some(w) = self.watchdog.take() {
-            w.abort();
+        let keeper = self.keeper.take();
+        if let Some(keeper) = &keeper {
+            keeper.abort();
         }
-        // Released in the background, on the runtime this guard lives in (if it still runs).
+        // Released in the background, on the runtime this guard lives in (if it still runs);
+        // a session's connection closes after it.
         if let Ok(handle) = tokio::runtime::Handle::try_current() {
-            let (locker, key, owner, token) = (
-                self.locker.clone(),
-                self.key.clone(),
-                self.owner.clone(),
-                self.token,
-            );
+            let (locker, id, state) = (self.locker.clone(), self.id.clone(), self.state.clone());
+            let session = self.session.take();
             handle.spawn(async move {
-                let _: Result<Value, _> = locker.retried(&release_cmd(&key, &owner, token)).await;
+                if let Some(keeper) = keeper {
+                    let _ = keeper.await;
+                }
+                let _ = id.release(&locker, &state).await;
+                drop(session);
             });
-        }
-    }
-}
-
-/// The watchdog: every ttl/3, `LOCK.EXTEND ... TOKEN` on a connection of its own; the hold is
-/// lost when a renewal answers 0, or when the server cannot be reached before the lease ends.
-async fn renew(
-    locker: Locker,
-    key: String,
-    owner: String,
-    token: u64,
-    ttl: Duration,
-    phase: Arc<Mutex<Phase>>,
-    lost: watch::Sender<Option<String>>,
-) {
-    let interval = ttl / 3;
-    let mut lease_end = Instant::now() + ttl;
-    let mut conn: Option<MultiplexedConnection> = None;
-    loop {
-        tokio::time::sleep(interval).await;
-        let sent = Instant::now();
-        let mut phase = phase.lock().await;
-        if *phase != Phase::Held {
-            return;
-        }
-        if conn.is_none() {
-            // Bounded as a renewal is: asking the Sentinels must not outlast it either.
-            let timeout = interval.max(Duration::from_millis(50));
-            conn = tokio::time::timeout(timeout, locker.dedicated(Some(timeout)))
-                .await
-                .ok()
-                .and_then(Result::ok);
-        }
-        let reply: Result<i64, RedisError> = match conn.as_mut() {
-            Some(c) => {
-                redis::cmd("LOCK.EXTEND")
-                    .arg(&key)
-                    .arg(&owner)
-                    .arg(millis(ttl))
-                    .arg("TOKEN")
-                    .arg(token)
-                    .query_async(c)
-                    .await
-            }
-            None => Err(RedisError::from((redis::ErrorKind::Io, "no connection"))),
-        };
-        let reason = match reply {
-            Ok(1) => {
-                lease_end = sent + ttl;
-                None
-            }
-            Ok(_) => Some("the lease ran out before it was renewed".to_string()),
-            Err(e) if unreachable(&e) || locker.source.moved(&e) => {
-                conn = None;
-                (Instant::now() >= lease_end)
-                    .then(|| "the server could not be reached before the lease ended".to_string())
-            }
-            Err(e) => Some(format!("renewal refused: {e}")),
-        };
-        if let Some(reason) = reason {
-            *phase = Phase::Lost(reason.clone());
-            let _ = lost.send(Some(reason));
-            return;
         }
     }
 }

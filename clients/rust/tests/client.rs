@@ -23,8 +23,13 @@ async fn acquire_release_and_fifo_waits() {
     assert!(first.token() > 0);
     assert_eq!(fence(&mut s.con(), "job"), Some(first.token() as i64));
     assert!(
-        l.lock("job").acquire().await.unwrap().is_none(),
-        "busy, no wait"
+        l.lock("job")
+            .wait(Duration::ZERO)
+            .acquire()
+            .await
+            .unwrap()
+            .is_none(),
+        "busy, tried once"
     );
     let waiter = tokio::spawn({
         let l = l.clone();
@@ -117,7 +122,12 @@ async fn shared_semaphore_session_and_durable_grants() {
     let r1 = l.lock("doc").shared().acquire().await.unwrap().unwrap();
     let r2 = l.lock("doc").shared().acquire().await.unwrap().unwrap();
     assert!(
-        l.lock("doc").acquire().await.unwrap().is_none(),
+        l.lock("doc")
+            .wait(Duration::ZERO)
+            .acquire()
+            .await
+            .unwrap()
+            .is_none(),
         "a writer waits for readers"
     );
     r1.release().await.unwrap();
@@ -132,6 +142,7 @@ async fn shared_semaphore_session_and_durable_grants() {
     assert!(l
         .lock("pool")
         .permits(2, 1)
+        .wait(Duration::ZERO)
         .acquire()
         .await
         .unwrap()

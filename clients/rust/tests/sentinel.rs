@@ -29,7 +29,9 @@ fn locker(d: &Deployment) -> Locker {
         SentinelServerType::Master,
     )
     .unwrap();
-    Locker::sentinel(client)
+    // A failover takes seconds on a loaded machine: longer than none should be unavailable
+    // here (the bound itself is tests/unavailable.rs's).
+    Locker::sentinel(client).unavailable_after(Duration::from_secs(30))
 }
 
 /// Wait (without blocking the runtime) until a Sentinel names node 1, the replica.

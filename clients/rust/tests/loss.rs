@@ -1,0 +1,93 @@
+//! Rule 15 of docs/clients.md: a hold whose renewals stop succeeding is lost at the lease's end
+//! the client computed (the send time of its last successful renewal plus the ttl), by a
+//! timer, not a renewal period later; with the server stopped (SIGKILL) or frozen (SIGSTOP).
+
+use std::time::{Duration, Instant};
+
+use redis_lock_client::Locker;
+use redis_lock_harness::*;
+
+const TTL: Duration = Duration::from_secs(2);
+/// The rule's bound after the lease's end: 10% of the ttl plus 100 ms.
+const LATE: Duration = Duration::from_millis(TTL.as_millis() as u64 / 10 + 100);
+/// How much earlier than the server's deadline the client's may be: the renewal's trip to the
+/// server (the client counts from its send time), on a loaded machine.
+const EARLY: Duration = Duration::from_millis(100);
+
+/// Until the server's lease of `key` grows (a renewal just landed: the next is a third of the
+/// ttl away): the server's deadline then, between two instants (before the read, after it).
+fn just_renewed(s: &Server, key: &str) -> (Instant, Instant) {
+    let mut con = s.con();
+    let mut before = lease_left(&mut con, key).expect("held");
+    let started = Instant::now();
+    while started.elapsed() < TTL * 2 {
+        let sent = Instant::now();
+        let left = lease_left(&mut con, key).expect("held");
+        let answered = Instant::now();
+        if left > before + 50 {
+            let left = Duration::from_millis(left as u64);
+            return (sent + left, answered + left);
+        }
+        before = left;
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    panic!("no renewal seen within two leases");
+}
+
+/// A hold on a 2 s lease; right after a renewal, `stop` the server: when the loss is seen,
+/// against the server's deadline (earliest, latest), and the reason.
+async fn loss_when(stop: fn(&mut Server)) -> (Instant, (Instant, Instant), String) {
+    let mut s = Server::start();
+    let locker =
+        Locker::new(redis::Client::open(format!("redis://127.0.0.1:{}/", s.port)).unwrap());
+    let g = locker.lock("k").ttl(TTL).acquire().await.unwrap().unwrap();
+    let lost = tokio::spawn({
+        let lost = g.lost();
+        async move { (lost.await, Instant::now()) }
+    });
+    let deadline = tokio::task::block_in_place(|| {
+        let deadline = just_renewed(&s, "k");
+        stop(&mut s);
+        deadline
+    });
+    let waited = tokio::time::timeout(TTL * 2, lost).await;
+    let (reason, at) = waited.expect("lost within two leases").unwrap();
+    s.signal(libc::SIGCONT); // a frozen server goes on, to be killed by its Drop
+    (at, deadline, reason)
+}
+
+#[track_caller]
+fn assert_at_the_lease_end(at: Instant, (earliest, latest): (Instant, Instant)) {
+    assert!(
+        at + EARLY >= earliest,
+        "lost {:?} before the server's deadline",
+        earliest - at
+    );
+    assert!(
+        at <= latest + LATE,
+        "lost {:?} after the server's deadline (bound {LATE:?})",
+        at - latest
+    );
+    eprintln!(
+        "lost {:+} ms from the server's deadline",
+        at.saturating_duration_since(earliest).as_millis() as i64
+            - earliest.saturating_duration_since(at).as_millis() as i64
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn loss_is_seen_at_the_lease_end_when_the_server_is_stopped() {
+    let (at, deadline, reason) = loss_when(|s| s.kill9()).await;
+    assert_at_the_lease_end(at, deadline);
+    assert!(
+        reason.contains("the lease ended before a renewal succeeded"),
+        "{reason}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn loss_is_seen_at_the_lease_end_when_the_server_is_frozen() {
+    let (at, deadline, reason) = loss_when(|s| s.signal(libc::SIGSTOP)).await;
+    assert_at_the_lease_end(at, deadline);
+    assert!(reason.contains("no answer"), "{reason}");
+}

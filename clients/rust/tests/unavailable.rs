@@ -1,0 +1,247 @@
+//! Rule 14 of docs/clients.md: a lock service that cannot be reached, does not answer, or is not
+//! Redis with the module is `Error::Unavailable` (naming the address) within the locker's bound
+//! or the caller's deadline, whichever is first; never a hang, never "not granted". Real
+//! servers stopped (SIGKILL) and frozen (SIGSTOP) by PID, and tiny TCP services of the test's.
+
+use std::io::{Read, Write};
+use std::net::TcpListener;
+use std::time::{Duration, Instant};
+
+use redis_lock_client::{redis, Error, Locker};
+use redis_lock_harness::*;
+
+/// The locker's unavailability bound in these tests (10 s by default).
+const BOUND: Duration = Duration::from_secs(1);
+/// What a loaded 2-core machine may add to a bound: scheduling, connects, a timer's turn.
+const MARGIN: Duration = Duration::from_secs(1);
+/// "At once": nothing sent, or a refusal at the first try.
+const AT_ONCE: Duration = Duration::from_millis(300);
+
+fn locker_at(port: u16) -> Locker {
+    let client = redis::Client::open(format!("redis://127.0.0.1:{port}/")).unwrap();
+    Locker::new(client).unavailable_after(BOUND)
+}
+
+/// `result` is `Error::Unavailable` naming `127.0.0.1:port`, and came within `limit` of `since`.
+#[track_caller]
+fn assert_unavailable<T: std::fmt::Debug>(
+    result: Result<T, Error>,
+    port: u16,
+    since: Instant,
+    limit: Duration,
+) -> String {
+    let elapsed = since.elapsed();
+    let message = match &result {
+        Err(e @ Error::Unavailable { address, .. }) => {
+            assert_eq!(address, &format!("127.0.0.1:{port}"));
+            e.to_string()
+        }
+        other => panic!("expected Error::Unavailable, got {other:?}"),
+    };
+    assert!(
+        message.starts_with(&format!("lock service unavailable at 127.0.0.1:{port}: ")),
+        "{message}"
+    );
+    assert!(elapsed <= limit, "{elapsed:?} > {limit:?}: {message}");
+    eprintln!("unavailable after {elapsed:?} (limit {limit:?}): {message}");
+    message
+}
+
+/// A TCP service that is not Redis: each connection gets `reply` once it sent something
+/// (None: never an answer), and stays open. Its threads end with the test process.
+fn not_redis(reply: Option<&'static [u8]>) -> u16 {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for mut stream in listener.incoming().flatten() {
+            std::thread::spawn(move || {
+                let mut buf = [0u8; 4096];
+                while let Ok(n) = stream.read(&mut buf) {
+                    if n == 0 {
+                        return;
+                    }
+                    if let Some(reply) = reply {
+                        let _ = stream.write_all(reply);
+                    }
+                }
+            });
+        }
+    });
+    port
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wrong_address_is_unavailable_within_the_bound() {
+    let port = free_port(); // nothing listens there: connection refused
+    let started = Instant::now();
+    let waited = locker_at(port).lock("k").acquire().await; // the default wait: without limit
+    let message = assert_unavailable(waited, port, started, BOUND + MARGIN);
+    assert!(message.to_lowercase().contains("refused"), "{message}");
+    // Retried until the bound (but for the last pause between tries, 50 ms, that would end past it).
+    assert!(
+        started.elapsed() >= BOUND - Duration::from_millis(50),
+        "retried"
+    );
+    // The caller's deadline first: trying once fails at the first refusal, a short wait at its end.
+    let started = Instant::now();
+    let tried = locker_at(port)
+        .lock("k")
+        .wait(Duration::ZERO)
+        .acquire()
+        .await;
+    assert_unavailable(tried, port, started, AT_ONCE);
+    let started = Instant::now();
+    let short = locker_at(port).lock("k").wait(Duration::from_millis(300));
+    let short = short.acquire().await;
+    assert_unavailable(short, port, started, Duration::from_millis(300) + MARGIN);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_service_that_is_not_redis_is_unavailable_at_once() {
+    let port = not_redis(Some(
+        b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n",
+    ));
+    let started = Instant::now();
+    let http = locker_at(port).lock("k").acquire().await;
+    let message = assert_unavailable(http, port, started, AT_ONCE + MARGIN);
+    assert!(message.contains("not Redis"), "{message}");
+    // Redis without the module answers, but not as the lock service.
+    let s = Server::builder().without_module().start();
+    let started = Instant::now();
+    let plain = locker_at(s.port).lock("k").acquire().await;
+    let message = assert_unavailable(plain, s.port, started, AT_ONCE + MARGIN);
+    assert!(message.contains("redis-lock module"), "{message}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_service_that_never_answers_is_unavailable_within_the_bound() {
+    let port = not_redis(None);
+    let started = Instant::now();
+    let waited = locker_at(port).lock("k").acquire().await; // watched by PING
+    let message = assert_unavailable(waited, port, started, BOUND + MARGIN);
+    assert!(message.contains("no answer"), "{message}");
+    let started = Instant::now();
+    let tried = locker_at(port)
+        .lock("k")
+        .wait(Duration::ZERO)
+        .acquire()
+        .await;
+    assert_unavailable(tried, port, started, BOUND + MARGIN);
+}
+
+/// The server killed while one client holds and another waits (the default wait): the
+/// waiter, a guarded write and a live hold's release see unavailable within the bound. Once the hold's lease has ended, the client knows it lost:
+/// a guarded write is stale and the release false, at once, without the server.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stopped_server_is_unavailable_to_a_holder_and_a_waiter() {
+    let mut s = Server::start();
+    let port = s.port;
+    let g = locker_at(port).lock("k").ttl(Duration::from_secs(3));
+    let g = g.acquire().await.unwrap().unwrap();
+    let other = locker_at(port)
+        .lock("other")
+        .acquire()
+        .await
+        .unwrap()
+        .unwrap();
+    let waiter = tokio::spawn(async move {
+        let waited = locker_at(port).lock("k").acquire().await;
+        (waited, Instant::now())
+    });
+    tokio::task::block_in_place(|| wait_blocked(&mut s.con(), 1));
+    let stopped = Instant::now();
+    s.kill9();
+    let (waited, at) = waiter.await.unwrap();
+    assert_unavailable(waited, port, stopped, BOUND + MARGIN);
+    assert!(at - stopped <= BOUND + MARGIN);
+    let started = Instant::now();
+    let write = g.run::<i64>(redis::cmd("INCR").arg("n")).await;
+    assert_unavailable(write, port, started, BOUND + MARGIN);
+    let started = Instant::now();
+    assert_unavailable(other.release().await, port, started, BOUND + MARGIN);
+    // Lost by the lease's end (3 s after the last renewal before the kill, at the latest).
+    let lost = tokio::time::timeout(Duration::from_secs(3) + MARGIN, g.lost()).await;
+    assert!(lost.is_ok(), "lost by the lease's end");
+    let started = Instant::now();
+    let write = g.run::<i64>(redis::cmd("INCR").arg("n")).await;
+    assert!(matches!(write, Err(Error::Stale(_))), "{write:?}");
+    assert!(
+        !g.release().await.unwrap(),
+        "a lost hold's release is false"
+    );
+    assert!(started.elapsed() <= AT_ONCE, "{:?}", started.elapsed());
+}
+
+/// The server frozen (SIGSTOP) while one client holds and another waits: the guarded write,
+/// the waiter (its PING watch), a live hold's release and a wait whose deadline passes all see
+/// unavailable within the bound; resumed (SIGCONT), the same locker works again and the hold was kept.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_frozen_server_is_unavailable_to_a_holder_and_a_waiter() {
+    let s = Server::start();
+    let port = s.port;
+    // A 10 s lease: its renewal awaits the freeze (a few seconds) and lands after SIGCONT.
+    let g = locker_at(port).lock("k").ttl(Duration::from_secs(10));
+    let g = g.acquire().await.unwrap().unwrap();
+    let other = locker_at(port)
+        .lock("other")
+        .acquire()
+        .await
+        .unwrap()
+        .unwrap();
+    let waiter = tokio::spawn(async move {
+        let waited = locker_at(port).lock("k").acquire().await;
+        (waited, Instant::now())
+    });
+    tokio::task::block_in_place(|| wait_blocked(&mut s.con(), 1));
+    let frozen = Instant::now();
+    s.signal(libc::SIGSTOP);
+    let started = Instant::now();
+    let write = g.run::<i64>(redis::cmd("INCR").arg("n")).await;
+    assert_unavailable(write, port, started, BOUND + MARGIN);
+    let (waited, at) = waiter.await.unwrap();
+    assert_unavailable(waited, port, frozen, BOUND + MARGIN);
+    assert!(at - frozen <= BOUND + MARGIN);
+    let started = Instant::now();
+    assert_unavailable(other.release().await, port, started, BOUND + MARGIN);
+    // The caller's deadline passes while the server does not answer: unavailable, not `None`.
+    let started = Instant::now();
+    let short = locker_at(port).lock("k").wait(Duration::from_millis(300));
+    let short = short.acquire().await;
+    assert_unavailable(
+        short,
+        port,
+        started,
+        Duration::from_millis(300) + MARGIN + MARGIN,
+    );
+    s.signal(libc::SIGCONT);
+    assert!(!g.is_lost(), "{:?}", g.lost_reason());
+    let n: i64 = g.run(redis::cmd("INCR").arg("n")).await.unwrap();
+    assert!(n >= 1);
+    assert!(g.release().await.unwrap(), "the hold outlived the freeze");
+}
+
+/// Through Sentinel, no Sentinel answering is unavailable too, naming what it could.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unreachable_sentinels_are_unavailable_within_the_bound() {
+    use redis::sentinel::{SentinelClient, SentinelServerType};
+    let sentinels = vec![format!("redis://127.0.0.1:{}/", free_port())];
+    let client = SentinelClient::build(
+        sentinels,
+        "mymaster".into(),
+        None,
+        SentinelServerType::Master,
+    );
+    let l = Locker::sentinel(client.unwrap()).unavailable_after(BOUND);
+    let started = Instant::now();
+    let waited = l.lock("k").acquire().await;
+    let Err(e @ Error::Unavailable { .. }) = waited else {
+        panic!("expected Error::Unavailable, got {waited:?}")
+    };
+    eprintln!("unavailable after {:?}: {e}", started.elapsed());
+    assert!(e.to_string().contains("Sentinel"), "{e}");
+    assert!(
+        started.elapsed() <= BOUND + MARGIN,
+        "{:?}",
+        started.elapsed()
+    );
+}
