@@ -3,6 +3,7 @@ package redislock
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"time"
 
@@ -69,28 +70,42 @@ func (h *health) doubtful() bool {
 	return h.heard.IsZero() || !h.failing.IsZero()
 }
 
-// pooled runs do, a command through the caller's client (sent at most once more by go-redis
-// on a broken link), within the bound. When the node of key has not answered since its last
-// failure it is dialed here first, once: a refused dial is then answered as unavailable
-// without go-redis's pool, which would log each failed dial and retry it.
-func (l *Locker) pooled(ctx context.Context, key string, do func(context.Context) error) error {
+// pooled runs do, a command through the caller's client (go-redis retries a broken link
+// itself), and answers within the Locker's bound: when the command has no answer by then, it
+// is left to end in the background (within the client's own timeouts) and the error matches
+// ErrUnavailable. When the node of key has not answered since its last failure (or ever), it
+// is sent PING first on a connection of its own: a node that is down is then answered as
+// unavailable without the caller's pool, which would log each failed dial.
+func pooled[T any](ctx context.Context, l *Locker, key string, do func(context.Context) (T, error)) (T, error) {
+	var zero T
+	addr, sent := l.where(key), time.Now()
 	ctx, cancel := context.WithTimeout(ctx, l.bound)
 	defer cancel()
-	addr, sent := l.where(key), time.Now()
 	if base, err := l.node(ctx, key); err == nil && l.health(addr).doubtful() {
-		conn, err := base.Dialer(ctx, base.Network, base.Addr)
-		if err != nil {
-			l.note(addr, err, sent)
-			return l.unavailableAt(addr, err)
+		if err := l.ping(ctx, base, l.bound); err != nil {
+			return zero, l.unavailableAt(addr, err)
 		}
-		_ = conn.Close()
 	}
-	err := do(ctx)
-	l.note(addr, err, sent)
-	if isFailure(err) {
-		return l.unavailableAt(addr, err)
+	type answer struct {
+		v   T
+		err error
 	}
-	return err
+	done := make(chan answer, 1)
+	go func() {
+		v, err := do(ctx)
+		done <- answer{v, err}
+	}()
+	var got answer
+	select {
+	case got = <-done:
+	case <-ctx.Done():
+		got.err = fmt.Errorf("no answer within %v: %w", time.Since(sent).Round(time.Millisecond), ctx.Err())
+	}
+	l.note(addr, got.err, sent)
+	if isFailure(got.err) {
+		return zero, l.unavailableAt(addr, got.err)
+	}
+	return got.v, got.err
 }
 
 // note records what err says of the node at addr: an answer (nil, or an error reply), or a

@@ -120,14 +120,18 @@ func (l *Lock) Guard(ctx context.Context, args ...any) *redis.Cmd {
 		cmd.SetErr(fmt.Errorf("%w: %s: the hold was released", ErrStale, l.key))
 		return cmd
 	}
-	err := l.locker.pooled(ctx, l.key, func(ctx context.Context) error {
-		return l.locker.client.Process(ctx, onceCmd{cmd})
+	// Sent as a command of its own: it may still end in the background after the bound.
+	sent, err := pooled(ctx, l.locker, l.key, func(ctx context.Context) (*redis.Cmd, error) {
+		c := redis.NewCmd(ctx, all...)
+		return c, l.locker.client.Process(ctx, onceCmd{c})
 	})
 	switch {
 	case isAny(err, "STALE"):
 		cmd.SetErr(&serverError{ErrStale, err})
 	case err != nil:
 		cmd.SetErr(err)
+	default:
+		cmd.SetVal(sent.Val())
 	}
 	return cmd
 }
@@ -154,10 +158,8 @@ func (l *Lock) Release(ctx context.Context) (bool, error) {
 	}
 	// No renewal can start now (the phase is no longer held); the watchdog's goroutine ends
 	// while the release is on its way.
-	var n int64
-	err := l.locker.pooled(ctx, l.key, func(ctx context.Context) (err error) {
-		n, err = l.locker.client.Do(ctx, "LOCK.RELEASE", l.key, l.owner, "TOKEN", l.token).Int64()
-		return err
+	n, err := pooled(ctx, l.locker, l.key, func(ctx context.Context) (int64, error) {
+		return l.locker.client.Do(ctx, "LOCK.RELEASE", l.key, l.owner, "TOKEN", l.token).Int64()
 	})
 	if l.session != nil {
 		_ = l.session.Close()

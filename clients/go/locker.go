@@ -156,11 +156,9 @@ func leaseStart(sent time.Time, waits bool) time.Time {
 
 // try sends one LOCK.ACQUIRE without WAIT through the client's pool.
 func (l *Locker) try(ctx context.Context, key string, args []any) (int64, *waitConn, time.Time, error) {
-	var token int64
 	sent := time.Now()
-	err := l.pooled(ctx, key, func(ctx context.Context) (err error) {
-		token, err = parseToken(l.client.Do(ctx, args...))
-		return err
+	token, err := pooled(ctx, l, key, func(ctx context.Context) (int64, error) {
+		return parseToken(l.client.Do(ctx, args...))
 	})
 	return token, nil, sent, err
 }

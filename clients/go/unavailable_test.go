@@ -200,11 +200,11 @@ func TestAStoppedServerLeavesNoWaiterHanging(t *testing.T) {
 
 // Rule 14: a server frozen (SIGSTOP) while one client holds the lock and another waits: the
 // waiter's connection stays open and silent; PING on another connection finds the server
-// mute and the waiter is unavailable within the bound. (Loss of the hold: loss_test.go.)
+// mute and the waiter is unavailable within the bound; so are the holder's guarded write and
+// release. (Loss at the lease's end: parity_test.go.)
 func TestAFrozenServerLeavesNoWaiterHanging(t *testing.T) {
 	s := server(t)
-	holder := obtain(t, lockerAt(t, s.Addr()), "k", 10*time.Second)
-	defer release(t, holder, true) // the 10 s lease outlives the freeze
+	holder := obtain(t, lockerAt(t, s.Addr()), "k", 10*time.Second) // outlives the test
 	r := client(t, s)
 	waiter := lockerAt(t, s.Addr())
 	waiting := make(chan error, 1)
@@ -226,6 +226,18 @@ func TestAFrozenServerLeavesNoWaiterHanging(t *testing.T) {
 	short, cancel := context.WithTimeout(ctx, bound/2)
 	defer cancel()
 	unavailableWithin(t, waiter, short, s.Addr(), bound/2+margin)
+	// The holder's guarded write and release: unavailable within the bound too.
+	started := time.Now()
+	if err := holder.Guard(ctx, "SET", "x", "1").Err(); !errors.Is(err, redislock.ErrUnavailable) {
+		t.Fatalf("Guard: %v", err)
+	}
+	held, err := holder.Release(ctx)
+	if held || !errors.Is(err, redislock.ErrUnavailable) {
+		t.Fatalf("Release = %v, %v; want false, ErrUnavailable", held, err)
+	}
+	if took := time.Since(started); took > 2*bound+margin { // a bound each
+		t.Fatalf("Guard and Release took %v", took)
+	}
 }
 
 func unavailableErr(_ *redislock.Lock, err error) error { return err }
