@@ -124,7 +124,8 @@ func (l *Locker) acquire(ctx context.Context, key, owner string, ttl time.Durati
 			}
 			l.done(conn, err)
 			switch {
-			case errors.Is(err, ErrNotObtained) && ctx.Err() == nil && waits && bounded:
+			case errors.Is(err, ErrNotObtained) && waits && bounded && !errors.Is(err, ctx.Err()):
+				// The server's WAIT timeout (ctx may end at the same moment).
 				return 0, nil, start, timedOut(ctx, byCtx)
 			case errors.Is(err, ErrNotObtained), errors.Is(err, ErrUnavailable):
 				return 0, nil, start, err
