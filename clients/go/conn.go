@@ -45,7 +45,7 @@ var errUnsupported = errors.New("redislock: unsupported client")
 func (l *Locker) dedicated(ctx context.Context, key string, timeout time.Duration) (*redis.Client, string, error) {
 	base, err := l.node(ctx, key)
 	if err != nil {
-		return nil, l.where(key), err
+		return nil, l.where(), err
 	}
 	c, err := l.connect(ctx, base, timeout)
 	return c, base.Addr, err
@@ -106,15 +106,13 @@ func (l *Locker) own(base *redis.Options, timeout time.Duration, conn net.Conn) 
 	return redis.NewClient(&opt)
 }
 
-// where is the address of the node that serves key, as far as it is known.
-func (l *Locker) where(key string) string {
+// where is the address of the lock service when the node that serves a key is not known
+// (its lookup failed): the client's address, or a cluster's seed addresses.
+func (l *Locker) where() string {
 	switch c := l.client.(type) {
 	case *redis.Client:
 		return c.Options().Addr
 	case *redis.ClusterClient:
-		if node, err := c.MasterForKey(context.Background(), key); err == nil {
-			return node.Options().Addr
-		}
 		return strings.Join(c.Options().Addrs, ",")
 	}
 	return fmt.Sprintf("%T", l.client)

@@ -78,10 +78,12 @@ func (h *health) doubtful() bool {
 // unavailable without the caller's pool, which would log each failed dial.
 func pooled[T any](ctx context.Context, l *Locker, key string, do func(context.Context) (T, error)) (T, error) {
 	var zero T
-	addr, sent := l.where(key), time.Now()
+	sent := time.Now()
 	ctx, cancel := context.WithTimeout(ctx, l.bound)
 	defer cancel()
-	if base, err := l.node(ctx, key); err == nil && l.health(addr).doubtful() {
+	base, err := l.node(ctx, key)
+	addr := l.addr(base)
+	if err == nil && l.health(addr).doubtful() {
 		if err := l.ping(ctx, base, l.bound); err != nil {
 			return zero, l.unavailableAt(addr, err)
 		}
@@ -158,7 +160,7 @@ func (l *Locker) unavailableAt(addr string, cause error) error {
 		return cause
 	}
 	if isAny(cause, "ERR unknown command") {
-		cause = errors.Join(errNoModule, cause)
+		cause = fmt.Errorf("%w: %w", errNoModule, cause)
 	}
 	return &UnavailableError{Addr: addr, Err: cause}
 }

@@ -132,15 +132,15 @@ func (l *Locker) acquire(ctx context.Context, key, owner string, ttl time.Durati
 			}
 		}
 		if ctx.Err() != nil {
-			return 0, nil, start, l.ended(ctx, key, base, start, err)
+			return 0, nil, start, l.ended(ctx, base, start, err)
 		}
 		retry := waits && (!bounded || time.Now().Before(deadline))
-		if err := l.unavailable(l.addr(key, base), err, sent, retry); err != nil || !retry {
+		if err := l.unavailable(l.addr(base), err, sent, retry); err != nil || !retry {
 			return 0, nil, start, err
 		}
 		l.reconnect(ctx, err)
 		if sleep(ctx, retryPause) != nil {
-			return 0, nil, start, l.ended(ctx, key, base, start, err)
+			return 0, nil, start, l.ended(ctx, base, start, err)
 		}
 	}
 }
@@ -166,9 +166,9 @@ func (l *Locker) try(ctx context.Context, key string, args []any) (int64, *waitC
 
 // ended is the error of a wait (begun at start) that ctx ended after err: not obtained if the
 // server has answered since start (or answers a PING now), else unavailable.
-func (l *Locker) ended(ctx context.Context, key string, base *redis.Options, start time.Time, err error) error {
+func (l *Locker) ended(ctx context.Context, base *redis.Options, start time.Time, err error) error {
 	if base == nil {
-		return l.unavailableAt(l.where(key), err)
+		return l.unavailableAt(l.where(), err)
 	}
 	if err := l.silent(ctx, base, start, err); err != nil {
 		return err
@@ -176,12 +176,12 @@ func (l *Locker) ended(ctx context.Context, key string, base *redis.Options, sta
 	return notObtained(ctx)
 }
 
-// addr is the address of base, or of key's node when base is not known.
-func (l *Locker) addr(key string, base *redis.Options) string {
+// addr is the address of base, or of the service when base is not known.
+func (l *Locker) addr(base *redis.Options) string {
 	if base != nil {
 		return base.Addr
 	}
-	return l.where(key)
+	return l.where()
 }
 
 // errNoAnswer: a wait's reply did not come by the wait's deadline (plus readGrace): the link
