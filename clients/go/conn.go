@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"strings"
 	"sync"
 	"time"
@@ -40,22 +41,38 @@ var errUnsupported = errors.New("redislock: unsupported client")
 // with a pool of one connection, made from the options of the caller's client (for a
 // FailoverClient, its dialer asks the Sentinels for the master on every connect). It takes
 // nothing from the caller's pool, so a busy pool cannot starve it, and closing it closes the
-// connection. timeout bounds each read and write (0: none, for waits, which the server ends
-// itself, or the context).
-func (l *Locker) dedicated(ctx context.Context, key string, timeout time.Duration) (*redis.Client, error) {
+// connection. timeout bounds each read and write, and so does ctx's deadline.
+func (l *Locker) dedicated(ctx context.Context, key string, timeout time.Duration) (*redis.Client, string, error) {
 	base, err := l.node(ctx, key)
+	if err != nil {
+		return nil, l.where(), err
+	}
+	c, err := l.connect(ctx, base, timeout)
+	return c, base.Addr, err
+}
+
+// connect is a connection of its own to the node of base (see own), dialed here first: a
+// refused dial comes back as an error, where go-redis's pool would log it (each time: the
+// log is the caller's, and a server that is down is an answer this package gives itself).
+func (l *Locker) connect(ctx context.Context, base *redis.Options, timeout time.Duration) (*redis.Client, error) {
+	conn, err := base.Dialer(ctx, base.Network, base.Addr)
 	if err != nil {
 		return nil, err
 	}
-	return own(base, timeout), nil
+	return l.own(base, timeout, conn), nil
 }
 
-func own(base *redis.Options, timeout time.Duration) *redis.Client {
+// own is a go-redis Client with a pool of one connection, first on conn (later ones, after a
+// broken link, are dialed by base's dialer). Its handshake counts as the node's answer.
+// timeout bounds each read and write, and so does the context's deadline (0: neither, for
+// waits, which the server ends itself, or the context by closing the connection).
+func (l *Locker) own(base *redis.Options, timeout time.Duration, conn net.Conn) *redis.Client {
 	opt := *base
 	opt.PoolSize, opt.MinIdleConns, opt.MaxIdleConns, opt.MaxActiveConns = 1, 0, 1, 1
 	opt.PipelinePoolSize = -1
 	opt.MaxRetries = -1 // retried here, with the same owner, where that is safe
-	opt.ContextTimeoutEnabled = false
+	opt.DialerRetries = 1
+	opt.ContextTimeoutEnabled = timeout > 0
 	opt.ReadTimeout, opt.WriteTimeout = -1, -1
 	if timeout > 0 {
 		opt.ReadTimeout, opt.WriteTimeout = timeout, timeout
@@ -66,25 +83,57 @@ func own(base *redis.Options, timeout time.Duration) *redis.Client {
 	opt.Limiter = nil
 	opt.ClientSideCache, opt.ClientSideCacheConfig = nil, nil
 	opt.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
+	var first sync.Mutex
+	dial := base.Dialer
+	opt.Dialer = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		first.Lock()
+		c := conn
+		conn = nil
+		first.Unlock()
+		if c != nil {
+			return c, nil
+		}
+		return dial(ctx, network, addr)
+	}
+	h, onConnect := l.health(base.Addr), base.OnConnect
+	opt.OnConnect = func(ctx context.Context, cn *redis.Conn) error {
+		h.answered()
+		if onConnect != nil {
+			return onConnect(ctx, cn)
+		}
+		return nil
+	}
 	return redis.NewClient(&opt)
+}
+
+// where is the address of the lock service when the node that serves a key is not known
+// (its lookup failed): the client's address, or a cluster's seed addresses.
+func (l *Locker) where() string {
+	switch c := l.client.(type) {
+	case *redis.Client:
+		return c.Options().Addr
+	case *redis.ClusterClient:
+		return strings.Join(c.Options().Addrs, ",")
+	}
+	return fmt.Sprintf("%T", l.client)
 }
 
 // A waitConn is a connection of its own for waits (and the session hold it may receive).
 type waitConn struct {
 	*redis.Client
-	node string // the address it was made for: where it goes back to when kept
-	keep int    // how many the Locker keeps for that node: the client's pool size
+	base *redis.Options // the options of the node it was made for: where it goes back to when kept
 	once sync.Once
 }
 
 func (c *waitConn) close() { c.once.Do(func() { _ = c.Client.Close() }) }
 
-// waitConn returns a kept connection to key's master, or a new one. A session hold gets a new
-// one: it is closed with the hold.
-func (l *Locker) waitConn(ctx context.Context, key string, session bool) (*waitConn, error) {
+// waitConn returns a kept connection to key's master, or a new one (dialed within ctx and
+// the unavailability bound), and the master's options. A session hold gets a new one: it is
+// closed with the hold.
+func (l *Locker) waitConn(ctx context.Context, key string, session bool) (*waitConn, *redis.Options, error) {
 	base, err := l.node(ctx, key)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if !session {
 		l.mu.Lock()
@@ -93,11 +142,17 @@ func (l *Locker) waitConn(ctx context.Context, key string, session bool) (*waitC
 			c := kept[n-1]
 			l.idle[base.Addr] = kept[:n-1]
 			l.mu.Unlock()
-			return c, nil
+			return c, base, nil
 		}
 		l.mu.Unlock()
 	}
-	return &waitConn{Client: own(base, 0), node: base.Addr, keep: base.PoolSize}, nil
+	dial, cancel := context.WithTimeout(ctx, l.bound)
+	defer cancel()
+	c, err := l.connect(dial, base, 0)
+	if err != nil {
+		return nil, base, err
+	}
+	return &waitConn{Client: c, base: base}, base, nil
 }
 
 // done is the end of a wait on c that ended with err: a connection whose reply came (a grant,
@@ -108,11 +163,11 @@ func (l *Locker) done(c *waitConn, err error) {
 	answered := err == nil || errors.Is(err, ErrNotObtained) && !errors.Is(err, context.Canceled) &&
 		!errors.Is(err, context.DeadlineExceeded) || errors.As(err, &reply) && !retryable(err)
 	l.mu.Lock()
-	if answered && !l.closed && len(l.idle[c.node]) < c.keep {
+	if answered && !l.closed && len(l.idle[c.base.Addr]) < c.base.PoolSize {
 		if l.idle == nil {
 			l.idle = map[string][]*waitConn{}
 		}
-		l.idle[c.node] = append(l.idle[c.node], c)
+		l.idle[c.base.Addr] = append(l.idle[c.base.Addr], c)
 		c = nil
 	}
 	l.mu.Unlock()

@@ -13,7 +13,8 @@
 //	locker := redislock.New(client)
 //	lock, err := locker.Obtain(ctx, "{sku:9}:lock", 30*time.Second)
 //	if err != nil {
-//		return err // errors.Is(err, redislock.ErrNotObtained) when it was not granted
+//		return err // errors.Is(err, redislock.ErrNotObtained) when it was not granted,
+//		// redislock.ErrUnavailable when the lock service did not answer (New's bound, 10s)
 //	}
 //	defer lock.Release(ctx)
 //	left, err := lock.Guard(ctx, "DECRBY", "{sku:9}:stock", 1).Int64()

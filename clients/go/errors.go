@@ -1,6 +1,9 @@
 package redislock
 
-import "errors"
+import (
+	"errors"
+	"fmt"
+)
 
 var (
 	// ErrNotObtained: the lock was not granted. It was busy and the call did not wait, the
@@ -21,7 +24,35 @@ var (
 	// ErrDeadlock: an exclusive hold was asked by an owner that holds the lock shared beside
 	// other readers (two upgrading readers would wait for each other forever).
 	ErrDeadlock = errors.New("redislock: deadlock")
+
+	// ErrUnavailable: the lock service could not be reached (refused, unresolvable, no answer
+	// within the Locker's unavailability bound) or did not answer as Redis with the module
+	// loaded. The error is an *UnavailableError, which names the address and the cause. Nothing
+	// is known about the lock: refuse the work, or fall back knowingly.
+	ErrUnavailable = errors.New("redislock: lock service unavailable")
+
+	// ErrInvalidArgument: an argument was refused before anything was sent (a ttl under 1ms,
+	// a negative wait, ...).
+	ErrInvalidArgument = errors.New("redislock: invalid argument")
 )
+
+// An UnavailableError is the lock service not answering: at Addr, for Err (the last failure:
+// a refused dial, a timeout, a reply that is not Redis's). It matches ErrUnavailable and Err.
+type UnavailableError struct {
+	Addr string
+	Err  error
+}
+
+func (e *UnavailableError) Error() string {
+	return "redislock: lock service unavailable at " + e.Addr + ": " + e.Err.Error()
+}
+
+func (e *UnavailableError) Unwrap() []error { return []error{ErrUnavailable, e.Err} }
+
+// invalid is an ErrInvalidArgument saying what was wrong.
+func invalid(format string, args ...any) error {
+	return fmt.Errorf("%w: "+format, append([]any{ErrInvalidArgument}, args...)...)
+}
 
 // serverError is an error reply of the server that one of the errors above stands for:
 // errors.Is matches both the library's error and the reply (a redis.Error).

@@ -40,8 +40,8 @@ const (
 	lost
 )
 
-// hold starts the Lock of a grant, and its watchdog.
-func (l *Locker) hold(key, owner string, token int64, ttl time.Duration, session *redis.Client, watchdog bool) *Lock {
+// hold starts the Lock of a grant whose lease began at start, and its watchdog.
+func (l *Locker) hold(key, owner string, token int64, ttl time.Duration, start time.Time, session *redis.Client, watchdog bool) *Lock {
 	lock := &Lock{
 		locker:  l,
 		key:     key,
@@ -53,7 +53,7 @@ func (l *Locker) hold(key, owner string, token int64, ttl time.Duration, session
 	}
 	if watchdog {
 		lock.done = make(chan struct{})
-		go lock.watch(ttl, time.Now())
+		go lock.watch(ttl, start)
 	}
 	return lock
 }
@@ -68,25 +68,26 @@ func (l *Lock) Owner() string { return l.owner }
 // that keeps the highest token it has seen can refuse a late writer. Pass it with every write.
 func (l *Lock) Token() int64 { return l.token }
 
-// Lost is closed when the hold is lost before its release: a renewal found the lease gone
-// (it ran out, or the lock was force-released), the server could not be reached before the
-// lease would end, or the watchdog failed otherwise. Err then says why. It is never closed
-// by Release.
+// Lost is closed when the hold is lost: a renewal found the lease gone (it ran out, or the
+// lock was force-released), the lease ended without a renewal getting through (the server
+// could not be reached: lost at the lease's end), the watchdog failed otherwise, or Release
+// found the lease already gone. Err then says why.
 func (l *Lock) Lost() <-chan struct{} { return l.lost }
 
-// Err is nil while the hold lives and after its release; once the hold is lost it is an
-// error that matches ErrLost and says why.
+// Err is nil while the hold lives and after a release that found it live; once the hold is
+// lost (Release finding it gone included) it is an error that matches ErrLost and says why.
 func (l *Lock) Err() error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.err
 }
 
-// lose marks the hold lost, once, unless it was released.
-func (l *Lock) lose(reason string) {
+// lose marks the hold lost, once, if it is in phase from (held, or released by a release
+// that found the lease gone).
+func (l *Lock) lose(reason string, from phase) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.phase != held {
+	if l.phase != from {
 		return
 	}
 	l.phase, l.err = lost, fmt.Errorf("%w: %s: %s", ErrLost, l.key, reason)
@@ -119,41 +120,59 @@ func (l *Lock) Guard(ctx context.Context, args ...any) *redis.Cmd {
 		cmd.SetErr(fmt.Errorf("%w: %s: the hold was released", ErrStale, l.key))
 		return cmd
 	}
-	_ = l.locker.client.Process(ctx, onceCmd{cmd})
-	if err := cmd.Err(); isAny(err, "STALE") {
+	// Sent as a command of its own: it may still end in the background after the bound.
+	sent, err := pooled(ctx, l.locker, l.key, func(ctx context.Context) (*redis.Cmd, error) {
+		c := redis.NewCmd(ctx, all...)
+		return c, l.locker.client.Process(ctx, onceCmd{c})
+	})
+	switch {
+	case isAny(err, "STALE"):
 		cmd.SetErr(&serverError{ErrStale, err})
+	case err != nil:
+		cmd.SetErr(err)
+	default:
+		cmd.SetVal(sent.Val())
 	}
 	return cmd
 }
 
 // Release ends the hold (LOCK.RELEASE key owner TOKEN token) and reports whether it was still
-// live: false if it had been lost or had already been released. The watchdog stops in the same
-// step, before the release is sent: no renewal follows it. A session hold's connection is
-// closed. Calling it again does nothing and reports false.
+// live. A hold known lost or already released answers false at once, without the server. The
+// watchdog stops in the same step, before the release is sent: no renewal follows it. A
+// release that finds the lease already gone answers false and marks the hold lost (Lost is
+// closed, Err matches ErrLost): the work done under it may have to be undone. A session
+// hold's connection is closed. When the server does not answer, the error matches
+// ErrUnavailable (and the hold is no longer renewed).
 func (l *Lock) Release(ctx context.Context) (bool, error) {
 	l.turn.Lock()
 	l.mu.Lock()
 	was := l.phase
-	if was != released {
+	if was == held {
 		l.phase = released
 		close(l.stop)
 	}
 	l.mu.Unlock()
 	l.turn.Unlock()
-	if was == released {
+	if was != held {
 		return false, nil
 	}
 	// No renewal can start now (the phase is no longer held); the watchdog's goroutine ends
 	// while the release is on its way.
-	n, err := l.locker.client.Do(ctx, "LOCK.RELEASE", l.key, l.owner, "TOKEN", l.token).Int64()
+	n, err := pooled(ctx, l.locker, l.key, func(ctx context.Context) (int64, error) {
+		return l.locker.client.Do(ctx, "LOCK.RELEASE", l.key, l.owner, "TOKEN", l.token).Int64()
+	})
 	if l.session != nil {
 		_ = l.session.Close()
 	}
 	if l.done != nil {
 		<-l.done
 	}
-	if err != nil {
+	switch {
+	case err != nil:
 		return false, err
+	case n == 0:
+		l.lose("the lease ended before the release", released)
+		return false, nil
 	}
-	return n == 1 && was == held, nil
+	return true, nil
 }

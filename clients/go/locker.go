@@ -16,10 +16,13 @@ import (
 // the connections it keeps for waits, nothing global: make one per client, share it between
 // goroutines, Close it when done.
 type Locker struct {
-	client redis.UniversalClient
+	client    redis.UniversalClient
+	bound     time.Duration // the unavailability bound (WithUnavailableAfter)
+	badOption error         // a LockerOption refused: every Obtain answers it
 
 	mu     sync.Mutex
 	idle   map[string][]*waitConn // connections whose last wait was answered, by node
+	nodes  map[string]*health     // what is known of each node's answers, by address
 	closed bool
 }
 
@@ -28,8 +31,13 @@ type Locker struct {
 // watchdogs each use a connection of their own, made with the client's options. A wait's
 // connection is kept for the next wait once its reply has come (the server can then no longer
 // grant to it); a wait that ends early closes it. Close closes the kept ones.
-func New(client redis.UniversalClient) *Locker {
-	return &Locker{client: client}
+// WithUnavailableAfter sets how long a server may not answer before Obtain gives up on it.
+func New(client redis.UniversalClient, opts ...LockerOption) *Locker {
+	l := &Locker{client: client, bound: DefaultUnavailableAfter}
+	for _, opt := range opts {
+		opt(l)
+	}
+	return l
 }
 
 // How long a wait pauses before it asks again after a broken link.
@@ -42,10 +50,16 @@ const readGrace = 2 * time.Second
 // Obtain takes a hold on key for ttl, renewed by a watchdog until Release (see the Option
 // functions for the other modes). It waits in the server's FIFO queue (LOCK.ACQUIRE ... WAIT)
 // until ctx ends, or for WithWait's time; cancelling ctx leaves the queue. When the lock is not
-// granted the error matches ErrNotObtained (and ctx's error, when ctx ended the wait); other
-// errors are the server's or the network's. A broken link while waiting is asked again with the
-// same owner, which the server answers as a retry (the same token if the first ask was granted).
+// granted the error matches ErrNotObtained (and ctx's error, when ctx ended the wait). When the
+// server does not answer (or not as Redis with the module) it matches ErrUnavailable: at once
+// for WithWait(0), else once ctx ends or the Locker's unavailability bound passes, whichever
+// is first. A broken link while waiting is asked again with the same owner, which the server
+// answers as a retry (the same token if the first ask was granted). Arguments are checked
+// before anything is sent (ErrInvalidArgument); other errors are the server's.
 func (l *Locker) Obtain(ctx context.Context, key string, ttl time.Duration, opts ...Option) (*Lock, error) {
+	if l.badOption != nil {
+		return nil, l.badOption
+	}
 	var o options
 	for _, opt := range opts {
 		opt(&o)
@@ -57,7 +71,7 @@ func (l *Locker) Obtain(ctx context.Context, key string, ttl time.Duration, opts
 	if owner == "" {
 		owner = newOwner()
 	}
-	token, conn, err := l.acquire(ctx, key, owner, ttl, &o)
+	token, conn, start, err := l.acquire(ctx, key, owner, ttl, &o)
 	if err != nil {
 		return nil, err
 	}
@@ -74,18 +88,19 @@ func (l *Locker) Obtain(ctx context.Context, key string, ttl time.Duration, opts
 	} else if conn != nil {
 		l.done(conn, nil)
 	}
-	return l.hold(key, owner, token, ttl, session, !o.noWatchdog), nil
+	return l.hold(key, owner, token, ttl, start, session, !o.noWatchdog), nil
 }
 
-// acquire sends LOCK.ACQUIRE until it has an answer: the token, and the connection it came on
-// when it needed one of its own (a wait, a session, a durable grant).
-func (l *Locker) acquire(ctx context.Context, key, owner string, ttl time.Duration, o *options) (int64, *waitConn, error) {
+// acquire sends LOCK.ACQUIRE until it has an answer: the token, the connection it came on
+// when it needed one of its own (a wait, a session, a durable grant), and when the lease began
+// at the earliest the client can tell (the try's sending, or a wait's reply).
+func (l *Locker) acquire(ctx context.Context, key, owner string, ttl time.Duration, o *options) (int64, *waitConn, time.Time, error) {
 	waits := !o.waitSet || o.wait > 0
 	if !waits && !o.session && o.replicas == 0 {
-		token, err := parseToken(l.client.Do(ctx, o.args(key, owner, ttl, -1)...))
-		return token, nil, err
+		return l.try(ctx, key, o.args(key, owner, ttl, -1))
 	}
 	deadline, bounded, byCtx := o.deadline(ctx)
+	start := time.Now()
 	for {
 		wait, limit := int64(-1), time.Time{}
 		if waits {
@@ -93,57 +108,100 @@ func (l *Locker) acquire(ctx context.Context, key, owner string, ttl time.Durati
 			if bounded {
 				left := time.Until(deadline)
 				if left <= 0 {
-					return 0, nil, timedOut(ctx, byCtx)
+					return 0, nil, start, timedOut(ctx, byCtx)
 				}
 				// Rounded up: the server's wait never ends before the deadline.
 				wait, limit = (left + time.Millisecond - 1).Milliseconds(), deadline.Add(readGrace)
 			}
 		}
-		conn, err := l.waitConn(ctx, key, o.session)
+		sent := time.Now()
+		conn, base, err := l.waitConn(ctx, key, o.session)
 		if err == nil {
 			var token int64
 			token, err = l.ask(ctx, conn, key, owner, o.args(key, owner, ttl, wait), limit)
 			if err == nil {
-				return token, conn, nil
+				return token, conn, leaseStart(sent, waits), nil
 			}
 			l.done(conn, err)
-			if errors.Is(err, ErrNotObtained) {
-				if ctx.Err() == nil && waits && bounded {
-					return 0, nil, timedOut(ctx, byCtx)
-				}
-				return 0, nil, err
+			switch {
+			case errors.Is(err, ErrNotObtained) && waits && bounded && !errors.Is(err, ctx.Err()):
+				// The server's WAIT timeout (ctx may end at the same moment).
+				return 0, nil, start, timedOut(ctx, byCtx)
+			case errors.Is(err, ErrNotObtained), errors.Is(err, ErrUnavailable):
+				return 0, nil, start, err
 			}
 		}
 		if ctx.Err() != nil {
-			return 0, nil, notObtained(ctx)
+			return 0, nil, start, l.ended(ctx, base, start, err)
 		}
-		if !waits || !retryable(err) {
-			return 0, nil, err
-		}
-		if bounded && !time.Now().Before(deadline) {
-			return 0, nil, fmt.Errorf("redislock: %s: no server answered before the wait ended: %w", key, err)
+		retry := waits && (!bounded || time.Now().Before(deadline))
+		if err := l.unavailable(l.addr(base), err, sent, retry); err != nil || !retry {
+			return 0, nil, start, err
 		}
 		l.reconnect(ctx, err)
 		if sleep(ctx, retryPause) != nil {
-			return 0, nil, notObtained(ctx)
+			return 0, nil, start, l.ended(ctx, base, start, err)
 		}
 	}
+}
+
+// leaseStart is when a lease granted to a command sent at sent began, at the earliest the
+// client can tell: then for a try; for a wait, when the grant's reply came (the server
+// granted it at most the reply's way earlier).
+func leaseStart(sent time.Time, waits bool) time.Time {
+	if waits {
+		return time.Now()
+	}
+	return sent
+}
+
+// try sends one LOCK.ACQUIRE without WAIT through the client's pool.
+func (l *Locker) try(ctx context.Context, key string, args []any) (int64, *waitConn, time.Time, error) {
+	sent := time.Now()
+	token, err := pooled(ctx, l, key, func(ctx context.Context) (int64, error) {
+		return parseToken(l.client.Do(ctx, args...))
+	})
+	return token, nil, sent, err
+}
+
+// ended is the error of a wait (begun at start) that ctx ended after err: not obtained if the
+// server has answered since start (or answers a PING now), else unavailable.
+func (l *Locker) ended(ctx context.Context, base *redis.Options, start time.Time, err error) error {
+	if base == nil {
+		return l.unavailableAt(l.where(), err)
+	}
+	if err := l.silent(ctx, base, start, err); err != nil {
+		return err
+	}
+	return notObtained(ctx)
+}
+
+// addr is the address of base, or of the service when base is not known.
+func (l *Locker) addr(base *redis.Options) string {
+	if base != nil {
+		return base.Addr
+	}
+	return l.where()
 }
 
 // errNoAnswer: a wait's reply did not come by the wait's deadline (plus readGrace): the link
 // counts as broken.
 var errNoAnswer = errors.New("redislock: no reply by the end of the wait")
 
-// ask sends one LOCK.ACQUIRE on conn. If ctx ends first (or limit passes, when not zero),
-// conn is closed, which takes it out of the server's queue; a grant whose reply was already
-// on its way is released again.
+// ask sends one LOCK.ACQUIRE on conn, while the server is watched (watchServer). If ctx ends
+// first (or limit passes, when not zero, or the server stops answering), conn is closed,
+// which takes it out of the server's queue; a grant whose reply was already on its way is
+// released again.
 func (l *Locker) ask(ctx context.Context, conn *waitConn, key, owner string, args []any, limit time.Time) (int64, error) {
-	watch := ctx
+	start := time.Now()
+	watch, end := context.WithCancelCause(ctx)
+	defer end(nil)
 	if !limit.IsZero() {
 		var cancel context.CancelFunc
-		watch, cancel = context.WithDeadline(ctx, limit)
+		watch, cancel = context.WithDeadlineCause(watch, limit, errNoAnswer)
 		defer cancel()
 	}
+	defer l.watchServer(watch, conn.base, start, end)()
 	closed := make(chan struct{})
 	stop := context.AfterFunc(watch, func() {
 		conn.close()
@@ -151,15 +209,22 @@ func (l *Locker) ask(ctx context.Context, conn *waitConn, key, owner string, arg
 	})
 	token, err := parseToken(conn.Do(ctx, args...))
 	if stop() {
+		l.note(conn.base.Addr, err, start)
 		return token, err
 	}
 	<-closed
+	if !isFailure(err) {
+		l.health(conn.base.Addr).answered()
+	}
 	if err == nil {
 		release := context.WithoutCancel(ctx)
 		_ = l.client.Do(release, "LOCK.RELEASE", key, owner, "TOKEN", token).Err()
 	}
 	if ctx.Err() == nil {
-		return 0, errNoAnswer
+		return 0, context.Cause(watch) // errNoAnswer, or the watch's *UnavailableError
+	}
+	if err := l.silent(ctx, conn.base, start, nil); err != nil {
+		return 0, err
 	}
 	return 0, notObtained(ctx)
 }

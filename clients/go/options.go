@@ -1,10 +1,6 @@
 package redislock
 
-import (
-	"errors"
-	"fmt"
-	"time"
-)
+import "time"
 
 // An Option changes how Obtain takes a lock.
 type Option func(*options)
@@ -22,9 +18,10 @@ type options struct {
 }
 
 // WithWait bounds the wait in the server's queue to d (the context bounds it too). Without
-// it, Obtain waits until the context ends; WithWait(0) does not wait: one try.
+// it, Obtain waits until the context ends; WithWait(0) does not wait: one try. A negative d
+// is an error matching ErrInvalidArgument.
 func WithWait(d time.Duration) Option {
-	return func(o *options) { o.wait, o.waitSet = max(d, 0), true }
+	return func(o *options) { o.wait, o.waitSet = d, true }
 }
 
 // WithShared takes a read hold: any number of readers at once, a writer waits for all.
@@ -66,20 +63,44 @@ func WithWatchdog(on bool) Option {
 func (o *options) check(ttl time.Duration) error {
 	switch {
 	case ttl < time.Millisecond:
-		return fmt.Errorf("redislock: ttl %v: must be at least 1ms", ttl)
+		return invalid("ttl %v: must be at least 1ms", ttl)
+	case o.wait < 0:
+		return invalid("WithWait(%v): must not be negative (WithWait(0) tries once)", o.wait)
 	case o.shared && o.limit != 0:
-		return errors.New("redislock: WithShared and WithPermits exclude each other")
+		return invalid("WithShared and WithPermits exclude each other")
 	case o.limit != 0 && (o.permits < 1 || o.permits > o.limit):
-		return fmt.Errorf("redislock: WithPermits(%d, %d): need 1 <= n <= limit", o.limit, o.permits)
+		return invalid("WithPermits(%d, %d): need 1 <= n <= limit", o.limit, o.permits)
 	case o.replicas < 0:
-		return fmt.Errorf("redislock: WithReplicas(%d, ...): n must not be negative", o.replicas)
+		return invalid("WithReplicas(%d, ...): n must not be negative", o.replicas)
 	}
 	return nil
 }
 
-// millis is d in whole milliseconds, at least 1.
+// millis is d in whole milliseconds, rounded up (a lease is never shorter than asked), at
+// least 1.
 func millis(d time.Duration) int64 {
-	return max(d.Milliseconds(), 1)
+	return max((d + time.Millisecond - 1).Milliseconds(), 1)
+}
+
+// A LockerOption changes a Locker (New).
+type LockerOption func(*Locker)
+
+// DefaultUnavailableAfter is the unavailability bound of a Locker without
+// WithUnavailableAfter.
+const DefaultUnavailableAfter = 10 * time.Second
+
+// WithUnavailableAfter sets the Locker's unavailability bound d (default 10s): when the
+// server has not answered for d (refused, unresolvable, no reply, not Redis), Obtain (with
+// any wait, without limit included) fails with an error matching ErrUnavailable instead of
+// retrying on. A wait longer than d is watched by a PING every d/2 on another connection.
+// d must be positive: Obtain answers ErrInvalidArgument otherwise.
+func WithUnavailableAfter(d time.Duration) LockerOption {
+	return func(l *Locker) {
+		if d <= 0 {
+			l.badOption = invalid("WithUnavailableAfter(%v): must be positive", d)
+		}
+		l.bound = d
+	}
 }
 
 // args is the LOCK.ACQUIRE command; wait < 0 sends no WAIT (one try), 0 waits without limit.

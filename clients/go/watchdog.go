@@ -10,10 +10,12 @@ import (
 
 // watch is the watchdog: every ttl/3 it renews the lease (LOCK.EXTEND key owner ttl TOKEN
 // token) on a connection of its own, so a busy pool cannot starve it and a renewal can never
-// extend a newer hold. The hold is lost when a renewal answers 0, when no renewal gets through
-// before the lease would end (a broken link is reconnected until then; through Sentinel, to
-// the current master), or at once on any other failure. It ends with the release (l.stop) or
-// the loss.
+// extend a newer hold. It keeps the lease's end as the client knows it (the grant's start, or
+// the sending of the last renewal that succeeded, plus ttl: never later than the server's),
+// and the hold is lost at that moment by a timer when no renewal has got through (rule 15),
+// at once when a renewal answers 0 or fails otherwise. A broken link is reconnected until
+// then (through Sentinel, to the current master). It ends with the release (l.stop) or the
+// loss.
 func (l *Lock) watch(ttl time.Duration, granted time.Time) {
 	defer close(l.done)
 	interval := max(ttl/3, time.Millisecond)
@@ -24,41 +26,50 @@ func (l *Lock) watch(ttl time.Duration, granted time.Time) {
 			_ = conn.Close()
 		}
 	}()
-	timer := time.NewTimer(interval)
-	defer timer.Stop()
+	renewal := time.NewTimer(interval)
+	defer renewal.Stop()
+	end := time.NewTimer(time.Until(leaseEnd))
+	defer end.Stop()
+	var failure error // why the last renewal did not get through
 	for {
 		select {
 		case <-l.stop:
 			return
-		case <-timer.C:
+		case <-end.C:
+			l.lose(fmt.Sprintf("the server could not be reached before the lease ended: %v", failure), held)
+			return
+		case <-renewal.C:
 		}
-		if !l.renew(&conn, ttl, interval, &leaseEnd) {
+		var goOn bool
+		if goOn, failure = l.renew(&conn, ttl, interval, &leaseEnd, failure); !goOn {
 			return
 		}
-		timer.Reset(interval)
+		end.Reset(time.Until(leaseEnd))
+		renewal.Reset(interval)
 	}
 }
 
-// renew sends one renewal, in its turn (a release waits for it to end); false when the
-// watchdog is to end.
-func (l *Lock) renew(conn **redis.Client, ttl, interval time.Duration, leaseEnd *time.Time) (goOn bool) {
+// renew sends one renewal, in its turn (a release waits for it to end), its reply awaited no
+// longer than the lease lasts; false when the watchdog is to end, and why the renewal did not
+// get through (failure, unchanged, when it did).
+func (l *Lock) renew(conn **redis.Client, ttl, interval time.Duration, leaseEnd *time.Time, failure error) (goOn bool, why error) {
 	l.turn.Lock()
 	defer l.turn.Unlock()
 	defer func() {
 		if r := recover(); r != nil {
-			l.lose(fmt.Sprintf("the watchdog failed: %v", r))
+			l.lose(fmt.Sprintf("the watchdog failed: %v", r), held)
 			goOn = false
 		}
 	}()
 	if !l.live() {
-		return false
+		return false, failure
 	}
 	sent := time.Now()
-	ctx, cancel := context.WithTimeout(context.Background(), interval)
+	ctx, cancel := context.WithDeadline(context.Background(), *leaseEnd)
 	defer cancel()
 	var err error
 	if *conn == nil {
-		*conn, err = l.locker.dedicated(ctx, l.key, interval)
+		*conn, _, err = l.locker.dedicated(ctx, l.key, interval)
 	}
 	var n int64
 	if err == nil {
@@ -67,19 +78,18 @@ func (l *Lock) renew(conn **redis.Client, ttl, interval time.Duration, leaseEnd 
 	switch {
 	case err == nil && n == 1:
 		*leaseEnd = sent.Add(ttl)
+		return true, nil
 	case err == nil:
-		l.lose("the lease ran out before it was renewed")
-	case retryable(err):
+		l.lose("the lease ran out before it was renewed", held)
+	case retryable(err) || ctx.Err() != nil:
 		if *conn != nil {
 			_ = (*conn).Close()
 			*conn = nil
 		}
 		l.locker.reconnect(ctx, err)
-		if !time.Now().Before(*leaseEnd) {
-			l.lose("the server could not be reached before the lease ended: " + err.Error())
-		}
+		return l.live(), err // lost at the lease's end unless a renewal gets through first
 	default:
-		l.lose("renewal refused: " + err.Error())
+		l.lose("renewal refused: "+err.Error(), held)
 	}
-	return l.live()
+	return false, err
 }

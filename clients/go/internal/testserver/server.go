@@ -74,6 +74,11 @@ func Start(extra ...string) (*Server, error) {
 	return start(true, extra...)
 }
 
+// StartPlain starts a server without the module.
+func StartPlain(extra ...string) (*Server, error) {
+	return start(false, extra...)
+}
+
 func start(module bool, extra ...string) (*Server, error) {
 	dir, err := os.MkdirTemp("", "redislock-go-")
 	if err != nil {

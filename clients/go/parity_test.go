@@ -1,0 +1,193 @@
+package redislock_test
+
+// Rule 15 (loss at the lease's end) and rules 16-17 with the "same case, same answer" table of
+// docs/clients.md: one test per row, on a server of its own.
+
+import (
+	"errors"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	redislock "github.com/redis-lock/redis-lock/clients/go"
+	"github.com/redis-lock/redis-lock/clients/go/internal/testserver"
+)
+
+// lossAtTheLeasesEnd holds a 3 s lease, lets stop cut the server off, and checks that the loss
+// is seen at the lease's end: not before the earliest end (the lease began after Obtain was
+// called), and within 10% of the ttl plus 100 ms after the latest (Obtain's return + ttl).
+func lossAtTheLeasesEnd(t *testing.T, stop func(*testserver.Server)) {
+	s := server(t)
+	const ttl = 3 * time.Second
+	called := time.Now()
+	lock := obtain(t, lockerAt(t, s.Addr()), "k", ttl)
+	returned := time.Now()
+	stop(s)
+	select {
+	case <-lock.Lost():
+	case <-time.After(2 * ttl):
+		t.Fatalf("not lost %v after the lease", ttl)
+	}
+	lost := time.Now()
+	earliest, latest := called.Add(ttl), returned.Add(ttl+ttl/10+100*time.Millisecond)
+	t.Logf("lost %v after the lease's end (%v after Obtain returned): %v", lost.Sub(returned.Add(ttl)),
+		lost.Sub(returned), lock.Err())
+	if lost.Before(earliest) || lost.After(latest) {
+		t.Fatalf("lost %v after Obtain returned, want within [%v, %v]", lost.Sub(returned),
+			earliest.Sub(returned), latest.Sub(returned))
+	}
+	if err := lock.Err(); !errors.Is(err, redislock.ErrLost) || !strings.Contains(err.Error(), "before the lease ended") {
+		t.Fatalf("Err: %v", err)
+	}
+	release(t, lock, false) // known lost: at once, without the server
+}
+
+// Rule 15: the server stopped (killed by PID) under a live hold.
+func TestLossIsSeenAtTheLeasesEndWhenTheServerStops(t *testing.T) {
+	lossAtTheLeasesEnd(t, func(s *testserver.Server) { s.Kill() })
+}
+
+// Rule 15: the server frozen (SIGSTOP) under a live hold: the renewal's reply is awaited no
+// longer than the lease lasts.
+func TestLossIsSeenAtTheLeasesEndWhenTheServerFreezes(t *testing.T) {
+	lossAtTheLeasesEnd(t, func(s *testserver.Server) {
+		s.Signal(syscall.SIGSTOP)
+		t.Cleanup(func() { s.Signal(syscall.SIGCONT) })
+	})
+}
+
+// Table: a release that finds the lease already gone answers false, closes Lost, and Err
+// matches ErrLost; a second release sends nothing.
+func TestAReleaseThatFindsTheLeaseGoneMarksTheHoldLost(t *testing.T) {
+	r := client(t, server(t))
+	lock := obtain(t, redislock.New(r), "k", 30*time.Second) // first renewal 10 s away
+	r.Do(ctx, "LOCK.FORCERELEASE", "k")
+	release(t, lock, false)
+	select {
+	case <-lock.Lost():
+	default:
+		t.Fatal("Lost is not closed")
+	}
+	if err := lock.Err(); !errors.Is(err, redislock.ErrLost) || !strings.Contains(err.Error(), "before the release") {
+		t.Fatalf("Err: %v", err)
+	}
+	release(t, lock, false)
+	if n := calls(r, "lock.release"); n != 1 {
+		t.Fatalf("%d LOCK.RELEASE sent, want 1 (the second release sends nothing)", n)
+	}
+}
+
+// lostHold is a hold its watchdog found lost (force-released under a 300 ms lease).
+func lostHold(t *testing.T, r *redis.Client) *redislock.Lock {
+	t.Helper()
+	lock := obtain(t, redislock.New(r), "k", 300*time.Millisecond)
+	r.Do(ctx, "LOCK.FORCERELEASE", "k")
+	select {
+	case <-lock.Lost():
+	case <-time.After(2 * time.Second): // the next renewal, 100 ms away, finds it gone
+		t.Fatal("not lost")
+	}
+	return lock
+}
+
+// Table: the release of a hold known lost answers false, nil without the server.
+func TestReleaseOfAHoldKnownLostSendsNothing(t *testing.T) {
+	r := client(t, server(t))
+	lock := lostHold(t, r)
+	release(t, lock, false)
+	if n := calls(r, "lock.release"); n != 0 {
+		t.Fatalf("%d LOCK.RELEASE sent", n)
+	}
+}
+
+// Table: a guarded write of a hold known lost fails with ErrStale without the server.
+func TestGuardOfAHoldKnownLostSendsNothing(t *testing.T) {
+	r := client(t, server(t))
+	lock := lostHold(t, r)
+	if err := lock.Guard(ctx, "SET", "x", "1").Err(); !errors.Is(err, redislock.ErrStale) {
+		t.Fatalf("Guard: %v", err)
+	}
+	if n := calls(r, "lock.guard"); n != 0 {
+		t.Fatalf("%d LOCK.GUARD sent", n)
+	}
+	release(t, lock, false)
+}
+
+// Table: release twice answers true, then false without the server.
+func TestReleaseTwiceAnswersTrueThenFalse(t *testing.T) {
+	r := client(t, server(t))
+	lock := obtain(t, redislock.New(r), "k", 10*time.Second)
+	release(t, lock, true)
+	release(t, lock, false)
+	if n := calls(r, "lock.release"); n != 1 {
+		t.Fatalf("%d LOCK.RELEASE sent, want 1", n)
+	}
+}
+
+// Table: a ttl of 0 or under 1 ms, and a negative wait, are ErrInvalidArgument, nothing sent.
+func TestATtlUnder1msOrANegativeWaitIsAnInvalidArgument(t *testing.T) {
+	r := client(t, server(t))
+	l := redislock.New(r)
+	for _, ttl := range []time.Duration{0, 999 * time.Microsecond, -time.Second} {
+		if _, err := l.Obtain(ctx, "k", ttl); !errors.Is(err, redislock.ErrInvalidArgument) {
+			t.Fatalf("ttl %v: %v", ttl, err)
+		}
+	}
+	if _, err := l.Obtain(ctx, "k", time.Second, redislock.WithWait(-time.Millisecond)); !errors.Is(err, redislock.ErrInvalidArgument) {
+		t.Fatalf("WithWait(-1ms): %v", err)
+	}
+	if n := calls(r, "lock.acquire"); n != 0 {
+		t.Fatalf("%d LOCK.ACQUIRE sent", n)
+	}
+}
+
+// Table: a ttl of 1.5 ms is sent as a 2 ms lease (whole milliseconds, rounded up); the
+// server's slow log shows the command as it came.
+func TestATtlOf1point5msIsA2msLease(t *testing.T) {
+	r := client(t, server(t, "--slowlog-log-slower-than", "0"))
+	lock := obtain(t, redislock.New(r), "k", 1500*time.Microsecond, redislock.WithWatchdog(false), redislock.WithWait(0))
+	entries, err := r.SlowLogGet(ctx, 100).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sent []string
+	for _, e := range entries {
+		if len(e.Args) > 3 && strings.EqualFold(e.Args[0], "LOCK.ACQUIRE") {
+			sent = e.Args
+		}
+	}
+	if len(sent) < 4 || sent[3] != "2" {
+		t.Fatalf("LOCK.ACQUIRE sent as %q, want the ttl 2", sent)
+	}
+	_, _ = lock.Release(ctx)
+}
+
+// Table: the default wait is without limit (a waiter still waits after 1.5 s, then is granted),
+// and WithWait(0) tries once.
+func TestTheDefaultWaitIsWithoutLimitAndWithWait0TriesOnce(t *testing.T) {
+	r := client(t, server(t))
+	l := redislock.New(r)
+	holder := obtain(t, l, "k", 10*time.Second)
+	started := time.Now()
+	if _, err := l.Obtain(ctx, "k", time.Second, redislock.WithWait(0)); !errors.Is(err, redislock.ErrNotObtained) {
+		t.Fatalf("WithWait(0): %v", err)
+	}
+	if took := time.Since(started); took > 500*time.Millisecond { // one round trip, and 500 ms of load
+		t.Fatalf("WithWait(0) took %v", took)
+	}
+	waiting := obtainAsync(ctx, l, "k", time.Second)
+	select {
+	case got := <-waiting:
+		t.Fatalf("the default wait ended: %v", got.err)
+	case <-time.After(1500 * time.Millisecond):
+	}
+	release(t, holder, true)
+	got := await(t, waiting, 5*time.Second)
+	if got.err != nil {
+		t.Fatal(got.err)
+	}
+	release(t, got.lock, true)
+}

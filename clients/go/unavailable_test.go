@@ -1,0 +1,295 @@
+package redislock_test
+
+// Rule 14 (a lock service that cannot be reached or is not Redis answers ErrUnavailable within
+// the Locker's bound, never a hang) and rule 18 (nothing logged), each on real servers or a
+// tiny TCP service of the test. The bound is 1 s here so the tests stay short; every limit
+// below is that bound plus a margin written beside it.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	redislock "github.com/redis-lock/redis-lock/clients/go"
+	"github.com/redis-lock/redis-lock/clients/go/internal/testserver"
+)
+
+// bound is the unavailability bound of these tests' Lockers.
+const bound = time.Second
+
+// margin is what a loaded 2-core machine may add to a bound: timers, a PING's dial.
+const margin = time.Second
+
+// service is a TCP service of the test on a loopback port that is not Redis: answer is
+// called with each connection it accepts (and the connection is closed after it returns, or
+// at the test's end).
+func service(t *testing.T, answer func(net.Conn)) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var (
+		mu    sync.Mutex
+		conns []net.Conn
+		wg    sync.WaitGroup
+	)
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, c)
+			mu.Unlock()
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				answer(c)
+				_ = c.Close()
+			}()
+		}
+	}()
+	t.Cleanup(func() {
+		_ = ln.Close()
+		mu.Lock()
+		for _, c := range conns {
+			_ = c.Close()
+		}
+		mu.Unlock()
+		wg.Wait()
+	})
+	return ln.Addr().String()
+}
+
+// answersHTTP reads a request and answers as a web server does to what is not HTTP.
+func answersHTTP(c net.Conn) {
+	_, _ = c.Read(make([]byte, 512))
+	_, _ = io.WriteString(c, "HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+}
+
+// neverAnswers reads until the connection closes and answers nothing.
+func neverAnswers(c net.Conn) { _, _ = io.Copy(io.Discard, c) }
+
+// closedPort is a loopback address where nothing listens.
+func closedPort() string { return fmt.Sprintf("127.0.0.1:%d", testserver.FreePort()) }
+
+// lockerAt is a Locker with the tests' bound on a client of addr (closed at the test's end).
+func lockerAt(t *testing.T, addr string) *redislock.Locker {
+	t.Helper()
+	c := redis.NewClient(&redis.Options{Addr: addr})
+	l := redislock.New(c, redislock.WithUnavailableAfter(bound))
+	t.Cleanup(func() {
+		_ = l.Close()
+		_ = c.Close()
+	})
+	return l
+}
+
+// unavailableWithin runs Obtain and fails the test unless it answers an *UnavailableError
+// naming addr within limit (and not ErrNotObtained).
+func unavailableWithin(t *testing.T, l *redislock.Locker, ctx context.Context, addr string, limit time.Duration, opts ...redislock.Option) error {
+	t.Helper()
+	started := time.Now()
+	_, err := l.Obtain(ctx, "k", 10*time.Second, opts...)
+	took := time.Since(started)
+	var unavailable *redislock.UnavailableError
+	switch {
+	case !errors.As(err, &unavailable) || !errors.Is(err, redislock.ErrUnavailable):
+		t.Fatalf("after %v: %v (%T), want an *UnavailableError", took, err, err)
+	case errors.Is(err, redislock.ErrNotObtained):
+		t.Fatalf("unavailable and not obtained at once: %v", err)
+	case unavailable.Addr != addr || !strings.Contains(err.Error(), "unavailable at "+addr+": "):
+		t.Fatalf("the error does not name %s: %v", addr, err)
+	case took > limit:
+		t.Fatalf("unavailable after %v, want within %v: %v", took, limit, err)
+	}
+	t.Logf("%v after %v", err, took)
+	return err
+}
+
+// Rule 14: a wrong address (nothing listens) is unavailable, with the default wait (without
+// limit) within the bound, with a shorter deadline at the deadline, and at once for one try.
+func TestAWrongAddressIsUnavailableWithinTheBound(t *testing.T) {
+	addr := closedPort()
+	l := lockerAt(t, addr)
+	err := unavailableWithin(t, l, ctx, addr, bound+margin)
+	if !strings.Contains(err.Error(), "connection refused") {
+		t.Fatalf("the cause is not named: %v", err)
+	}
+	short, cancel := context.WithTimeout(ctx, bound/2)
+	defer cancel()
+	unavailableWithin(t, l, short, addr, bound/2+margin)
+	unavailableWithin(t, l, ctx, addr, margin, redislock.WithWait(0)) // one try
+	unavailableWithin(t, l, ctx, addr, bound+margin, redislock.WithSession())
+}
+
+// Rule 14: a service that answers, but not as Redis (a web server), is unavailable within the
+// bound, with or without a deadline; so is one that accepts and never answers (its wait is
+// watched by PING: no answer within the bound).
+func TestANonRedisServiceIsUnavailableWithinTheBound(t *testing.T) {
+	web := service(t, answersHTTP)
+	l := lockerAt(t, web)
+	err := unavailableWithin(t, l, ctx, web, bound+margin)
+	if !strings.Contains(err.Error(), "HTTP/1.1 400") {
+		t.Fatalf("the cause is not the web server's answer: %v", err)
+	}
+	short, cancel := context.WithTimeout(ctx, bound/2)
+	defer cancel()
+	unavailableWithin(t, l, short, web, bound/2+margin)
+
+	mute := service(t, neverAnswers)
+	l = lockerAt(t, mute)
+	unavailableWithin(t, l, ctx, mute, bound+margin)
+	short, cancel = context.WithTimeout(ctx, bound/2)
+	defer cancel()
+	unavailableWithin(t, l, short, mute, bound/2+margin) // the deadline, then a PING of 300 ms
+}
+
+// Rule 14: a server without the module answers, but is not the lock service.
+func TestAServerWithoutTheModuleIsUnavailable(t *testing.T) {
+	s, err := testserver.StartPlain()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Stop)
+	err = unavailableWithin(t, lockerAt(t, s.Addr()), ctx, s.Addr(), margin)
+	if !strings.Contains(err.Error(), "module is not loaded") {
+		t.Fatalf("%v", err)
+	}
+}
+
+// Rule 14: a server stopped (killed by PID) while one client holds the lock and another waits
+// for it: the waiter is unavailable within the bound, and so is the holder's release.
+func TestAStoppedServerLeavesNoWaiterHanging(t *testing.T) {
+	s := server(t)
+	holder := obtain(t, lockerAt(t, s.Addr()), "k", 10*time.Second)
+	r := client(t, s)
+	waiter := lockerAt(t, s.Addr())
+	waiting := make(chan error, 1)
+	go func() { waiting <- unavailableErr(waiter.Obtain(ctx, "k", 10*time.Second)) }()
+	eventually(t, 2*time.Second, "the waiter is blocked", func() bool { return blocked(r) == "1" })
+	s.Kill()
+	stopped := time.Now()
+	select {
+	case err := <-waiting:
+		if !errors.Is(err, redislock.ErrUnavailable) {
+			t.Fatalf("the waiter: %v", err)
+		}
+		t.Logf("the waiter after %v: %v", time.Since(stopped), err)
+	case <-time.After(bound + margin):
+		t.Fatalf("the waiter still waits %v after the server stopped", bound+margin)
+	}
+	held, err := holder.Release(ctx)
+	if held || !errors.Is(err, redislock.ErrUnavailable) {
+		t.Fatalf("Release = %v, %v; want false, ErrUnavailable", held, err)
+	}
+}
+
+// Rule 14: a server frozen (SIGSTOP) while one client holds the lock and another waits: the
+// waiter's connection stays open and silent; PING on another connection finds the server
+// mute and the waiter is unavailable within the bound; so are the holder's guarded write and
+// release. (Loss at the lease's end: parity_test.go.)
+func TestAFrozenServerLeavesNoWaiterHanging(t *testing.T) {
+	s := server(t)
+	holder := obtain(t, lockerAt(t, s.Addr()), "k", 10*time.Second) // outlives the test
+	r := client(t, s)
+	waiter := lockerAt(t, s.Addr())
+	waiting := make(chan error, 1)
+	go func() { waiting <- unavailableErr(waiter.Obtain(ctx, "k", 10*time.Second)) }()
+	eventually(t, 2*time.Second, "the waiter is blocked", func() bool { return blocked(r) == "1" })
+	s.Signal(syscall.SIGSTOP)
+	defer s.Signal(syscall.SIGCONT)
+	frozen := time.Now()
+	select {
+	case err := <-waiting:
+		if !errors.Is(err, redislock.ErrUnavailable) {
+			t.Fatalf("the waiter: %v", err)
+		}
+		t.Logf("the waiter after %v: %v", time.Since(frozen), err)
+	case <-time.After(bound + margin):
+		t.Fatalf("the waiter still waits %v after the server froze", bound+margin)
+	}
+	// A caller's deadline ending while the server is frozen: unavailable, not "not obtained".
+	short, cancel := context.WithTimeout(ctx, bound/2)
+	defer cancel()
+	unavailableWithin(t, waiter, short, s.Addr(), bound/2+margin)
+	// The holder's guarded write and release: unavailable within the bound too.
+	started := time.Now()
+	if err := holder.Guard(ctx, "SET", "x", "1").Err(); !errors.Is(err, redislock.ErrUnavailable) {
+		t.Fatalf("Guard: %v", err)
+	}
+	held, err := holder.Release(ctx)
+	if held || !errors.Is(err, redislock.ErrUnavailable) {
+		t.Fatalf("Release = %v, %v; want false, ErrUnavailable", held, err)
+	}
+	if took := time.Since(started); took > 2*bound+margin { // a bound each
+		t.Fatalf("Guard and Release took %v", took)
+	}
+}
+
+func unavailableErr(_ *redislock.Lock, err error) error { return err }
+
+// Rule 14: an unavailability bound that is not positive is refused before anything is sent.
+func TestABoundThatIsNotPositiveIsAnInvalidArgument(t *testing.T) {
+	r := client(t, server(t))
+	for _, d := range []time.Duration{0, -time.Second} {
+		_, err := redislock.New(r, redislock.WithUnavailableAfter(d)).Obtain(ctx, "k", time.Second)
+		if !errors.Is(err, redislock.ErrInvalidArgument) {
+			t.Fatalf("WithUnavailableAfter(%v): %v", d, err)
+		}
+	}
+	if n := calls(r, "lock.acquire"); n != 0 {
+		t.Fatalf("%d LOCK.ACQUIRE sent", n)
+	}
+}
+
+// logLines is a go-redis logger that keeps what it is asked to print.
+type logLines struct {
+	mu    sync.Mutex
+	lines []string
+}
+
+func (l *logLines) Printf(_ context.Context, format string, args ...any) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.lines = append(l.lines, fmt.Sprintf(format, args...))
+}
+
+func (l *logLines) all() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return append([]string(nil), l.lines...)
+}
+
+// Rule 18: waiting on a wrong address makes go-redis log nothing (the package dials its own
+// connections and says what failed in its error), and nothing is logged after Close.
+func TestAnUnreachableServerAndCloseLogNothing(t *testing.T) {
+	logged := &logLines{}
+	redis.SetLogger(logged)
+	defer redis.SetLogger(quiet{})
+	addr := closedPort()
+	c := redis.NewClient(&redis.Options{Addr: addr})
+	l := redislock.New(c, redislock.WithUnavailableAfter(bound))
+	if _, err := l.Obtain(ctx, "k", time.Second); !errors.Is(err, redislock.ErrUnavailable) {
+		t.Fatalf("Obtain: %v", err)
+	}
+	_ = l.Close()
+	_ = c.Close()
+	time.Sleep(1500 * time.Millisecond) // go-redis's dial probes run once a second
+	if lines := logged.all(); len(lines) > 0 {
+		t.Fatalf("go-redis logged %d lines: %q", len(lines), lines)
+	}
+}
