@@ -557,18 +557,24 @@ fn the_command_reference_synopses_match_command_docs() {
     );
 }
 
-/// The fenced blocks of `lang` (its first word after the fence) in a markdown text.
+/// The fenced blocks of `lang` (its first word after the fence) in a markdown text, but for
+/// the blocks right after an `<!-- install-test: NAME -->` marker: a client's install test
+/// (`scripts/install/<client>.sh`) runs those as written, in a fresh project.
 fn blocks<'a>(text: &'a str, lang: &str) -> Vec<Vec<&'a str>> {
     let mut found = Vec::new();
     let mut current: Option<Vec<&str>> = None;
+    let mut after_marker = false;
     for line in text.lines() {
         match (&mut current, line.strip_prefix("```")) {
-            (None, Some(info)) if info.split([',', ' ']).next() == Some(lang) => {
+            (None, Some(info)) if info.split([',', ' ']).next() == Some(lang) && !after_marker => {
                 current = Some(Vec::new())
             }
             (Some(_), Some("")) => found.extend(current.take()),
             (Some(block), _) => block.push(line),
             (None, _) => {}
+        }
+        if current.is_none() && !line.trim().is_empty() {
+            after_marker = line.trim_start().starts_with("<!-- install-test:");
         }
     }
     found
