@@ -90,7 +90,7 @@ export async function connecting(connecting: Promise<unknown>, ms: number, close
     await within(connecting, ms, close);
   } catch (e) {
     close();
-    throw new ConnectError(`could not connect: ${why(e)}`, { cause: e });
+    throw new ConnectError(why(e), { cause: e });
   }
 }
 
