@@ -45,6 +45,9 @@ type Phase = "held" | "lost" | "released";
 
 const no = (): boolean => false;
 
+/** The longest delay a Node timer takes (ms). */
+const MAX_TIMER = 2 ** 31 - 1;
+
 export interface HoldEvents {
   lost: [reason: string];
 }
@@ -193,7 +196,11 @@ export class Hold extends EventEmitter<HoldEvents> implements AsyncDisposable {
     const renewals = this.#renewals;
     const reason = (): string =>
       this.#grant.watchdog ? renewals.unreachable(renewals.lastFailure ?? "no answer") : FIXED_LEASE_ENDED;
-    this.#leaseTimer = setTimeout(() => this.#lose(reason()), renewals.leaseEnd - performance.now());
+    const left = renewals.leaseEnd - performance.now();
+    // A Node timer takes at most 2^31-1 ms (24.8 days; longer ones fire at once): a longer
+    // lease is looked at again then.
+    const end = left > MAX_TIMER ? () => this.#armLease() : () => this.#lose(reason());
+    this.#leaseTimer = setTimeout(end, Math.min(left, MAX_TIMER));
     this.#leaseTimer.unref();
   }
 

@@ -146,6 +146,18 @@ for (const flavour of FLAVOURS) {
       await first.release();
     });
 
+    it("rule 18: closing the Locks and then the client logs nothing", async ({ server }) => {
+      const { spawnSync } = await import("node:child_process");
+      const worker = new URL("./quiet-worker.js", import.meta.url).pathname;
+      const out = spawnSync(process.execPath, [worker, flavour.name, String(server.port)], {
+        encoding: "utf8",
+        timeout: 20_000,
+      });
+      assert.equal(out.status, 0, out.stderr);
+      assert.equal(out.stdout, "done\n");
+      assert.equal(out.stderr, "");
+    });
+
     it("table: negative wait: RangeError, nothing sent", async ({ locks, sent }) => {
       await assert.rejects(locks.acquire("k", { wait: -1 }), RangeError);
       await assert.rejects(locks.tryAcquire("k", { wait: -1 }), RangeError);

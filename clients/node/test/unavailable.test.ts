@@ -108,18 +108,19 @@ for (const flavour of FLAVOURS) {
       });
     }
 
-    test("rule 14: the server stopped: release, guard and a waiter without limit are unavailable", async () => {
+    test("rule 14: the server stopped: release, extend, guard and a waiter without limit are unavailable", async () => {
       await withHold(flavour, 30_000, async ({ server, hold, waiter }) => {
         const waiting = (await waiter()).acquire("k"); // queued behind the hold, without limit
         await sleep(100);
         server.stop(); // SIGKILL by PID
         await unavailableWithin(waiting, server.port);
         await unavailableWithin(hold.guard("SET", "x", 1), server.port);
+        await unavailableWithin(hold.extend(), server.port);
         await unavailableWithin(hold.release(), server.port);
       });
     });
 
-    test("rule 14: the server frozen: release, guard and a waiter without limit are unavailable", async () => {
+    test("rule 14: the server frozen: release, extend, guard and a waiter without limit are unavailable", async () => {
       await withHold(flavour, 30_000, async ({ server, hold, waiter }) => {
         const other = await waiter(); // made before the freeze: a client connecting to it would hang
         const waiting = other.acquire("k");
@@ -128,6 +129,7 @@ for (const flavour of FLAVOURS) {
         // the waiter's connection stays open: only the PING watch (every half bound) can tell
         await unavailableWithin(waiting, server.port);
         await unavailableWithin(hold.guard("SET", "x", 1), server.port);
+        await unavailableWithin(hold.extend(), server.port);
         await unavailableWithin(hold.release(), server.port);
         // a wait's deadline (200 ms) passing while the server is silent: unavailable, not not-granted
         await unavailableWithin(other.acquire("k", { wait: 200 }), server.port, 200 + BOUND);
@@ -172,6 +174,14 @@ for (const flavour of FLAVOURS) {
         }
       });
     }
+
+    test("rule 15: a lease longer than a Node timer takes (30 days) is not lost at once", async () => {
+      await withHold(flavour, 30 * 24 * 3600_000, async ({ hold }) => {
+        await sleep(100);
+        assert.equal(hold.held, true, hold.lostReason);
+        assert.equal(await hold.release(), true);
+      });
+    });
 
     test("rule 14: unavailableAfter is checked", async () => {
       const clients = new Clients(flavour);
