@@ -35,6 +35,8 @@ export interface Adapter {
   connect(key: string, options?: ConnectOptions): Promise<Connection>;
   /** Where `key`'s connections go (a node of a cluster); idle connections are kept per route. */
   route(key: string): string;
+  /** The server's address for messages (`127.0.0.1:6379`); default: the adapter's name. */
+  address?(key: string): string;
 }
 
 /** The client (or adapter) `Locks` was given, as an adapter. */
@@ -76,7 +78,8 @@ export class LinkTimeout extends Error {
 }
 
 /** A connection that could not be made (whatever the server or the library answered: a full
- * server's `ERR max number of clients reached` is a link failure, not a command's refusal). */
+ * server's `ERR max number of clients reached` is a link failure, not a command's refusal).
+ * Internal: callers see it as an `UnavailableError`'s cause. */
 export class ConnectError extends Error {
   override name = "ConnectError";
 }
@@ -87,8 +90,31 @@ export async function connecting(connecting: Promise<unknown>, ms: number, close
     await within(connecting, ms, close);
   } catch (e) {
     close();
-    throw new ConnectError(`could not connect: ${e instanceof Error ? e.message : String(e)}`, { cause: e });
+    throw new ConnectError(why(e), { cause: e });
   }
+}
+
+const CAUSES: Record<string, string> = {
+  ECONNREFUSED: "connection refused",
+  ENOTFOUND: "unresolvable host",
+  EAI_AGAIN: "unresolvable host",
+  ECONNRESET: "connection reset",
+  EPIPE: "connection reset",
+  ETIMEDOUT: "connect timed out",
+  EHOSTUNREACH: "host unreachable",
+  ENETUNREACH: "network unreachable",
+};
+
+/** A failure in a few words: `connection refused`, `no answer within 2000 ms`, or its message. */
+export function why(err: unknown): string {
+  for (let e: unknown = err; e instanceof Error; e = e.cause) {
+    const code = (e as { code?: unknown }).code;
+    if (typeof code === "string" && code in CAUSES) return CAUSES[code]!;
+    const errors = (e as { errors?: unknown }).errors; // AggregateError: one per address tried
+    if (Array.isArray(errors) && errors.length > 0) return why(errors[errors.length - 1]);
+    if (e instanceof ConnectError || e instanceof LinkTimeout) return e.message;
+  }
+  return err instanceof Error ? err.message || err.name : String(err);
 }
 
 /** `promise`, or a `LinkTimeout` after `ms` (then `onTimeout` runs: close the link). */

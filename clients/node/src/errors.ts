@@ -36,13 +36,31 @@ export class LockLostError extends LockError {
   }
 }
 
+/** The lock service cannot be reached (refused, unresolvable, no answer within the client's
+ * `unavailableAfter` bound) or does not answer as Redis with the redis-lock module loaded. Not a
+ * refusal of the lock: whether the lock is free is unknown. `address` is where the client asked,
+ * `cause` the last failure. */
+export class UnavailableError extends LockError {
+  override name = "UnavailableError";
+  constructor(
+    readonly address: string,
+    why: string,
+    options?: ErrorOptions,
+  ) {
+    super(`lock service unavailable at ${address}: ${why}`, options);
+  }
+}
+
 /** The module's error replies as this library's errors (others stay as they are). */
 export function translate(err: unknown): unknown {
   const message = err instanceof Error ? err.message : String(err);
   if (message.startsWith("STALE")) return new StaleError(message, { cause: err });
   if (message.startsWith("DEADLOCK")) return new DeadlockError(message, { cause: err });
-  if (/unknown command/i.test(message) && /lock\./i.test(message)) {
-    return new LockError(`the redis-lock module is not loaded on this server: ${message}`, { cause: err });
-  }
   return err;
+}
+
+/** An error reply saying the module is not loaded (the server is Redis, but not a lock service). */
+export function moduleMissing(err: unknown): boolean {
+  const message = err instanceof Error ? err.message : String(err);
+  return /unknown command/i.test(message) && /lock\./i.test(message);
 }

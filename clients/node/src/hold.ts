@@ -3,10 +3,11 @@
  * the release that stops the watchdog in the same step.
  */
 import { EventEmitter } from "node:events";
-import { isReplyError, within, type Adapter, type Connection } from "./adapter.js";
+import { isReplyError, why, within, type Connection } from "./adapter.js";
 import "./dispose.js";
-import { LockLostError, StaleError, translate } from "./errors.js";
+import { LockLostError, StaleError } from "./errors.js";
 import {
+  FIXED_LEASE_ENDED,
   GONE_AT_RELEASE,
   LEASE_RAN_OUT,
   RETRY_PAUSE,
@@ -20,14 +21,18 @@ import {
   watchdogFailed,
   type Arg,
 } from "./protocol.js";
+import type { Reach } from "./reach.js";
 
 /** What `Locks` hands a new hold. */
 export interface Grant {
-  adapter: Adapter;
+  reach: Reach;
   key: string;
   owner: string;
   token: number;
   ttl: number;
+  /** When the lease began, as far as this process can tell (`performance.now()`): never later
+   * than the server's start of it. */
+  leaseFrom: number;
   semaphore: boolean;
   watchdog: boolean;
   /** A session hold's own connection (closing it ends the hold). */
@@ -37,6 +42,11 @@ export interface Grant {
 }
 
 type Phase = "held" | "lost" | "released";
+
+const no = (): boolean => false;
+
+/** The longest delay a Node timer takes (ms). */
+const MAX_TIMER = 2 ** 31 - 1;
 
 export interface HoldEvents {
   lost: [reason: string];
@@ -62,6 +72,8 @@ export class Hold extends EventEmitter<HoldEvents> implements AsyncDisposable {
   #announce!: (reason: string) => void;
   #renewals: Renewals;
   #timer: NodeJS.Timeout | undefined;
+  /** Fires at the lease's end (rule 15): the hold is lost then unless renewed meanwhile. */
+  #leaseTimer: NodeJS.Timeout | undefined;
   #renewing: Promise<void> | undefined;
   #conn: Connection | undefined;
   #released: Promise<boolean> | undefined;
@@ -74,7 +86,8 @@ export class Hold extends EventEmitter<HoldEvents> implements AsyncDisposable {
     this.owner = grant.owner;
     this.token = grant.token;
     this.lost = new Promise<string>((resolve) => (this.#announce = resolve));
-    this.#renewals = new Renewals(grant.ttl);
+    this.#renewals = new Renewals(grant.ttl, grant.leaseFrom);
+    this.#armLease();
     if (grant.watchdog) this.#schedule();
   }
 
@@ -96,21 +109,20 @@ export class Hold extends EventEmitter<HoldEvents> implements AsyncDisposable {
     if (this.#grant.semaphore) throw new StaleError("a semaphore's permits never guard a write; use an exclusive lock");
     if (this.#phase === "released") throw new StaleError("this hold was released");
     if (this.#phase === "lost") throw new StaleError(`this hold was lost: ${this.#reason}`);
-    try {
-      return await this.#grant.adapter.send(this.key, guardArgs(this.key, this.token, command));
-    } catch (e) {
-      throw translate(e);
-    }
+    // Not retried: the command may have run before the link broke.
+    return await this.#grant.reach.send(this.key, guardArgs(this.key, this.token, command), false);
   }
 
   /** Set the lease to `ttl` ms from now (default: the acquire's ttl); whether the hold was
    * still live. For fixed leases (`watchdog: false`); the watchdog renews by itself. */
   async extend(ttl: number = this.#grant.ttl): Promise<boolean> {
+    if (!(ttl >= 1)) throw new RangeError("ttl must be a number of ms >= 1");
     if (this.#phase !== "held") return false;
     const sent = performance.now();
-    const reply = await this.#grant.adapter.send(this.key, extendArgs(this.key, this.owner, ttl, this.token));
+    const reply = await this.#grant.reach.send(this.key, extendArgs(this.key, this.owner, ttl, this.token), true);
     if (int(reply) === 1) {
       this.#renewals.leaseEnd = Math.max(this.#renewals.leaseEnd, sent + ttl);
+      this.#armLease();
       return true;
     }
     this.#lose(LEASE_RAN_OUT);
@@ -120,49 +132,45 @@ export class Hold extends EventEmitter<HoldEvents> implements AsyncDisposable {
   /**
    * Release the hold: true if it was still live (false if it had been lost: its lease ran out
    * first, and the work done under it may have overlapped another holder's). The watchdog
-   * stops in the same step: no renewal is sent after this call. Calling it again answers the
-   * same.
+   * stops in the same step: no renewal is sent after this call. A hold known lost answers
+   * false at once, and so does a second call: neither sends anything. A server that cannot be
+   * reached within the bound rejects with `UnavailableError`.
    */
   release(): Promise<boolean> {
-    this.#released ??= this.#release();
+    if (this.#released) return this.#released.then(no, no);
+    this.#released = this.#release();
     return this.#released;
   }
 
   async #release(): Promise<boolean> {
     const wasHeld = this.#phase === "held";
     this.#phase = "released";
-    clearTimeout(this.#timer);
-    this.#timer = undefined;
+    this.#stopTimers();
+    if (!wasHeld) {
+      this.#grant.session?.close();
+      return false; // known lost: answered at once, nothing sent
+    }
     // A renewal already on the wire ends first (it is bounded by its timeout), so the server
     // sees it before the release; its answer is ignored.
     await this.#renewing;
     this.#conn?.close();
     this.#conn = undefined;
-    const args = releaseArgs(this.key, this.owner, this.token);
     let released: boolean;
     try {
-      released = int(await this.#send(args)) === 1;
+      // Safe to retry: the release carries its token.
+      const args = releaseArgs(this.key, this.owner, this.token);
+      released = int(await this.#grant.reach.send(this.key, args, true)) === 1;
     } finally {
       this.#grant.session?.close(); // closing it ends the session hold in any case
     }
-    if (!released && wasHeld) this.#lose(GONE_AT_RELEASE, true);
-    return released && wasHeld;
+    if (!released) this.#lose(GONE_AT_RELEASE, true);
+    return released;
   }
 
-  /** On the application's client; once more if the link was gone (safe: the release carries its token). */
-  async #send(args: Arg[]): Promise<unknown> {
-    try {
-      return await this.#grant.adapter.send(this.key, args);
-    } catch (e) {
-      if (isReplyError(e) && !movedAway(e)) throw e;
-      return await this.#grant.adapter.send(this.key, args);
-    }
-  }
-
-  /** `await using hold = await locks.acquire(...)`: released at the end of the scope; a hold
-   * found lost then throws `LockLostError` (unless `raiseOnLost: false`). */
+  /** `await using hold = await locks.acquire(...)`: released at the end of the scope (unless
+   * released already); a hold found lost then throws `LockLostError` (unless `raiseOnLost: false`). */
   async [Symbol.asyncDispose](): Promise<void> {
-    const released = await this.release();
+    const released = await (this.#released ?? this.release());
     if (!released && this.#grant.raiseOnLost) throw new LockLostError(this.#reason ?? GONE_AT_RELEASE);
   }
 
@@ -182,23 +190,45 @@ export class Hold extends EventEmitter<HoldEvents> implements AsyncDisposable {
     this.#timer.unref(); // a hold never keeps the process alive by itself
   }
 
-  /** One renewal, `LOCK.EXTEND key owner ttl TOKEN token` on the watchdog's own connection. */
+  /** The lease's end, by a timer (rule 15): lost then unless a renewal or extend moved it. */
+  #armLease(): void {
+    clearTimeout(this.#leaseTimer);
+    const renewals = this.#renewals;
+    const reason = (): string =>
+      this.#grant.watchdog ? renewals.unreachable(renewals.lastFailure ?? "no answer") : FIXED_LEASE_ENDED;
+    const left = renewals.leaseEnd - performance.now();
+    // A Node timer takes at most 2^31-1 ms (24.8 days; longer ones fire at once): a longer
+    // lease is looked at again then.
+    const end = left > MAX_TIMER ? () => this.#armLease() : () => this.#lose(reason());
+    this.#leaseTimer = setTimeout(end, Math.min(left, MAX_TIMER));
+    this.#leaseTimer.unref();
+  }
+
+  #stopTimers(): void {
+    clearTimeout(this.#timer);
+    clearTimeout(this.#leaseTimer);
+    this.#timer = this.#leaseTimer = undefined;
+  }
+
+  /** One renewal, `LOCK.EXTEND key owner ttl TOKEN token` on the watchdog's own connection,
+   * its reply awaited no longer than the lease has left. */
   async #renew(): Promise<void> {
-    const { adapter, key, owner, token, ttl } = this.#grant;
+    const { reach, key, owner, token, ttl } = this.#grant;
     const renewals = this.#renewals;
     let reason: string | undefined;
     const sent = performance.now();
+    const timeout = Math.max(1, Math.min(renewals.timeout, renewals.leaseEnd - sent));
     try {
       const args = extendArgs(key, owner, ttl, token);
       let reply: unknown;
       let broken = false;
       try {
         if (!this.#conn) {
-          this.#conn = await adapter.connect(key, { timeout: renewals.timeout });
+          this.#conn = await reach.adapter.connect(key, { timeout });
           this.#conn.ref(false);
         }
         const conn = this.#conn;
-        reply = await within(conn.send(args), renewals.timeout, () => conn.close());
+        reply = await within(conn.send(args), timeout - (performance.now() - sent), () => conn.close());
       } catch (e) {
         if (isReplyError(e) && !movedAway(e)) {
           reason = refused(e);
@@ -208,11 +238,15 @@ export class Hold extends EventEmitter<HoldEvents> implements AsyncDisposable {
           // until the lease would have ended.
           this.#conn?.close();
           this.#conn = undefined;
+          renewals.lastFailure = why(e);
           broken = true;
         }
       }
       if (broken) reason = renewals.broken();
-      else if (reason === undefined) reason = renewals.answered(sent, reply);
+      else if (reason === undefined) {
+        reason = renewals.answered(sent, reply);
+        if (reason === undefined) this.#armLease();
+      }
     } catch (e) {
       // Anything else (a reply that is not an integer, a bug): nobody would hear of it
       // otherwise, so the hold is given up at once.
@@ -229,7 +263,7 @@ export class Hold extends EventEmitter<HoldEvents> implements AsyncDisposable {
     this.#reason = reason;
     if (!atRelease) {
       this.#phase = "lost";
-      clearTimeout(this.#timer);
+      this.#stopTimers();
       this.#conn?.close();
       this.#conn = undefined;
     }

@@ -6,7 +6,7 @@ import { connecting, noop, type Adapter, type Connection, type ConnectOptions } 
 import { movedAway, slotOf, type Arg } from "./protocol.js";
 
 interface IoRedis {
-  options: { host?: string; port?: number };
+  options: { host?: string; port?: number; path?: string; name?: string; sentinels?: unknown[] };
   status: string;
   stream?: { ref?(): void; unref?(): void };
   call(command: string, ...args: Arg[]): Promise<unknown>;
@@ -37,6 +37,12 @@ export function isIoredis(x: unknown): boolean {
 
 const CONNECT_TIMEOUT = 5000;
 
+function addressOf(client: IoRedis): string {
+  const o = client.options;
+  if (o.sentinels?.length) return `the master ${o.name ?? ""} of the Sentinels`;
+  return o.path ?? `${o.host ?? "localhost"}:${o.port ?? 6379}`;
+}
+
 /** A duplicate of `client` of this library's own: no reconnects, no resent commands, no
  * command timeout (a wait takes as long as the server does); through Sentinel, it asks the
  * Sentinels for the master as it connects. */
@@ -56,9 +62,15 @@ async function own(client: IoRedis, options: ConnectOptions): Promise<Connection
     enableAutoPipelining: false,
     keepAlive: 0,
   });
-  dup.on("error", noop); // reported through the commands' rejections
+  // Reported through the commands' rejections; a failed connect rejects with "Connection is
+  // closed.", so its cause (connection refused, ...) is taken from this event.
+  let failure: unknown;
+  dup.on("error", (e: unknown) => (failure = e));
   const close = (): void => dup.disconnect(false);
-  await connecting(dup.connect(), connectTimeout + 100, close);
+  const connected = dup.connect().catch((e: unknown) => {
+    throw failure ?? e;
+  });
+  await connecting(connected, connectTimeout + 100, close);
   return {
     send: (args) => dup.call(String(args[0]), ...args.slice(1)),
     close,
@@ -93,6 +105,7 @@ export function ioredisAdapter(client: unknown): Adapter {
       },
       connect: async (key, options = {}) => own(await nodeOf(key), options),
       route: (key) => nodeKey(key) ?? "",
+      address: (key) => nodeKey(key) ?? "the cluster",
     };
   }
   if (isRedis(client)) {
@@ -101,6 +114,7 @@ export function ioredisAdapter(client: unknown): Adapter {
       send: (_key, args) => client.call(String(args[0]), ...args.slice(1)),
       connect: (_key, options = {}) => own(client, options),
       route: () => "",
+      address: () => addressOf(client),
     };
   }
   throw new TypeError("not an ioredis client");

@@ -4,10 +4,21 @@
  * an aborted wait's connection is closed (which takes it out of the server's queue), never reused.
  */
 import { randomUUID } from "node:crypto";
-import { adapt, isReplyError, noop, type Adapter, type Connection } from "./adapter.js";
-import { LockLostError, NotAcquiredError, translate } from "./errors.js";
+import { LinkTimeout, adapt, noop, within, type Adapter, type Connection } from "./adapter.js";
+import { LockError, LockLostError, NotAcquiredError, UnavailableError } from "./errors.js";
 import { Hold } from "./hold.js";
-import { RETRY_PAUSE, acquireArgs, int, movedAway, releaseArgs, tokenOf, waitArgs, type Mode } from "./protocol.js";
+import {
+  RETRY_PAUSE,
+  acquireArgs,
+  int,
+  modeWords,
+  releaseArgs,
+  tokenOf,
+  waitArgs,
+  type Arg,
+  type Mode,
+} from "./protocol.js";
+import { Reach, linkFailure, pause } from "./reach.js";
 
 export interface AcquireOptions {
   /** The lease in ms (default 30 000); the watchdog renews it every ttl/3. */
@@ -45,17 +56,43 @@ export interface LocksOptions {
   defaults?: AcquireOptions;
   /** Idle wait connections kept per server for the next waits (default 16). */
   idleConnections?: number;
+  /**
+   * The unavailability bound in ms (default 10 000): a server that cannot be reached, or does
+   * not answer, for this long fails an acquire (whatever its wait), a release, an extend or a
+   * guarded write with `UnavailableError`; a longer wait is watched with `PING` meanwhile.
+   */
+  unavailableAfter?: number;
 }
 
 const DEFAULT_TTL = 30_000;
+/** How long making a wait's connection may take (ms), at most (the bound, if shorter). */
+const CONNECT_TIMEOUT = 5000;
+/** How long past a wait's end its reply is awaited before the server counts as silent (ms). */
+const REPLY_GRACE = 1000;
 
-const pause = (ms: number): Promise<void> => new Promise((resolve) => setTimeout(resolve, ms));
+/** An acquire's checked arguments. */
+interface Ask {
+  key: string;
+  o: AcquireOptions;
+  owner: string;
+  ttl: number;
+  mode: Mode;
+  session: boolean;
+  blocking: boolean;
+  own: boolean;
+  signal: AbortSignal | undefined;
+  deadline: number;
+}
 
-/** A link failure or a server that no longer serves the key: a wait asks again. */
-const retriable = (e: unknown): boolean => !isReplyError(e) || movedAway(e);
+/** One try's route, and whether its connection was an idle one. */
+interface Attempt {
+  route: string;
+  reused: boolean;
+}
 
 export class Locks {
   readonly adapter: Adapter;
+  #reach: Reach;
   #defaults: AcquireOptions;
   #maxIdle: number;
   #idle = new Map<string, Connection[]>();
@@ -64,6 +101,7 @@ export class Locks {
   /** `client`: a node-redis client, cluster or sentinel, an ioredis `Redis` or `Cluster`, or an `Adapter`. */
   constructor(client: unknown, options: LocksOptions = {}) {
     this.adapter = adapt(client);
+    this.#reach = new Reach(this.adapter, options.unavailableAfter);
     this.#defaults = options.defaults ?? {};
     this.#maxIdle = options.idleConnections ?? 16;
   }
@@ -122,88 +160,137 @@ export class Locks {
   }
 
   async #take(key: string, o: AcquireOptions, wait: number): Promise<Hold | null> {
-    if (!(wait >= 0)) throw new RangeError("wait must be a number of ms >= 0 (Infinity: without limit)");
-    const ttl = o.ttl ?? DEFAULT_TTL;
-    if (!(ttl > 0)) throw new RangeError("ttl must be a positive number of ms");
-    const mode: Mode = o.semaphore
-      ? { limit: o.semaphore.limit, permits: o.semaphore.permits ?? 1 }
-      : { shared: !!o.shared };
-    const owner = o.owner ?? randomUUID();
-    const session = !!o.session;
-    const signal = o.signal;
-    signal?.throwIfAborted();
-    const deadline = wait === Infinity ? Infinity : performance.now() + wait;
+    const ask = this.#ask(key, o, wait); // every argument checked before anything is sent
+    ask.signal?.throwIfAborted();
+    let failingSince: number | undefined;
     let staleRetried = false;
     for (;;) {
       const route = this.adapter.route(key); // a cluster's slot may move between tries
-      const left = deadline === Infinity ? Infinity : deadline - performance.now();
-      const blocking = wait > 0;
-      const serverWait = blocking ? Math.max(1, left) : undefined;
-      const args = acquireArgs(key, owner, ttl, mode, session, serverWait);
-      // A wait, a session hold and a durable grant (`WAIT` blocks its connection) use a
-      // connection of their own; a try without them, the application's client.
-      const own = blocking || session || !!o.replicas;
-      let conn: Connection | undefined;
-      let reused = false;
+      const attempt: Attempt = { route, reused: false };
+      const began = performance.now();
       try {
-        if (!own) {
-          const token = tokenOf(await this.adapter.send(key, args));
-          return token === null ? null : this.#hold(key, owner, token, ttl, o, undefined);
-        }
-        const made = await this.#abortable(this.#connection(key, route), signal, noop, (m) => m.conn.close());
-        const c = (conn = made.conn);
-        reused = made.reused;
-        const token = tokenOf(await this.#abortable(c.send(args), signal, () => c.close()));
-        if (token !== null && o.replicas && !(await this.#durable(c, o.replicas, o.replicasTimeout ?? 1000))) {
-          await c.send(releaseArgs(key, owner, token)); // not durable: given back, not granted
-          this.#giveBack(route, c);
-          return null;
-        }
-        if (token === null) {
-          this.#giveBack(route, c);
-          return null;
-        }
-        if (session) return this.#hold(key, owner, token, ttl, o, c);
-        this.#giveBack(route, c);
-        return this.#hold(key, owner, token, ttl, o, undefined);
+        return await this.#attempt(ask, attempt);
       } catch (e) {
-        if (signal?.aborted) throw signal.reason; // its connection is closed already
-        if (!retriable(e)) {
-          if (conn) this.#giveBack(route, conn); // the command ended: the connection is clean
-          throw translate(e);
-        }
-        // The link broke (or this server no longer serves the key): the same owner asks again,
-        // which the server answers as a safe retry, until the deadline.
-        conn?.close();
-        if (reused && !staleRetried) {
+        if (ask.signal?.aborted) throw ask.signal.reason; // its connection is closed already
+        if (e instanceof LockError || !linkFailure(e)) throw this.#reach.failure(key, e);
+        if (attempt.reused && !staleRetried) {
           staleRetried = true; // an idle connection the server had closed meanwhile: once more
           continue;
         }
-        if (!blocking || performance.now() >= deadline) throw e;
-        await this.#abortable(pause(RETRY_PAUSE), signal, noop);
+        // The link broke (or this server no longer serves the key): the same owner asks again,
+        // which the server answers as a safe retry, until the caller's deadline or the bound.
+        // The silence began when the failed try began (a connect may take its timeout to fail).
+        failingSince ??= began;
+        if (performance.now() + RETRY_PAUSE >= Math.min(ask.deadline, failingSince + this.#reach.bound)) {
+          throw this.#reach.unavailable(key, e);
+        }
+        await this.#abortable(pause(RETRY_PAUSE), ask.signal, noop);
       }
     }
   }
 
-  async #durable(conn: Connection, replicas: number, timeout: number): Promise<boolean> {
-    return int(await conn.send(waitArgs(replicas, timeout))) >= replicas;
+  /** The acquire's arguments, checked (`RangeError`), and its deadline. */
+  #ask(key: string, o: AcquireOptions, wait: number): Ask {
+    if (!(wait >= 0)) throw new RangeError("wait must be a number of ms >= 0 (Infinity: without limit)");
+    const ttl = o.ttl ?? DEFAULT_TTL;
+    if (!(ttl >= 1)) throw new RangeError("ttl must be a number of ms >= 1");
+    const mode: Mode = o.semaphore
+      ? { limit: o.semaphore.limit, permits: o.semaphore.permits ?? 1 }
+      : { shared: !!o.shared };
+    modeWords(mode);
+    const session = !!o.session;
+    const blocking = wait > 0;
+    return {
+      key,
+      o,
+      ttl,
+      mode,
+      session,
+      blocking,
+      owner: o.owner ?? randomUUID(),
+      signal: o.signal,
+      deadline: wait === Infinity ? Infinity : performance.now() + wait,
+      // A wait, a session hold and a durable grant (`WAIT` blocks its connection) use a
+      // connection of their own; a try without them, the application's client.
+      own: blocking || session || !!o.replicas,
+    };
   }
 
-  #hold(
-    key: string,
-    owner: string,
-    token: number,
-    ttl: number,
-    o: AcquireOptions,
-    session: Connection | undefined,
-  ): Hold {
+  /** One try: the hold, or null when not granted. */
+  async #attempt(ask: Ask, attempt: Attempt): Promise<Hold | null> {
+    const { key, owner, signal } = ask;
+    const left = ask.deadline - performance.now();
+    const args = acquireArgs(key, owner, ask.ttl, ask.mode, ask.session, ask.blocking ? Math.max(1, left) : undefined);
+    if (!ask.own) {
+      const sent = performance.now();
+      const token = tokenOf(await this.#reach.send(key, args, false));
+      return token === null ? null : this.#hold(ask, token, sent, undefined);
+    }
+    const made = await this.#abortable(this.#connection(key, attempt.route), signal, noop, (m) => m.conn.close());
+    const c = made.conn;
+    attempt.reused = made.reused;
+    try {
+      const sent = performance.now();
+      const reply = this.#reply(c, key, args, ask.blocking ? left : 0);
+      const token = tokenOf(await this.#abortable(reply, signal, () => c.close()));
+      // A grant after a wait started its lease when the server granted it, which the reply
+      // tells (one loopback or network hop later); a try's lease started no earlier than it was sent.
+      const leaseFrom = ask.blocking ? performance.now() : sent;
+      if (token === null || (ask.o.replicas && !(await this.#durable(c, ask, token)))) {
+        this.#giveBack(attempt.route, c);
+        return null;
+      }
+      if (ask.session) return this.#hold(ask, token, leaseFrom, c);
+      this.#giveBack(attempt.route, c);
+      return this.#hold(ask, token, leaseFrom, undefined);
+    } catch (e) {
+      if (linkFailure(e) || e instanceof UnavailableError || signal?.aborted) c.close();
+      else this.#giveBack(attempt.route, c); // the command ended: the connection is clean
+      throw e;
+    }
+  }
+
+  /**
+   * The acquire's reply on its own connection `c`, awaited until the wait's end (`left` ms) plus
+   * a grace, the server watched meanwhile (`Reach.watch`): silence past either closes `c`, which
+   * takes the waiter out of the queue, and rejects as unavailable.
+   */
+  #reply(c: Connection, key: string, args: Arg[], left: number): Promise<unknown> {
+    const bound = this.#reach.bound;
+    return new Promise((resolve, reject) => {
+      const dead = (err: UnavailableError): void => {
+        c.close();
+        reject(err);
+      };
+      const stop = this.#reach.watch(key, dead);
+      const awaited = left > 0 ? left + Math.min(bound, REPLY_GRACE) : bound;
+      const reply = awaited === Infinity ? c.send(args) : within(c.send(args), awaited, () => c.close());
+      reply
+        .then(resolve, (e: unknown) => reject(e instanceof LinkTimeout ? this.#reach.unavailable(key, e) : e))
+        .finally(stop);
+    });
+  }
+
+  /** Whether the grant reached its replicas (`WAIT n timeout`); if not, it is given back. */
+  async #durable(c: Connection, ask: Ask, token: number): Promise<boolean> {
+    const timeout = ask.o.replicasTimeout ?? 1000;
+    const bound = this.#reach.bound;
+    const acked = int(await within(c.send(waitArgs(ask.o.replicas!, timeout)), timeout + bound, () => c.close()));
+    if (acked >= ask.o.replicas!) return true;
+    await within(c.send(releaseArgs(ask.key, ask.owner, token)), bound, () => c.close());
+    return false;
+  }
+
+  #hold(ask: Ask, token: number, leaseFrom: number, session: Connection | undefined): Hold {
     session?.ref(false); // a hold never keeps the process alive (its end releases a session hold)
+    const { o } = ask;
     return new Hold({
-      adapter: this.adapter,
-      key,
-      owner,
+      reach: this.#reach,
+      key: ask.key,
+      owner: ask.owner,
       token,
-      ttl,
+      ttl: ask.ttl,
+      leaseFrom,
       semaphore: !!o.semaphore,
       watchdog: o.watchdog ?? true,
       ...(session ? { session } : {}),
@@ -219,7 +306,7 @@ export class Locks {
       idle.ref(true);
       return { conn: idle, reused: true };
     }
-    const conn = await this.adapter.connect(key);
+    const conn = await this.adapter.connect(key, { timeout: Math.min(CONNECT_TIMEOUT, this.#reach.bound) });
     conn.ref(true);
     return { conn, reused: false };
   }

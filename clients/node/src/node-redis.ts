@@ -98,6 +98,9 @@ export function nodeRedisAdapter(client: unknown): Adapter {
         const master = client.slots[slotOf(key)]?.master as { host?: string; port?: number } | undefined;
         return master ? `${master.host}:${master.port}` : "";
       },
+      address(key) {
+        return this.route(key) || "the cluster";
+      },
     };
   }
   if (isSentinel(client)) {
@@ -122,6 +125,10 @@ export function nodeRedisAdapter(client: unknown): Adapter {
       send: (_key, args) => client.sendCommand(strings(args)),
       connect: (_key, options = {}) => own(client, options),
       route: () => "",
+      address: () => {
+        const socket = (client.options?.socket ?? {}) as { host?: string; port?: number; path?: string };
+        return socket.path ?? `${socket.host ?? "localhost"}:${socket.port ?? 6379}`;
+      },
     };
   }
   throw new TypeError("not a node-redis client");

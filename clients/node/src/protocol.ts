@@ -14,6 +14,7 @@ export const RETRY_PAUSE = 50;
 export const LEASE_RAN_OUT = "the lease ran out before it was renewed";
 export const UNREACHABLE = "the server could not be reached before the lease ended";
 export const GONE_AT_RELEASE = "the hold was gone when released (its lease ran out)";
+export const FIXED_LEASE_ENDED = "the lease ended (a fixed lease, not extended in time)";
 
 /** What a hold is: exclusive (the default), shared, or `permits` of a semaphore of `limit`. */
 export interface Mode {
@@ -22,10 +23,11 @@ export interface Mode {
   permits?: number;
 }
 
-/** Milliseconds as the module's (an integer, at least 1). */
+/** Milliseconds as the module's: an integer, at least 1, rounded up (a lease is never shorter
+ * than asked). */
 export function millis(ms: number): number {
   if (!Number.isFinite(ms)) throw new RangeError(`not a finite number of milliseconds: ${ms}`);
-  return Math.max(1, Math.round(ms));
+  return Math.max(1, Math.ceil(ms));
 }
 
 /** The words of a mode; `RangeError` unless 1 <= permits <= limit. */
@@ -126,6 +128,8 @@ export class Renewals {
   /** For connecting and for each reply: a renewal never waits past the next one. */
   readonly timeout: number;
   leaseEnd: number;
+  /** The cause of the last failed renewal, for the loss's reason. */
+  lastFailure: string | undefined;
 
   constructor(
     readonly ttl: number,
@@ -145,7 +149,12 @@ export class Renewals {
 
   /** The link broke: retried (undefined) until the lease would have ended. */
   broken(now: number = performance.now()): string | undefined {
-    return now >= this.leaseEnd ? UNREACHABLE : undefined;
+    return now >= this.leaseEnd ? this.unreachable(this.lastFailure ?? "no answer") : undefined;
+  }
+
+  /** The reason of a hold lost with the server out of reach, with the last failure's cause. */
+  unreachable(cause: string): string {
+    return `${UNREACHABLE}: ${cause}`;
   }
 }
 

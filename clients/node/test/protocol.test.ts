@@ -15,7 +15,7 @@ test("LOCK.ACQUIRE words for each mode and wait", () => {
     "LOCK.ACQUIRE",
     "k",
     "o",
-    1,
+    2, // rounded up: a lease is never shorter than asked
     "SHARED",
     "SESSION",
     "WAIT",
@@ -61,7 +61,9 @@ test("the watchdog's rule: renew every ttl/3, lost at 0 or when the lease ends u
   assert.equal(r.answered(300, 1), undefined);
   assert.equal(r.leaseEnd, 1200);
   assert.equal(r.broken(1100), undefined, "retried while the lease lasts");
-  assert.equal(r.broken(1200), UNREACHABLE);
+  assert.equal(r.broken(1200), `${UNREACHABLE}: no answer`);
+  r.lastFailure = "connection refused";
+  assert.equal(r.broken(1200), `${UNREACHABLE}: connection refused`, "with the last failure's cause");
   assert.equal(r.answered(600, 0), LEASE_RAN_OUT);
   assert.equal(new Renewals(30, 0).timeout, 50, "at least 50 ms to answer");
 });

@@ -7,7 +7,7 @@
  */
 import { spawn, type ChildProcess } from "node:child_process";
 import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
-import { createServer } from "node:net";
+import { createServer, type Socket } from "node:net";
 import { tmpdir } from "node:os";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -392,4 +392,46 @@ export class SentinelDeployment {
     for (const s of this.sentinels) s.stop();
     for (const s of this.servers) s.stop();
   }
+}
+
+/** A TCP service on loopback that is not Redis: `garbage` answers every request with an HTTP
+ * error, `silent` accepts and never answers. */
+export class FakeService {
+  readonly #sockets = new Set<Socket>();
+  readonly #server = createServer((socket) => {
+    this.#sockets.add(socket);
+    socket.on("close", () => this.#sockets.delete(socket));
+    socket.on("error", () => undefined);
+    if (this.kind === "garbage") {
+      socket.on("data", () => socket.write("HTTP/1.1 400 Bad Request\r\ncontent-length: 0\r\n\r\n"));
+    }
+  });
+  port = 0;
+  constructor(readonly kind: "garbage" | "silent") {}
+
+  static async start(kind: "garbage" | "silent"): Promise<FakeService> {
+    const s = new FakeService(kind);
+    await new Promise<void>((resolve) => s.#server.listen(0, "127.0.0.1", resolve));
+    s.port = (s.#server.address() as { port: number }).port;
+    return s;
+  }
+
+  stop(): void {
+    for (const socket of this.#sockets) socket.destroy();
+    this.#server.close();
+  }
+}
+
+/** A client of `flavour` for `port` that is not awaited to connect (the server may not be
+ * there): node-redis starts connecting in the background, ioredis by itself. */
+export function unconnected(flavour: Flavour, port: number): unknown {
+  if (flavour.name === "ioredis") {
+    const c = new Redis({ host: "127.0.0.1", port });
+    c.on("error", () => undefined);
+    return c;
+  }
+  const c = createClient({ socket: { host: "127.0.0.1", port } });
+  c.on("error", () => undefined);
+  void c.connect().catch(() => undefined);
+  return c;
 }

@@ -1,0 +1,198 @@
+/**
+ * Rules 14 and 15 of docs/clients.md on real servers, once per Redis library: a lock service that
+ * cannot be reached, is not Redis, is stopped (SIGKILL by PID) or frozen (SIGSTOP by PID) fails
+ * every operation with `UnavailableError` within the client's bound (1 s here), whatever the
+ * wait; a hold is lost at its lease's end, by a timer, not a renewal later.
+ */
+import assert from "node:assert/strict";
+import { describe, test } from "node:test";
+import { LockError, LockLostError, Locks, UnavailableError, type Hold } from "redis-lock-client";
+import { Clients, FLAVOURS, FakeService, Server, freePort, sleep, unconnected, type Flavour } from "./support.js";
+
+/** The bound these tests configure (ms). */
+const BOUND = 1000;
+/** Margin over a bound for a loaded 2-core machine: timers and event loops late by this much. */
+const MARGIN = 1000;
+
+/** How long `work` took to settle (ms), and its error. */
+async function timed(work: Promise<unknown>): Promise<{ ms: number; value?: unknown; error?: unknown }> {
+  const started = performance.now();
+  try {
+    const value = await work;
+    return { ms: performance.now() - started, value };
+  } catch (error) {
+    return { ms: performance.now() - started, error };
+  }
+}
+
+/** `work` rejected with `UnavailableError` naming `port` within `bound` + MARGIN ms. */
+async function unavailableWithin(work: Promise<unknown>, port: number, bound = BOUND): Promise<UnavailableError> {
+  const { ms, error } = await timed(work);
+  assert.ok(error instanceof UnavailableError, `expected UnavailableError, got ${String(error)}`);
+  assert.ok(error instanceof LockError);
+  assert.ok(error.message.includes(`127.0.0.1:${port}`), error.message);
+  assert.equal(error.address, `127.0.0.1:${port}`);
+  assert.ok(ms < bound + MARGIN, `${ms.toFixed(0)} ms: over the bound ${bound} ms + ${MARGIN} ms of margin`);
+  return error;
+}
+
+/** A `Locks` on a client of `flavour` for `port`, with the short bound; its clients closed after `body`. */
+async function withLocks(flavour: Flavour, port: number, body: (locks: Locks) => Promise<void>): Promise<void> {
+  const clients = new Clients(flavour);
+  const locks = new Locks(clients.track(unconnected(flavour, port)), { unavailableAfter: BOUND });
+  try {
+    await body(locks);
+  } finally {
+    locks.close();
+    await clients.close();
+  }
+}
+
+/** A server with the module, a `Locks` on it (short bound) and a live hold; the server stopped after. */
+async function withHold(
+  flavour: Flavour,
+  ttl: number,
+  body: (ctx: { server: Server; locks: Locks; hold: Hold; waiter: () => Promise<Locks> }) => Promise<void>,
+): Promise<void> {
+  const server = await Server.start();
+  const clients = new Clients(flavour);
+  const made: Locks[] = [];
+  const locksOf = async (): Promise<Locks> => {
+    const l = new Locks(await clients.client(server.port), { unavailableAfter: BOUND });
+    made.push(l);
+    return l;
+  };
+  try {
+    const locks = await locksOf();
+    const hold = await locks.acquire("k", { ttl });
+    await body({ server, locks, hold, waiter: locksOf });
+  } finally {
+    server.signal("SIGCONT");
+    for (const l of made) l.close();
+    await clients.close();
+    server.stop();
+  }
+}
+
+for (const flavour of FLAVOURS) {
+  describe(flavour.name, () => {
+    test("rule 14: a wrong address (a closed port) is unavailable within the bound, whatever the wait", async () => {
+      const port = await freePort();
+      await withLocks(flavour, port, async (locks) => {
+        const e = await unavailableWithin(locks.acquire("k"), port); // the default wait: without limit
+        assert.match(e.message, /connection refused/);
+        await unavailableWithin(locks.acquire("k", { wait: 60_000 }), port);
+        await unavailableWithin(locks.tryAcquire("k"), port);
+      });
+    });
+
+    test("rule 14: the caller's deadline while the server is unreachable is unavailable, not not-granted", async () => {
+      const port = await freePort();
+      await withLocks(flavour, port, async (locks) => {
+        // the deadline (300 ms) comes before the bound: unavailable then, not at the bound
+        await unavailableWithin(locks.acquire("k", { wait: 300 }), port, 300);
+      });
+    });
+
+    for (const kind of ["garbage", "silent"] as const) {
+      test(`rule 14: a non-Redis service (${kind}) is unavailable within the bound`, async () => {
+        const service = await FakeService.start(kind);
+        try {
+          await withLocks(flavour, service.port, async (locks) => {
+            await unavailableWithin(locks.acquire("k"), service.port);
+            await unavailableWithin(locks.tryAcquire("k"), service.port);
+          });
+        } finally {
+          service.stop();
+        }
+      });
+    }
+
+    test("rule 14: the server stopped: release, extend, guard and a waiter without limit are unavailable", async () => {
+      await withHold(flavour, 30_000, async ({ server, hold, waiter }) => {
+        const waiting = (await waiter()).acquire("k"); // queued behind the hold, without limit
+        await sleep(100);
+        server.stop(); // SIGKILL by PID
+        await unavailableWithin(waiting, server.port);
+        await unavailableWithin(hold.guard("SET", "x", 1), server.port);
+        await unavailableWithin(hold.extend(), server.port);
+        await unavailableWithin(hold.release(), server.port);
+      });
+    });
+
+    test("rule 14: the server frozen: release, extend, guard and a waiter without limit are unavailable", async () => {
+      await withHold(flavour, 30_000, async ({ server, hold, waiter }) => {
+        const other = await waiter(); // made before the freeze: a client connecting to it would hang
+        const waiting = other.acquire("k");
+        await sleep(100);
+        server.signal("SIGSTOP");
+        // the waiter's connection stays open: only the PING watch (every half bound) can tell
+        await unavailableWithin(waiting, server.port);
+        await unavailableWithin(hold.guard("SET", "x", 1), server.port);
+        await unavailableWithin(hold.extend(), server.port);
+        await unavailableWithin(hold.release(), server.port);
+        // a wait's deadline (200 ms) passing while the server is silent: unavailable, not not-granted
+        await unavailableWithin(other.acquire("k", { wait: 200 }), server.port, 200 + BOUND);
+      });
+    });
+
+    for (const how of ["stopped", "frozen"] as const) {
+      test(`rule 15: the server ${how}: lost at the lease's end; release false at once, the scope throws lost`, async () => {
+        const ttl = 2000;
+        const server = await Server.start();
+        const clients = new Clients(flavour);
+        const locks = new Locks(await clients.client(server.port), { unavailableAfter: BOUND });
+        try {
+          const before = performance.now();
+          const hold = await locks.acquire("k", { ttl });
+          const after = performance.now();
+          // before the first renewal (ttl/3 in): the lease ends at the acquire's ttl
+          if (how === "stopped") server.stop();
+          else server.signal("SIGSTOP");
+          const reason = await hold.lost;
+          const lostAt = performance.now();
+          assert.match(reason, /could not be reached before the lease ended/);
+          // The lease began between `before` and `after`; its end is seen no earlier than
+          // before + ttl (20 ms for timer rounding) and within 10% of the ttl + 100 ms of after + ttl.
+          assert.ok(
+            lostAt >= before + ttl - 20,
+            `lost ${(before + ttl - lostAt).toFixed(0)} ms before the lease's end`,
+          );
+          const late = lostAt - (after + ttl);
+          assert.ok(late <= ttl / 10 + 100, `lost ${late.toFixed(0)} ms after the lease's end`);
+          const released = await timed(hold.release());
+          assert.equal(released.value, false, String(released.error));
+          assert.ok(released.ms < 100, `release took ${released.ms.toFixed(0)} ms (100 ms margin): nothing sent`);
+          const scope = await timed(hold[Symbol.asyncDispose]());
+          assert.ok(scope.error instanceof LockLostError, String(scope.error));
+          assert.ok(scope.ms < 100, `the scope's exit took ${scope.ms.toFixed(0)} ms (100 ms margin)`);
+        } finally {
+          server.signal("SIGCONT");
+          locks.close();
+          await clients.close();
+          server.stop();
+        }
+      });
+    }
+
+    test("rule 15: a lease longer than a Node timer takes (30 days) is not lost at once", async () => {
+      await withHold(flavour, 30 * 24 * 3600_000, async ({ hold }) => {
+        await sleep(100);
+        assert.equal(hold.held, true, hold.lostReason);
+        assert.equal(await hold.release(), true);
+      });
+    });
+
+    test("rule 14: unavailableAfter is checked", async () => {
+      const clients = new Clients(flavour);
+      const client = clients.track(unconnected(flavour, await freePort()));
+      try {
+        for (const bad of [0, -1, Number.NaN, Infinity]) {
+          assert.throws(() => new Locks(client, { unavailableAfter: bad }), RangeError);
+        }
+      } finally {
+        await clients.close();
+      }
+    });
+  });
+}
