@@ -100,6 +100,11 @@ final class Link implements AutoCloseable {
 
     @Override
     public void close() {
-        connection.closeAsync();
+        closeAsync();
+    }
+
+    /** Closes; the future completes once the client has forgotten the connection. */
+    CompletableFuture<Void> closeAsync() {
+        return connection.closeAsync();
     }
 }

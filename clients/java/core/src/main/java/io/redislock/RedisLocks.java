@@ -6,6 +6,8 @@ import io.lettuce.core.cluster.RedisClusterClient;
 import io.lettuce.core.codec.StringCodec;
 import io.lettuce.core.output.IntegerOutput;
 import java.time.Duration;
+import java.util.ArrayList;
+import java.util.List;
 import java.util.Set;
 import java.util.UUID;
 import java.util.concurrent.CompletableFuture;
@@ -311,14 +313,23 @@ public final class RedisLocks implements AutoCloseable {
             a.result.completeExceptionally(new IllegalStateException("RedisLocks is closed"));
         }
         scheduler.shutdownNow();
+        List<CompletableFuture<Void>> closing = new ArrayList<>();
         for (Link l; (l = idleWaits.poll()) != null;) {
-            l.close();
+            closing.add(l.closeAsync());
         }
-        if (commands != null) {
-            commands.close();
+        for (Link l : new Link[] {commands, watchdog}) {
+            if (l != null) {
+                closing.add(l.closeAsync());
+            }
         }
-        if (watchdog != null) {
-            watchdog.close();
+        // Closed before this returns: a client.shutdown() right after would close them again,
+        // which Lettuce logs as a warning ("Connection is already closed"; rule 18).
+        try {
+            CompletableFuture.allOf(closing.toArray(CompletableFuture[]::new)).get(2, TimeUnit.SECONDS);
+        } catch (ExecutionException | TimeoutException e) {
+            // closing goes on in the background
+        } catch (InterruptedException e) {
+            Thread.currentThread().interrupt();
         }
     }
 }
