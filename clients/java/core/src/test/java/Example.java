@@ -2,6 +2,7 @@
 // code word for word, and make test-install-java runs it in a fresh project.
 import io.lettuce.core.RedisClient;
 import io.redislock.Hold;
+import io.redislock.LockServiceUnavailableException;
 import io.redislock.NotAcquiredException;
 import io.redislock.RedisLocks;
 import java.time.Duration;
@@ -15,6 +16,8 @@ public class Example {
             System.out.println("sold one under token " + hold.token());
         } catch (NotAcquiredException e) {
             System.out.println("busy: not granted within 5 s");
+        } catch (LockServiceUnavailableException e) {           // down or unreachable, within 10 s
+            System.out.println("refusing the sale: " + e.getMessage()); // or fall back, knowing the risk
         } finally {
             locks.close();
             client.shutdown();
