@@ -182,6 +182,61 @@ class UnavailableTest extends OnServer {
         assertThrows(NotAcquiredException.class, () -> other().acquire("k", Duration.ofMillis(300), OPTIONS));
     }
 
+    @Test
+    void rule15_lostAtTheLeasesEnd_serverStopped() throws Exception {
+        assertLostAtTheLeasesEnd(() -> {
+            server.process.destroyForcibly(); // by its PID
+            server.process.waitFor();
+        });
+    }
+
+    @Test
+    void rule15_lostAtTheLeasesEnd_serverFrozen() throws Exception {
+        assertLostAtTheLeasesEnd(() -> signal("STOP"));
+    }
+
+    interface Outage {
+        void begin() throws Exception;
+    }
+
+    /**
+     * A 3 s lease renewed every second; after a renewal the server stops answering: the hold is
+     * lost at the lease's end as the client computed it (the last successful renewal's send time
+     * + ttl), by a timer: no earlier, and within 10% of the ttl + 100 ms after it. Then release
+     * answers false at once and sends nothing, and leaving the scope throws the loss.
+     */
+    void assertLostAtTheLeasesEnd(Outage outage) throws Exception {
+        long ttlMs = 3000;
+        List<Long> lostAt = new CopyOnWriteArrayList<>();
+        List<String> reasons = new CopyOnWriteArrayList<>();
+        Hold h = locks.acquire("k", Duration.ZERO, OPTIONS.ttl(Duration.ofMillis(ttlMs)).onLost((x, r) -> {
+            lostAt.add(System.nanoTime());
+            reasons.add(r);
+        }));
+        long renewals = server.calls("lock.extend");
+        assertTrue(TestServer.eventually(() -> server.calls("lock.extend") > renewals, 3000), "renewed once");
+        long releases = server.calls("lock.release");
+        long stoppedAt = System.nanoTime();
+        outage.begin();
+        assertTrue(TestServer.eventually(() -> !lostAt.isEmpty(), ttlMs + 3000), "lost");
+        long end = h.leaseEnd();
+        long lateMs = (lostAt.get(0) - end) / 1_000_000;
+        long sinceOutageMs = (lostAt.get(0) - stoppedAt) / 1_000_000;
+        System.out.println("lost " + lateMs + " ms after the lease's end, " + sinceOutageMs + " ms after the outage: " + reasons.get(0));
+        assertTrue(lostAt.get(0) - end >= 0, "not before the lease's end");
+        assertTrue(lateMs <= ttlMs / 10 + 100, "lost " + lateMs + " ms after the lease's end");
+        assertTrue(sinceOutageMs <= ttlMs + ttlMs / 10 + 100, "the lease began before the outage: " + sinceOutageMs);
+        assertTrue(reasons.get(0).startsWith("no renewal was answered before the lease ended"), reasons.get(0));
+        long t0 = System.nanoTime();
+        assertFalse(h.release(), "a release of a lost hold: false");
+        assertTrue(System.nanoTime() - t0 < 100_000_000L, "at once (100 ms: a thread wake-up on a loaded machine)");
+        assertThrows(StaleTokenException.class, () -> h.guard("SET", "x", "1"));
+        if (frozen) {
+            signal("CONT");
+            assertEquals(releases, server.calls("lock.release"), "nothing sent");
+        }
+    }
+
     /** Another {@link RedisLocks} on the test server. */
     RedisLocks other() {
         RedisLocks l = RedisLocks.create(server.client);
