@@ -132,6 +132,30 @@ class UnavailableTest extends OnServer {
     }
 
     @Test
+    void rule14_aRedisWithoutTheModuleIsUnavailable_atOnce() throws Exception {
+        int port = TestServer.freePort();
+        Process plain = new ProcessBuilder(TestServer.BINARY, "--port", String.valueOf(port), "--bind", "127.0.0.1",
+                "--save", "", "--appendonly", "no").redirectErrorStream(true).redirectOutput(ProcessBuilder.Redirect.DISCARD).start();
+        closeLast.add(() -> { // stopped by its PID
+            plain.destroyForcibly();
+            plain.waitFor();
+        });
+        assertTrue(TestServer.eventually(() -> {
+            try (Socket s = new Socket(InetAddress.getLoopbackAddress(), port)) {
+                return true;
+            } catch (IOException e) {
+                return false;
+            }
+        }, 10_000), "the plain server listens");
+        RedisLocks l = locksOn(port);
+        // Not retried: the server answers, and will go on answering so.
+        long ms = unavailable("127.0.0.1:" + port, () -> l.acquire("k", OPTIONS));
+        assertTrue(ms < BOUND.toMillis(), "at once: " + ms + " ms");
+        LockServiceUnavailableException e = assertThrows(LockServiceUnavailableException.class, () -> l.tryAcquire("k", OPTIONS));
+        assertTrue(e.getMessage().contains("unknown command"), e.getMessage());
+    }
+
+    @Test
     void rule14_aStoppedServer_theHoldsCommandsAndAWaiterAreUnavailable() throws Exception {
         Hold hold = locks.acquire("k", Duration.ZERO, OPTIONS);
         Hold guarded = locks.acquire("g", Duration.ZERO, OPTIONS);
