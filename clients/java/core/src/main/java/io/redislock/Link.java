@@ -22,6 +22,7 @@ import java.nio.charset.StandardCharsets;
 import java.time.Duration;
 import java.util.ArrayList;
 import java.util.List;
+import java.util.Set;
 import java.util.concurrent.CompletableFuture;
 
 /**
@@ -45,6 +46,8 @@ final class Link implements AutoCloseable {
 
     private final StatefulConnection<String, String> connection;
     private final BaseRedisAsyncCommands<String, String> async;
+    /** Where this link's close is kept until it completes: its RedisLocks waits for it on close. */
+    private Set<CompletableFuture<Void>> closings;
 
     private Link(StatefulConnection<String, String> connection, BaseRedisAsyncCommands<String, String> async) {
         this.connection = connection;
@@ -158,6 +161,18 @@ final class Link implements AutoCloseable {
 
     /** Closes; the future completes once the client has forgotten the connection. */
     CompletableFuture<Void> closeAsync() {
-        return connection.closeAsync();
+        CompletableFuture<Void> f = connection.closeAsync();
+        Set<CompletableFuture<Void>> s = closings;
+        if (s != null && !f.isDone()) {
+            s.add(f);
+            f.whenComplete((v, e) -> s.remove(f));
+        }
+        return f;
+    }
+
+    /** Keeps this link's close in {@code closings} until it completes. */
+    Link closingIn(Set<CompletableFuture<Void>> closings) {
+        this.closings = closings;
+        return this;
     }
 }

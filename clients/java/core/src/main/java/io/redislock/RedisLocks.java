@@ -55,12 +55,14 @@ public final class RedisLocks implements AutoCloseable {
     private final ConcurrentLinkedDeque<Link> idleWaits = new ConcurrentLinkedDeque<>();
     /** The acquisitions not yet over: close() ends them, which closes their waits' links. */
     private final Set<Acquisition> acquiring = ConcurrentHashMap.newKeySet();
+    /** The closes of links still in progress (a cancelled wait's, a session's): close() waits for them. */
+    private final Set<CompletableFuture<Void>> closing = ConcurrentHashMap.newKeySet();
     private final SharedLink commands = new SharedLink();
     private final SharedLink watchdog = new SharedLink();
     private volatile boolean closed;
 
     private RedisLocks(Supplier<Link> connector, String address) {
-        this.connector = connector;
+        this.connector = () -> connector.get().closingIn(closing);
         this.address = address;
         ScheduledThreadPoolExecutor s = new ScheduledThreadPoolExecutor(1, r -> {
             Thread t = new Thread(r, "redis-lock-watchdog");
@@ -466,16 +468,17 @@ public final class RedisLocks implements AutoCloseable {
         }
         scheduler.shutdownNow();
         background.shutdown();
-        List<CompletableFuture<Void>> closing = new ArrayList<>();
+        List<CompletableFuture<Void>> closes = new ArrayList<>();
         for (Link l; (l = idleWaits.poll()) != null;) {
-            closing.add(l.closeAsync());
+            closes.add(l.closeAsync());
         }
-        closing.add(commands.close());
-        closing.add(watchdog.close());
+        closes.add(commands.close());
+        closes.add(watchdog.close());
+        closes.addAll(closing);
         // Closed before this returns: a client.shutdown() right after would close them again,
         // which Lettuce logs as a warning ("Connection is already closed"; rule 18).
         try {
-            CompletableFuture.allOf(closing.toArray(CompletableFuture[]::new)).get(2, TimeUnit.SECONDS);
+            CompletableFuture.allOf(closes.toArray(CompletableFuture[]::new)).get(2, TimeUnit.SECONDS);
         } catch (ExecutionException | TimeoutException e) {
             // closing goes on in the background
         } catch (InterruptedException e) {

@@ -41,8 +41,8 @@ class UnavailableTest extends OnServer {
         if (frozen) {
             signal("CONT");
         }
-        for (AutoCloseable c : closeLast) {
-            c.close();
+        for (int i = closeLast.size() - 1; i >= 0; i--) { // the last opened first: RedisLocks before its client
+            closeLast.get(i).close();
         }
     }
 
