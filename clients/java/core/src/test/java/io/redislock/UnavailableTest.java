@@ -141,7 +141,8 @@ class UnavailableTest extends OnServer {
             plain.waitFor();
         });
         assertTrue(TestServer.eventually(() -> {
-            try (Socket s = new Socket(InetAddress.getLoopbackAddress(), port)) {
+            try {
+                new Socket(InetAddress.getLoopbackAddress(), port).close();
                 return true;
             } catch (IOException e) {
                 return false;
