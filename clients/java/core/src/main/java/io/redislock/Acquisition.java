@@ -8,23 +8,26 @@ import java.util.ArrayList;
 import java.util.List;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.CompletionException;
+import java.util.concurrent.RejectedExecutionException;
 import java.util.concurrent.TimeUnit;
+import java.util.concurrent.TimeoutException;
 
 /**
  * One acquisition, the only implementation of the acquire rules (the blocking API waits on it):
  * one {@code LOCK.ACQUIRE} in the server's queue (rule 2), asked again with the same owner after a
  * connection error or a failover's refusal (rule 4), a durable grant's {@code WAIT} (rule 9), and,
  * when {@link #result} is cancelled, the wait's connection closed so the server's queue forgets it
- * (rule 3). {@link #result} completes with the hold, or with {@link NotAcquiredException} when
- * none was granted in time.
+ * (rule 3). {@link #result} completes with the hold, with {@link NotAcquiredException} when
+ * none was granted in time while the server answered, or with {@link
+ * LockServiceUnavailableException} when it did not (rule 14): connection errors retried past the
+ * options' bound or the caller's deadline, or a wait longer than the bound whose server stopped
+ * answering the {@code PING}s sent on another link.
  */
 final class Acquisition {
     /** How long past the server's own wait a reply may take before the wait counts as cut off. */
     private static final long GRACE_MS = 2000;
     /** The pause between retries after a connection error (rule 4). */
     private static final long RETRY_MS = 50;
-    /** How long an attempt without a wait keeps retrying connection errors. */
-    private static final long NO_WAIT_RETRIES_NS = TimeUnit.SECONDS.toNanos(5);
     /** A wait without limit, as the client's command timeout sees it. */
     private static final Duration FOREVER = Duration.ofDays(3650);
 
@@ -37,8 +40,17 @@ final class Acquisition {
     private final long waitMs;
     private final long asked = System.nanoTime();
     private final long end;
+    /** The unavailability bound (rule 14), in ns. */
+    private final long boundNs;
     /** The link of the call in flight when it is this acquisition's own (a wait, a session, a WAIT). */
     private Link ownLink; // guarded by this
+    /** The first connection failure since the server last answered (0: none), and the last one. */
+    private long firstFailure; // guarded by this
+    private Throwable lastFailure; // guarded by this
+    /** When the attempt in progress began: a connect that is never answered failed from then. */
+    private volatile long attemptStart;
+    /** When the last PING of a watched wait that was answered was sent; 0 while not watched. */
+    private volatile long lastPong;
 
     Acquisition(RedisLocks locks, String key, String owner, LockOptions o, long waitMs) {
         this.locks = locks;
@@ -49,6 +61,7 @@ final class Acquisition {
         // can hold is a wait without limit.
         this.waitMs = waitMs == 0 ? -1 : waitMs >= FOREVER.toMillis() ? Long.MAX_VALUE : waitMs;
         this.end = this.waitMs == Long.MAX_VALUE ? Long.MAX_VALUE : asked + TimeUnit.MILLISECONDS.toNanos(Math.max(0, waitMs));
+        this.boundNs = o.unavailableAfter.toNanos();
         result.whenComplete((h, e) -> {
             // Cancelled, timed out (orTimeout) or completed by the caller, or its RedisLocks closed:
             // the wait ends early and leaves the server's queue (rule 3). The acquisition's own
@@ -64,15 +77,6 @@ final class Acquisition {
     Acquisition start() {
         if (!locks.started(this)) {
             result.completeExceptionally(new IllegalStateException("RedisLocks is closed"));
-            return this;
-        }
-        try {
-            locks.commands();
-            if (o.watchdog) {
-                locks.watchdog();
-            }
-        } catch (RuntimeException e) {
-            result.completeExceptionally(e);
             return this;
         }
         attempt();
@@ -93,17 +97,28 @@ final class Acquisition {
         } else if (waitMs > 0) {
             serverWait = TimeUnit.NANOSECONDS.toMillis(end - System.nanoTime());
             if (serverWait <= 0) {
-                notGranted();
+                waitEnded();
                 return;
             }
         }
         boolean own = serverWait >= 0 || o.session || o.replicas > 0;
+        attemptStart = System.nanoTime();
         Link link;
         try {
-            link = own ? locks.waitLink() : locks.commands();
+            Link commands = locks.commands(o.unavailableAfter); // what the hold needs, connected here
+            if (o.watchdog) {
+                locks.watchdog(o.unavailableAfter);
+            }
+            link = own ? locks.waitLink(o.unavailableAfter) : commands;
+        } catch (IllegalStateException e) { // closed
+            result.completeExceptionally(e);
+            return;
         } catch (RuntimeException e) {
             retryOrFail(null, e);
             return;
+        }
+        if (serverWait == 0 || TimeUnit.MILLISECONDS.toNanos(serverWait) > boundNs) {
+            watch();
         }
         if (own) {
             synchronized (this) {
@@ -122,6 +137,7 @@ final class Acquisition {
                     if (error != null) {
                         retryOrFail(link, error);
                     } else {
+                        answered();
                         // A waiter's lease starts when it is granted, which its reply tells.
                         replied(link, token, waited ? System.nanoTime() : sent);
                     }
@@ -131,7 +147,7 @@ final class Acquisition {
     private Object[] args(long serverWait) {
         List<Object> a = new ArrayList<>();
         a.add(owner);
-        a.add(o.ttl.toMillis());
+        a.add(LockOptions.ceilMillis(o.ttl));
         a.addAll(o.modeArgs());
         if (serverWait >= 0) {
             a.add("WAIT");
@@ -159,7 +175,7 @@ final class Acquisition {
                         granted(link, token, grantedAt);
                         return;
                     }
-                    locks.releaseAsync(key, owner, token).whenComplete((r, e) -> done(link, null));
+                    locks.releaseAsync(key, owner, token, o.unavailableAfter).whenComplete((r, e) -> done(link, null));
                 });
     }
 
@@ -175,7 +191,7 @@ final class Acquisition {
             }
         }
         if (!wanted) { // ended while the grant was on its way: give it back
-            locks.releaseAsync(key, owner, token);
+            locks.releaseAsync(key, owner, token, o.unavailableAfter);
             done(link, null);
             return;
         }
@@ -190,6 +206,62 @@ final class Acquisition {
 
     private void notGranted() {
         result.completeExceptionally(new NotAcquiredException(key));
+    }
+
+    /** The caller's deadline: not granted if the server answered last, unavailable if it failed (rule 14). */
+    private void waitEnded() {
+        Throwable failed;
+        synchronized (this) {
+            failed = lastFailure;
+        }
+        if (failed != null) {
+            result.completeExceptionally(locks.unavailable(failed));
+        } else {
+            notGranted();
+        }
+    }
+
+    private synchronized void answered() {
+        firstFailure = 0;
+        lastFailure = null;
+    }
+
+    /**
+     * A wait longer than the bound (rule 14): every quarter bound a {@code PING} on the command
+     * link; when none sent in the last bound was answered, the wait fails as unavailable, which
+     * closes its link (the wait's own reply never comes from a frozen server).
+     */
+    private void watch() {
+        if (lastPong != 0) {
+            return;
+        }
+        lastPong = System.nanoTime();
+        schedule(this::checkPong, boundNs / 4);
+    }
+
+    private void checkPong() {
+        if (result.isDone()) {
+            return;
+        }
+        long now = System.nanoTime();
+        if (now - lastPong >= boundNs) {
+            long ms = TimeUnit.NANOSECONDS.toMillis(boundNs);
+            result.completeExceptionally(locks.unavailable(new TimeoutException("no answer to PING within " + ms + " ms")));
+            return;
+        }
+        CompletableFuture<String> pong = locks.ping();
+        if (pong != null) {
+            pong.thenRun(() -> lastPong = Math.max(lastPong, now));
+        }
+        schedule(this::checkPong, boundNs / 4);
+    }
+
+    private void schedule(Runnable task, long delayNs) {
+        try {
+            locks.scheduler.schedule(task, Math.max(1, delayNs), TimeUnit.NANOSECONDS);
+        } catch (RejectedExecutionException e) {
+            // closed: close() has ended this acquisition
+        }
     }
 
     /** The call is over: its own link goes back for the next wait (a session's goes with its hold). */
@@ -233,17 +305,29 @@ final class Acquisition {
                 link.close();
             }
         }
-        long now = System.nanoTime();
-        boolean inTime = forever() || (waitMs > 0 ? now < end : now - asked < NO_WAIT_RETRIES_NS);
-        if (refused || !inTime || result.isDone()) {
-            if (refused || waitMs < 0) {
-                result.completeExceptionally(cause);
-            } else {
-                notGranted();
-            }
+        if (result.isDone()) {
             return;
         }
-        CompletableFuture.runAsync(this::attempt, CompletableFuture.delayedExecutor(RETRY_MS, TimeUnit.MILLISECONDS));
+        if (refused) {
+            result.completeExceptionally(RedisLocks.isUnavailability(cause) ? locks.unavailable(cause) : cause);
+            return;
+        }
+        long now = System.nanoTime();
+        boolean boundLeft;
+        synchronized (this) {
+            if (firstFailure == 0) {
+                firstFailure = attemptStart;
+            }
+            lastFailure = cause;
+            boundLeft = now - firstFailure < boundNs;
+        }
+        // Retried until the bound or the caller's deadline, whichever is first (the form that
+        // tries once has no deadline of its own here: the bound).
+        if (!boundLeft || (waitMs > 0 && !forever() && now >= end)) {
+            result.completeExceptionally(locks.unavailable(cause));
+            return;
+        }
+        CompletableFuture.runAsync(this::attempt, CompletableFuture.delayedExecutor(RETRY_MS, TimeUnit.MILLISECONDS, locks.background));
     }
 
     private void closeOwnLink() {

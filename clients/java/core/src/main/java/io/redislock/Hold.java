@@ -20,11 +20,15 @@ import java.util.concurrent.TimeUnit;
  * lost, so the work done under it can be rolled back.
  */
 public final class Hold implements AutoCloseable {
+    /** How long a release waits for a renewal in flight to be answered. */
+    private static final Duration SETTLE = Duration.ofSeconds(2);
     private final RedisLocks locks;
     private final String key;
     private final String owner;
     private final long token;
     private final boolean watchdog;
+    /** The unavailability bound of its commands (rule 14). */
+    private final Duration bound;
     /** The connection a SESSION hold is bound to: closed with the hold. */
     private final Link session;
     private final List<LostListener> listeners = new CopyOnWriteArrayList<>();
@@ -40,6 +44,8 @@ public final class Hold implements AutoCloseable {
     private ScheduledFuture<?> next;
     private ScheduledFuture<?> deadline;
     private CompletableFuture<Long> inFlight;
+    /** Why the last renewal failed, for the loss's reason (rule 15). */
+    private Throwable renewalError;
 
     Hold(RedisLocks locks, String key, String owner, long token, LockOptions options, long grantedAt, Link session) {
         this.session = session;
@@ -48,7 +54,8 @@ public final class Hold implements AutoCloseable {
         this.owner = owner;
         this.token = token;
         this.watchdog = options.watchdog;
-        this.ttlMs = options.ttl.toMillis();
+        this.bound = options.unavailableAfter;
+        this.ttlMs = LockOptions.ceilMillis(options.ttl);
         this.leaseEnd = grantedAt + TimeUnit.MILLISECONDS.toNanos(ttlMs);
         this.leaseSentAt = grantedAt;
         if (options.onLost != null) {
@@ -104,15 +111,19 @@ public final class Hold implements AutoCloseable {
      * token command...}); the command's reply, or {@link StaleTokenException} and nothing run.
      */
     public Object guard(String... command) {
-        String reason = lostReason().orElse(null);
-        if (reason != null) {
-            throw new StaleTokenException("STALE the hold was lost: " + reason);
+        synchronized (this) { // known without the server (rule 16): nothing is sent
+            if (lostReason != null) {
+                throw new StaleTokenException("STALE the hold was lost: " + lostReason);
+            }
+            if (released) {
+                throw new StaleTokenException("STALE the hold was released");
+            }
         }
         Object[] args = new Object[command.length + 1];
         args[0] = token;
         System.arraycopy(command, 0, args, 1, command.length);
         try {
-            return locks.await(locks.commands().call(new AnyOutput(), "LOCK.GUARD", key, args));
+            return locks.await(locks.commands(bound).call(new AnyOutput(), "LOCK.GUARD", key, args), bound);
         } catch (RedisCommandExecutionException e) {
             if (e.getMessage() != null && e.getMessage().startsWith("STALE")) {
                 throw new StaleTokenException(e.getMessage());
@@ -128,11 +139,13 @@ public final class Hold implements AutoCloseable {
      * had been released. Sent on the watchdog's connection, in order with its renewals.
      */
     public boolean extend(Duration ttl) {
-        long ms = ttl.toMillis();
-        if (ms <= 0) {
-            throw new IllegalArgumentException("ttl must be at least 1 ms");
+        long ms = LockOptions.ceilMillis(LockOptions.checkTtl(ttl));
+        synchronized (this) {
+            if (released || lostReason != null) { // known without the server (rule 16)
+                return false;
+            }
         }
-        Link link = locks.watchdog();
+        Link link = locks.watchdog(bound);
         RedisFuture<Long> f;
         CompletableFuture<Long> pending;
         long sentAt;
@@ -147,7 +160,7 @@ public final class Hold implements AutoCloseable {
         }
         Long reply;
         try {
-            reply = locks.await(f); // unanswered: thrown, and the watchdog goes on as before
+            reply = locks.await(f, bound); // unanswered: thrown, and the watchdog goes on as before
         } finally {
             synchronized (this) {
                 if (inFlight == pending) {
@@ -184,7 +197,8 @@ public final class Hold implements AutoCloseable {
      * watchdog stops first, in the same step: no renewal is sent after this (rule 7).
      */
     public boolean release() {
-        return locks.await(releaseAsync());
+        // releaseAsync() ends within the bound and the wait for a renewal in flight; this is a backstop.
+        return locks.await(releaseAsync(), bound.plus(SETTLE).plusSeconds(1));
     }
 
     /**
@@ -193,29 +207,35 @@ public final class Hold implements AutoCloseable {
      */
     public CompletableFuture<Boolean> releaseAsync() {
         CompletableFuture<Long> pending;
+        boolean lost;
         synchronized (this) {
-            if (released) {
+            if (released) { // a second release: false, nothing sent (rule 16)
                 return CompletableFuture.completedFuture(false);
             }
             released = true;
             cancelTimers();
             pending = inFlight;
+            lost = lostReason != null;
+        }
+        if (lost) { // known lost: false at once, nothing sent (rule 16)
+            closeSession();
+            return CompletableFuture.completedFuture(false);
         }
         try {
-            locks.commands(); // connected here, never on an event loop
+            locks.commands(bound); // connected here, never on an event loop
         } catch (RuntimeException e) {
             closeSession();
             return CompletableFuture.failedFuture(e);
         }
         // A renewal in flight is let finish (its outcome no longer matters), so none follows the release.
         CompletableFuture<Object> settled = pending == null ? CompletableFuture.completedFuture(null)
-                : pending.handle((r, e) -> (Object) null).completeOnTimeout(null, 2, TimeUnit.SECONDS);
+                : pending.handle((r, e) -> (Object) null).completeOnTimeout(null, SETTLE.toMillis(), TimeUnit.MILLISECONDS);
         return settled.thenCompose(x -> {
             if (isLost()) {
                 closeSession();
                 return CompletableFuture.completedFuture(false);
             }
-            return locks.releaseAsync(key, owner, token).handle((reply, error) -> {
+            return locks.releaseAsync(key, owner, token, bound).handle((reply, error) -> {
                 closeSession();
                 if (error != null) {
                     throw error instanceof CompletionException ce ? ce : new CompletionException(error);
@@ -271,13 +291,20 @@ public final class Hold implements AutoCloseable {
         }
     }
 
+    /** The lease's end as this client computed it (rule 15): System.nanoTime() based. */
+    synchronized long leaseEnd() {
+        return leaseEnd;
+    }
+
     private void checkDeadline() {
+        Throwable why;
         synchronized (this) {
             if (released || lostReason != null || System.nanoTime() < leaseEnd) {
                 return;
             }
+            why = renewalError;
         }
-        lose("no renewal was answered before the lease ended", false);
+        lose("no renewal was answered before the lease ended" + (why == null ? "" : ": " + why), false);
     }
 
     private void renew() {
@@ -329,6 +356,7 @@ public final class Hold implements AutoCloseable {
                     || error instanceof RedisCommandExecutionException) {
                 // handled below, outside the lock
             } else if (System.nanoTime() < leaseEnd) {
+                renewalError = error;
                 schedule(Math.max(1, Math.min(period(), ttlMs / 10)));
                 return;
             }

@@ -1,6 +1,8 @@
 package io.redislock;
 
+import io.lettuce.core.AbstractRedisClient;
 import io.lettuce.core.RedisClient;
+import io.lettuce.core.RedisURI;
 import io.lettuce.core.RedisException;
 import io.lettuce.core.RedisFuture;
 import io.lettuce.core.api.StatefulConnection;
@@ -14,8 +16,13 @@ import io.lettuce.core.codec.StringCodec;
 import io.lettuce.core.output.CommandOutput;
 import io.lettuce.core.protocol.CommandArgs;
 import io.lettuce.core.protocol.ProtocolKeyword;
+import java.lang.reflect.Field;
+import java.lang.reflect.Modifier;
 import java.nio.charset.StandardCharsets;
 import java.time.Duration;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.Set;
 import java.util.concurrent.CompletableFuture;
 
 /**
@@ -39,6 +46,8 @@ final class Link implements AutoCloseable {
 
     private final StatefulConnection<String, String> connection;
     private final BaseRedisAsyncCommands<String, String> async;
+    /** Where this link's close is kept until it completes: its RedisLocks waits for it on close. */
+    private Set<CompletableFuture<Void>> closings;
 
     private Link(StatefulConnection<String, String> connection, BaseRedisAsyncCommands<String, String> async) {
         this.connection = connection;
@@ -53,6 +62,53 @@ final class Link implements AutoCloseable {
     static Link open(RedisClusterClient client) {
         StatefulRedisClusterConnection<String, String> c = client.connect(StringCodec.UTF8);
         return new Link(c, c.async());
+    }
+
+    /**
+     * Where {@code client} connects, for the unavailable error's message: its {@link RedisURI}
+     * ({@code host:port}, a socket, or its Sentinels and master) or, for a cluster, its initial
+     * URIs. Lettuce keeps them private and has no getter, so they are read from its fields by
+     * type; "the Redis server" if that ever fails.
+     */
+    static String address(AbstractRedisClient client) {
+        try {
+            for (Class<?> c = client.getClass(); c != null; c = c.getSuperclass()) {
+                for (Field f : c.getDeclaredFields()) {
+                    if (Modifier.isStatic(f.getModifiers())) {
+                        continue;
+                    }
+                    if (f.getType() == RedisURI.class || f.getType() == Iterable.class) {
+                        f.setAccessible(true);
+                        Object v = f.get(client);
+                        if (v instanceof RedisURI u) {
+                            return address(u);
+                        }
+                        if (v instanceof Iterable<?> uris) {
+                            List<String> all = new ArrayList<>();
+                            uris.forEach(u -> all.add(u instanceof RedisURI r ? address(r) : String.valueOf(u)));
+                            return String.join(",", all);
+                        }
+                    }
+                }
+            }
+        } catch (ReflectiveOperationException | RuntimeException e) {
+            // no address to name
+        }
+        return "the Redis server";
+    }
+
+    private static String address(RedisURI u) {
+        if (!u.getSentinels().isEmpty()) {
+            List<String> all = new ArrayList<>();
+            u.getSentinels().forEach(s -> all.add(address(s)));
+            return "master " + u.getSentinelMasterId() + " of sentinels " + String.join(",", all);
+        }
+        return u.getSocket() != null ? u.getSocket() : u.getHost() + ":" + u.getPort();
+    }
+
+    /** {@code PING}: the server answers. */
+    CompletableFuture<String> ping() {
+        return async.ping().toCompletableFuture();
     }
 
     /** Sends {@code command key args...}. */
@@ -100,6 +156,23 @@ final class Link implements AutoCloseable {
 
     @Override
     public void close() {
-        connection.closeAsync();
+        closeAsync();
+    }
+
+    /** Closes; the future completes once the client has forgotten the connection. */
+    CompletableFuture<Void> closeAsync() {
+        CompletableFuture<Void> f = connection.closeAsync();
+        Set<CompletableFuture<Void>> s = closings;
+        if (s != null && !f.isDone()) {
+            s.add(f);
+            f.whenComplete((v, e) -> s.remove(f));
+        }
+        return f;
+    }
+
+    /** Keeps this link's close in {@code closings} until it completes. */
+    Link closingIn(Set<CompletableFuture<Void>> closings) {
+        this.closings = closings;
+        return this;
     }
 }

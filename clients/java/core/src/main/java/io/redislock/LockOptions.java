@@ -9,7 +9,10 @@ import java.util.Objects;
  * told when it is lost. Immutable: each method returns a copy.
  */
 public final class LockOptions {
-    private static final LockOptions DEFAULTS = new LockOptions(Duration.ofSeconds(30), null, true, null, false, 0, 0, false, 0, null);
+    /** The default unavailability bound (rule 14). */
+    static final Duration UNAVAILABLE_AFTER = Duration.ofSeconds(10);
+    private static final LockOptions DEFAULTS = new LockOptions(Duration.ofSeconds(30), null, true, null, false, 0, 0, false,
+            0, null, UNAVAILABLE_AFTER);
 
     final Duration ttl;
     final String owner;
@@ -21,9 +24,10 @@ public final class LockOptions {
     final boolean session;
     final int replicas;
     final Duration replicaTimeout;
+    final Duration unavailableAfter;
 
     private LockOptions(Duration ttl, String owner, boolean watchdog, LostListener onLost, boolean shared, int limit,
-            int permits, boolean session, int replicas, Duration replicaTimeout) {
+            int permits, boolean session, int replicas, Duration replicaTimeout, Duration unavailableAfter) {
         this.ttl = ttl;
         this.owner = owner;
         this.watchdog = watchdog;
@@ -34,15 +38,16 @@ public final class LockOptions {
         this.session = session;
         this.replicas = replicas;
         this.replicaTimeout = replicaTimeout;
+        this.unavailableAfter = unavailableAfter;
     }
 
     private LockOptions with(Duration ttl, String owner, boolean watchdog, LostListener onLost) {
-        return new LockOptions(ttl, owner, watchdog, onLost, shared, limit, permits, session, replicas, replicaTimeout);
+        return new LockOptions(ttl, owner, watchdog, onLost, shared, limit, permits, session, replicas, replicaTimeout, unavailableAfter);
     }
 
     /** A shared (read) hold: {@code SHARED}. */
     public LockOptions shared() {
-        return new LockOptions(ttl, owner, watchdog, onLost, true, 0, 0, session, replicas, replicaTimeout);
+        return new LockOptions(ttl, owner, watchdog, onLost, true, 0, 0, session, replicas, replicaTimeout, unavailableAfter);
     }
 
     /** {@code n} permits of a semaphore of {@code limit}: {@code LIMIT limit PERMITS n}. */
@@ -50,12 +55,12 @@ public final class LockOptions {
         if (n < 1 || n > limit) {
             throw new IllegalArgumentException("need 1 <= permits <= limit");
         }
-        return new LockOptions(ttl, owner, watchdog, onLost, false, limit, n, session, replicas, replicaTimeout);
+        return new LockOptions(ttl, owner, watchdog, onLost, false, limit, n, session, replicas, replicaTimeout, unavailableAfter);
     }
 
     /** A session hold ({@code SESSION}): released by the server when the hold's own connection closes. */
     public LockOptions session() {
-        return new LockOptions(ttl, owner, watchdog, onLost, shared, limit, permits, true, replicas, replicaTimeout);
+        return new LockOptions(ttl, owner, watchdog, onLost, shared, limit, permits, true, replicas, replicaTimeout, unavailableAfter);
     }
 
     /**
@@ -63,7 +68,7 @@ public final class LockOptions {
      * hold is released and the acquire reports not granted.
      */
     public LockOptions replicas(int n, Duration timeout) {
-        return new LockOptions(ttl, owner, watchdog, onLost, shared, limit, permits, session, n, timeout);
+        return new LockOptions(ttl, owner, watchdog, onLost, shared, limit, permits, session, n, timeout, unavailableAfter);
     }
 
     /** The mode words of LOCK.ACQUIRE after the ttl. */
@@ -88,11 +93,39 @@ public final class LockOptions {
         return DEFAULTS;
     }
 
+    /**
+     * The lease, at least 1 ms; sent in whole milliseconds, rounded up (a lease is never shorter
+     * than asked: 1.5 ms is a 2 ms lease).
+     */
     public LockOptions ttl(Duration ttl) {
-        if (ttl.toMillis() <= 0) {
-            throw new IllegalArgumentException("ttl must be at least 1 ms");
+        return with(checkTtl(ttl), owner, watchdog, onLost);
+    }
+
+    /** {@code ttl} if it is at least 1 ms, else {@link IllegalArgumentException} (rule 17). */
+    static Duration checkTtl(Duration ttl) {
+        if (ttl.compareTo(Duration.ofMillis(1)) < 0) {
+            throw new IllegalArgumentException("ttl must be at least 1 ms, not " + ttl);
         }
-        return with(ttl, owner, watchdog, onLost);
+        return ttl;
+    }
+
+    /** A duration in whole milliseconds, rounded up. */
+    static long ceilMillis(Duration d) {
+        long ms = d.toMillis();
+        return d.minusMillis(ms).isZero() ? ms : ms + 1;
+    }
+
+    /**
+     * The unavailability bound (rule 14; 10 s by default): how long connection errors and a server
+     * that does not answer are retried and waited for before an acquire, release, extend or guarded
+     * write of these options fails with {@link LockServiceUnavailableException}, counted from the
+     * first failure; a wait longer than it is watched by {@code PING} at least every half bound.
+     */
+    public LockOptions unavailableAfter(Duration bound) {
+        if (bound.compareTo(Duration.ofMillis(1)) < 0) {
+            throw new IllegalArgumentException("unavailableAfter must be at least 1 ms, not " + bound);
+        }
+        return new LockOptions(ttl, owner, watchdog, onLost, shared, limit, permits, session, replicas, replicaTimeout, bound);
     }
 
     public LockOptions owner(String owner) {

@@ -13,7 +13,9 @@ import java.util.concurrent.locks.Lock;
  * across processes: the owning thread may lock it again (one server hold, one token, a hold count:
  * rule 10), only the owning thread unlocks it (others get {@link IllegalMonitorStateException}).
  * Each thread of this object has its own owner ({@code <uuid>:<thread id>}), so threads of one
- * process queue in the server's FIFO queue like threads of different ones.
+ * process queue in the server's FIFO queue like threads of different ones. Every method that
+ * talks to the server throws {@link LockServiceUnavailableException} when it cannot be reached
+ * within the options' {@link LockOptions#unavailableAfter bound}, {@link #lock()} included.
  */
 public final class RedisLock implements Lock {
     private record Entry(Hold hold, int[] count) {}

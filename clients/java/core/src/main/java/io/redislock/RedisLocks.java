@@ -2,16 +2,23 @@ package io.redislock;
 
 import io.lettuce.core.RedisClient;
 import io.lettuce.core.RedisCommandExecutionException;
+import io.lettuce.core.RedisException;
 import io.lettuce.core.cluster.RedisClusterClient;
 import io.lettuce.core.codec.StringCodec;
 import io.lettuce.core.output.IntegerOutput;
+import java.io.IOException;
 import java.time.Duration;
+import java.util.ArrayList;
+import java.util.List;
 import java.util.Set;
 import java.util.UUID;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.ConcurrentHashMap;
+import java.util.concurrent.CompletionException;
 import java.util.concurrent.ConcurrentLinkedDeque;
 import java.util.concurrent.ExecutionException;
+import java.util.concurrent.ExecutorService;
+import java.util.concurrent.Executors;
 import java.util.concurrent.Future;
 import java.util.concurrent.ScheduledExecutorService;
 import java.util.concurrent.ScheduledThreadPoolExecutor;
@@ -33,26 +40,30 @@ import java.util.function.Supplier;
  */
 public final class RedisLocks implements AutoCloseable {
     private final Supplier<Link> connector;
+    /** Where the client connects, for {@link LockServiceUnavailableException}'s message. */
+    private final String address;
     final ScheduledExecutorService scheduler;
+    /**
+     * Connects off the caller's thread, so that a server that never answers costs the caller only
+     * its bound; and runs an acquisition's retries, which connect.
+     */
+    final ExecutorService background = Executors.newCachedThreadPool(r -> {
+        Thread t = new Thread(r, "redis-lock-connect");
+        t.setDaemon(true);
+        return t;
+    });
     private final ConcurrentLinkedDeque<Link> idleWaits = new ConcurrentLinkedDeque<>();
     /** The acquisitions not yet over: close() ends them, which closes their waits' links. */
     private final Set<Acquisition> acquiring = ConcurrentHashMap.newKeySet();
-    private volatile Link commands;
-    private volatile Link watchdog;
+    /** The closes of links still in progress (a cancelled wait's, a session's): close() waits for them. */
+    private final Set<CompletableFuture<Void>> closing = ConcurrentHashMap.newKeySet();
+    private final SharedLink commands = new SharedLink();
+    private final SharedLink watchdog = new SharedLink();
     private volatile boolean closed;
 
-    private RedisLocks(Supplier<Link> raw) {
-        this.connector = () -> {
-            // Lettuce's connect fails on an interrupted thread; a lock() that kept the flag must still connect.
-            boolean interrupted = Thread.interrupted();
-            try {
-                return raw.get();
-            } finally {
-                if (interrupted) {
-                    Thread.currentThread().interrupt();
-                }
-            }
-        };
+    private RedisLocks(Supplier<Link> connector, String address) {
+        this.connector = () -> connector.get().closingIn(closing);
+        this.address = address;
         ScheduledThreadPoolExecutor s = new ScheduledThreadPoolExecutor(1, r -> {
             Thread t = new Thread(r, "redis-lock-watchdog");
             t.setDaemon(true);
@@ -63,11 +74,11 @@ public final class RedisLocks implements AutoCloseable {
     }
 
     public static RedisLocks create(RedisClient client) {
-        return new RedisLocks(() -> Link.open(client));
+        return new RedisLocks(() -> Link.open(client), Link.address(client));
     }
 
     public static RedisLocks create(RedisClusterClient client) {
-        return new RedisLocks(() -> Link.open(client));
+        return new RedisLocks(() -> Link.open(client), Link.address(client));
     }
 
     /** A {@link java.util.concurrent.locks.Lock} on {@code key} with the default options. */
@@ -97,13 +108,25 @@ public final class RedisLocks implements AutoCloseable {
         return new RedisSemaphore(this, key, limit, options);
     }
 
+    /**
+     * Waits for a hold without limit, as a mutex does (interruptibly; rule 14 bounds it when the
+     * server cannot be reached: {@link LockServiceUnavailableException}).
+     */
+    public Hold acquire(String key) throws InterruptedException {
+        return acquire(key, LockOptions.defaults());
+    }
+
+    public Hold acquire(String key, LockOptions options) throws InterruptedException {
+        return take(key, ownerOf(options), options, Long.MAX_VALUE, true);
+    }
+
     /** Waits up to {@code wait} for a hold; {@link NotAcquiredException} if none was granted. */
     public Hold acquire(String key, Duration wait) throws InterruptedException {
         return acquire(key, wait, LockOptions.defaults());
     }
 
     public Hold acquire(String key, Duration wait, LockOptions options) throws InterruptedException {
-        Hold h = take(key, ownerOf(options), options, wait.toMillis(), true);
+        Hold h = take(key, ownerOf(options), options, waitMillis(wait), true);
         if (h == null) {
             throw new NotAcquiredException(key);
         }
@@ -118,10 +141,22 @@ public final class RedisLocks implements AutoCloseable {
      * which waits on this.
      */
     public CompletableFuture<Hold> acquireAsync(String key, Duration wait, LockOptions options) {
-        return new Acquisition(this, key, ownerOf(options), options, wait.toMillis()).start().result;
+        return new Acquisition(this, key, ownerOf(options), options, waitMillis(wait)).start().result;
     }
 
-    /** A hold if the lock is free now, else null (no wait). */
+    /** A wait in whole ms, rounded up; a negative one is an argument error (rule 17). */
+    private static long waitMillis(Duration wait) {
+        if (wait.isNegative()) {
+            throw new IllegalArgumentException("a wait must not be negative, not " + wait + " (tryAcquire tries once)");
+        }
+        return wait.isZero() ? 0 : LockOptions.ceilMillis(wait);
+    }
+
+    /** A hold if the lock is free now, else null (no wait: the form that tries once). */
+    public Hold tryAcquire(String key) {
+        return tryAcquire(key, LockOptions.defaults());
+    }
+
     public Hold tryAcquire(String key, LockOptions options) {
         try {
             return take(key, ownerOf(options), options, -1, false);
@@ -172,16 +207,68 @@ public final class RedisLocks implements AutoCloseable {
         return cause instanceof RuntimeException re ? re : new RedisLockException(String.valueOf(cause), cause);
     }
 
+    /**
+     * Whether {@code error} says the service could not be reached or did not answer as Redis with
+     * the module (rule 14): anything but the server's own error reply, and "unknown command".
+     */
+    static boolean isUnavailability(Throwable error) {
+        if (error instanceof RedisCommandExecutionException e) {
+            return String.valueOf(e.getMessage()).startsWith("ERR unknown command");
+        }
+        return error instanceof RedisException || error instanceof IOException || error instanceof TimeoutException;
+    }
+
+    /** The unavailable error of {@code cause} (as it is if it is one already). */
+    LockServiceUnavailableException unavailable(Throwable cause) {
+        return cause instanceof LockServiceUnavailableException u ? u : new LockServiceUnavailableException(address, cause);
+    }
+
+    static TimeoutException noAnswerWithin(Duration bound) {
+        return new TimeoutException("no answer within " + bound.toMillis() + " ms");
+    }
+
     static boolean isRetryable(RedisCommandExecutionException e) {
         String m = String.valueOf(e.getMessage());
         return m.startsWith("UNBLOCKED") || m.startsWith("TRYAGAIN") || m.startsWith("LOADING") || m.startsWith("READONLY")
                 || m.startsWith("MASTERDOWN");
     }
 
-    /** {@code LOCK.RELEASE key owner TOKEN token}: 1 if that hold was still live. */
-    CompletableFuture<Long> releaseAsync(String key, String owner, long token) {
-        return commands().call(new IntegerOutput<>(StringCodec.UTF8), "LOCK.RELEASE", key, owner, "TOKEN", token)
-                .toCompletableFuture();
+    /**
+     * {@code LOCK.RELEASE key owner TOKEN token}: 1 if that hold was still live; {@link
+     * LockServiceUnavailableException} when unanswered within {@code bound}.
+     */
+    CompletableFuture<Long> releaseAsync(String key, String owner, long token, Duration bound) {
+        try {
+            return bounded(commands(bound).call(new IntegerOutput<>(StringCodec.UTF8), "LOCK.RELEASE", key, owner, "TOKEN", token)
+                    .toCompletableFuture(), bound);
+        } catch (RuntimeException e) {
+            return CompletableFuture.failedFuture(e);
+        }
+    }
+
+    /** {@code f}, failing as unavailable when unanswered within {@code bound} or when the link fails. */
+    <T> CompletableFuture<T> bounded(CompletableFuture<T> f, Duration bound) {
+        CompletableFuture<T> out = new CompletableFuture<>();
+        f.whenComplete((v, e) -> {
+            Throwable c = e instanceof CompletionException && e.getCause() != null ? e.getCause() : e;
+            if (c == null) {
+                out.complete(v);
+            } else {
+                out.completeExceptionally(isUnavailability(c) ? unavailable(c) : c);
+            }
+        });
+        scheduler.schedule(() -> {
+            if (out.completeExceptionally(unavailable(noAnswerWithin(bound)))) {
+                f.cancel(false); // not sent later, if still queued while the link reconnects
+            }
+        }, bound.toNanos(), TimeUnit.NANOSECONDS);
+        return out;
+    }
+
+    /** {@code PING} on the command link if it is connected (a wait's watch, rule 14), else null. */
+    CompletableFuture<String> ping() {
+        Link l = commands.ifOpen();
+        return l == null ? null : l.ping();
     }
 
     /** Registers an acquisition that close() is to end; false if closed already. */
@@ -202,7 +289,7 @@ public final class RedisLocks implements AutoCloseable {
         idleWaits.push(link);
     }
 
-    Link waitLink() {
+    Link waitLink(Duration bound) {
         if (closed) {
             throw new IllegalStateException("RedisLocks is closed");
         }
@@ -212,42 +299,118 @@ public final class RedisLocks implements AutoCloseable {
             }
             l.close();
         }
-        return connector.get();
+        return connect(bound);
     }
 
-    Link commands() {
-        Link l = commands;
-        if (l == null) {
-            synchronized (this) {
+    /** The command link, connected within {@code bound} if it is not yet. */
+    Link commands(Duration bound) {
+        return commands.get(bound);
+    }
+
+    Link watchdog(Duration bound) {
+        return watchdog.get(bound);
+    }
+
+    /**
+     * A link that the calls of every hold share (the command link, the watchdog's), connected once:
+     * callers that come while it connects wait for the same connect, each within its own bound.
+     */
+    private final class SharedLink {
+        private CompletableFuture<Link> link; // guarded by RedisLocks.this
+
+        Link get(Duration bound) {
+            CompletableFuture<Link> f;
+            synchronized (RedisLocks.this) {
                 if (closed) {
                     throw new IllegalStateException("RedisLocks is closed");
                 }
-                if ((l = commands) == null) {
-                    commands = l = connector.get();
+                if (link == null || link.isCompletedExceptionally()) {
+                    link = CompletableFuture.supplyAsync(connector, background);
                 }
+                f = link;
+            }
+            return connected(f, bound);
+        }
+
+        /** The link if it is connected now, else null. */
+        Link ifOpen() {
+            CompletableFuture<Link> f;
+            synchronized (RedisLocks.this) {
+                f = link;
+            }
+            return f != null && f.isDone() && !f.isCompletedExceptionally() ? f.join() : null;
+        }
+
+        /** Forgets {@code seen} so that the next {@link #get} connects anew; false if it was not the link. */
+        boolean forget(Link seen) {
+            synchronized (RedisLocks.this) {
+                if (ifOpen() != seen) {
+                    return false;
+                }
+                link = null;
+                return true;
             }
         }
-        return l;
+
+        /** Closes the link (once connected, if it is connecting). */
+        CompletableFuture<Void> close() {
+            CompletableFuture<Link> f;
+            synchronized (RedisLocks.this) {
+                f = link;
+            }
+            if (f == null) {
+                return CompletableFuture.completedFuture(null);
+            }
+            return f.handle((l, e) -> l).thenCompose(l -> l == null ? CompletableFuture.completedFuture(null) : l.closeAsync());
+        }
     }
 
-    Link watchdog() {
-        Link l = watchdog;
-        if (l == null) {
-            synchronized (this) {
-                if (closed) {
-                    throw new IllegalStateException("RedisLocks is closed");
-                }
-                if ((l = watchdog) == null) {
-                    watchdog = l = connector.get();
+    /**
+     * A new link, or {@link LockServiceUnavailableException} if it is not connected within {@code
+     * bound}: Lettuce's own connect waits up to its handshake timeout (a minute by default) for a
+     * server that accepts and never answers. Uninterruptible; the interrupt flag is kept.
+     */
+    private Link connect(Duration bound) {
+        CompletableFuture<Link> f = CompletableFuture.supplyAsync(connector, background);
+        try {
+            return connected(f, bound);
+        } catch (LockServiceUnavailableException e) {
+            f.thenAccept(Link::close); // connected after all: nobody uses it
+            throw e;
+        }
+    }
+
+    private Link connected(CompletableFuture<Link> f, Duration bound) {
+        try {
+            return uninterruptibly(f, bound);
+        } catch (TimeoutException e) {
+            throw unavailable(new TimeoutException("no answer to the connection's handshake within " + bound.toMillis() + " ms"));
+        } catch (ExecutionException e) {
+            throw unavailable(e.getCause());
+        }
+    }
+
+    private static <T> T uninterruptibly(Future<T> f, Duration bound) throws ExecutionException, TimeoutException {
+        long end = System.nanoTime() + bound.toNanos();
+        boolean interrupted = false;
+        try {
+            for (;;) {
+                try {
+                    return f.get(end - System.nanoTime(), TimeUnit.NANOSECONDS);
+                } catch (InterruptedException e) {
+                    interrupted = true;
                 }
             }
+        } finally {
+            if (interrupted) {
+                Thread.currentThread().interrupt();
+            }
         }
-        return l;
     }
 
     /** The watchdog's link if it is open now, else null (being reopened after a failover). */
     Link watchdogIfOpen() {
-        return watchdog;
+        return watchdog.ifOpen();
     }
 
     /**
@@ -257,44 +420,37 @@ public final class RedisLocks implements AutoCloseable {
      */
     void failover(Link seen) {
         synchronized (this) {
-            if (watchdog != seen || closed) {
+            if (closed || !watchdog.forget(seen)) {
                 return;
             }
-            watchdog = null;
         }
         seen.close();
         CompletableFuture.runAsync(() -> {
             try {
-                watchdog();
+                watchdog(LockOptions.UNAVAILABLE_AFTER);
             } catch (RuntimeException e) {
                 // the next renewal asks again
             }
         });
     }
 
-    /** The reply of a short command, uninterruptibly; the cause of a failure as it is. */
-    <T> T await(Future<T> f) {
-        boolean interrupted = false;
+    /**
+     * The reply of a short command, uninterruptibly; {@link LockServiceUnavailableException} when
+     * it does not come within {@code bound} (the command is then cancelled) or the link fails; the
+     * server's error reply as it is.
+     */
+    <T> T await(Future<T> f, Duration bound) {
         try {
-            for (;;) {
-                try {
-                    return f.get(60, TimeUnit.SECONDS);
-                } catch (InterruptedException e) {
-                    interrupted = true;
-                } catch (ExecutionException e) {
-                    Throwable c = e.getCause();
-                    if (c instanceof RuntimeException re) {
-                        throw re;
-                    }
-                    throw new RedisLockException(String.valueOf(c), c);
-                } catch (TimeoutException e) {
-                    throw new RedisLockException("no reply within 60 s", e);
-                }
+            return uninterruptibly(f, bound);
+        } catch (ExecutionException e) {
+            Throwable c = e.getCause();
+            if (isUnavailability(c)) {
+                throw unavailable(c);
             }
-        } finally {
-            if (interrupted) {
-                Thread.currentThread().interrupt();
-            }
+            throw c instanceof RuntimeException re ? re : new RedisLockException(String.valueOf(c), c);
+        } catch (TimeoutException e) {
+            f.cancel(false);
+            throw unavailable(noAnswerWithin(bound));
         }
     }
 
@@ -311,14 +467,22 @@ public final class RedisLocks implements AutoCloseable {
             a.result.completeExceptionally(new IllegalStateException("RedisLocks is closed"));
         }
         scheduler.shutdownNow();
+        background.shutdown();
+        List<CompletableFuture<Void>> closes = new ArrayList<>();
         for (Link l; (l = idleWaits.poll()) != null;) {
-            l.close();
+            closes.add(l.closeAsync());
         }
-        if (commands != null) {
-            commands.close();
-        }
-        if (watchdog != null) {
-            watchdog.close();
+        closes.add(commands.close());
+        closes.add(watchdog.close());
+        closes.addAll(closing);
+        // Closed before this returns: a client.shutdown() right after would close them again,
+        // which Lettuce logs as a warning ("Connection is already closed"; rule 18).
+        try {
+            CompletableFuture.allOf(closes.toArray(CompletableFuture[]::new)).get(2, TimeUnit.SECONDS);
+        } catch (ExecutionException | TimeoutException e) {
+            // closing goes on in the background
+        } catch (InterruptedException e) {
+            Thread.currentThread().interrupt();
         }
     }
 }

@@ -21,7 +21,8 @@ import org.junit.jupiter.api.Test;
  * The Java examples of the repository's README and of clients/java/README.md (but its Spring
  * section, which spring/'s ReadmeTest runs), run; and the check that each is code of this file,
  * word for word, but for the server's address: {@code "redis://localhost"} stands for the test
- * server's ({@link #uri}). The fenced-writes example runs on a SQLite database.
+ * server's ({@link #uri}). The fenced-writes example runs on a SQLite database; the Install
+ * section's whole program is {@code Example.java} beside this package (make test-install-java runs it).
  */
 class ReadmeTest extends OnServer {
     /** What the examples log, in place of the application's logger. */
@@ -118,7 +119,8 @@ class ReadmeTest extends OnServer {
 
     @Test
     void everyJavaExampleIsCodeOfThisFile() throws Exception {
-        String self = squeeze(Files.readString(Path.of("src/test/java/io/redislock/ReadmeTest.java")));
+        String self = squeeze(Files.readString(Path.of("src/test/java/io/redislock/ReadmeTest.java"))
+                + " " + Files.readString(Path.of("src/test/java/Example.java")));
         String client = Files.readString(Path.of("../README.md"));
         int spring = client.indexOf("\n## Spring Integration\n");
         int afterSpring = client.indexOf("\n## ", spring + 1);
@@ -131,7 +133,7 @@ class ReadmeTest extends OnServer {
                 checked++;
             }
         }
-        assertEquals(3, checked, "every Java example is checked");
+        assertEquals(4, checked, "every Java example is checked");
     }
 
     static List<String> javaBlocks(String page) {

@@ -129,8 +129,15 @@ public final class TestServer implements AutoCloseable {
         return cond.getAsBoolean();
     }
 
+    private boolean closed;
+
+    /** Stops the server; a second call does nothing (a test may stop it early, then leave its scope). */
     @Override
-    public void close() {
+    public synchronized void close() {
+        if (closed) {
+            return;
+        }
+        closed = true;
         if (admin != null) {
             admin.close();
         }

@@ -1,0 +1,210 @@
+package io.redislock;
+
+import static org.junit.jupiter.api.Assertions.*;
+
+import io.lettuce.core.RedisClient;
+import java.time.Duration;
+import java.util.List;
+import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.CopyOnWriteArrayList;
+import java.util.concurrent.TimeUnit;
+import java.util.logging.Handler;
+import java.util.logging.Level;
+import java.util.logging.LogRecord;
+import java.util.logging.Logger;
+import org.junit.jupiter.api.Test;
+
+/**
+ * The "Same case, same answer" table of docs/clients.md (rules 16, 17), one test per row; what
+ * the server was sent is read from its INFO commandstats and SLOWLOG, not from wall time.
+ */
+class ParityTest extends OnServer {
+    List<String> reasons = new CopyOnWriteArrayList<>();
+
+    /** A hold whose lease the server ended (LOCK.FORCERELEASE) and whose watchdog saw it: lost. */
+    Hold lostHold() throws Exception {
+        // A 600 ms lease renewed every 200 ms: the next renewal answers 0.
+        Hold h = locks.acquire("k", Duration.ZERO, LockOptions.defaults().ttl(Duration.ofMillis(600)).onLost((x, r) -> reasons.add(r)));
+        server.cmd("LOCK.FORCERELEASE", "k");
+        assertTrue(TestServer.eventually(h::isLost, 3000));
+        return h;
+    }
+
+    @Test
+    void aReleaseThatFindsTheLeaseGone_answersFalse_andMarksTheHoldLost() throws Exception {
+        Hold h = locks.acquire("k", Duration.ZERO,
+                LockOptions.defaults().ttl(Duration.ofSeconds(30)).watchdog(false).onLost((x, r) -> reasons.add(r)));
+        server.cmd("LOCK.FORCERELEASE", "k");
+        assertFalse(h.isLost(), "not known yet");
+        assertFalse(h.release());
+        assertTrue(h.isLost());
+        assertEquals(1, reasons.size(), "the lost signal fired");
+        assertTrue(reasons.get(0).contains("had already ended when it was released"), reasons.get(0));
+    }
+
+    @Test
+    void aReleaseOfAHoldKnownLost_answersFalse_andSendsNothing() throws Exception {
+        Hold h = lostHold();
+        long releases = server.calls("lock.release");
+        assertFalse(h.release());
+        assertEquals(releases, server.calls("lock.release"), "no LOCK.RELEASE sent");
+        Hold scoped = lostHold();
+        assertThrows(LockLostException.class, scoped::close, "leaving its scope reports the loss");
+        assertEquals(releases, server.calls("lock.release"), "no LOCK.RELEASE sent");
+        assertEquals(2, reasons.size(), "each lost once");
+    }
+
+    @Test
+    void aGuardedWriteOfAHoldKnownLost_isStale_andSendsNothing() throws Exception {
+        Hold h = lostHold();
+        long guards = server.calls("lock.guard");
+        assertThrows(StaleTokenException.class, () -> h.guard("SET", "x", "1"));
+        assertEquals(guards, server.calls("lock.guard"), "no LOCK.GUARD sent");
+        long extends_ = server.calls("lock.extend");
+        assertFalse(h.extend(Duration.ofSeconds(1)), "an extend of it: false");
+        assertEquals(extends_, server.calls("lock.extend"), "no LOCK.EXTEND sent");
+    }
+
+    @Test
+    void releaseTwice_trueThenFalse_theSecondSendsNothing() throws Exception {
+        Hold h = locks.acquire("k", Duration.ZERO);
+        assertTrue(h.release());
+        long releases = server.calls("lock.release");
+        assertFalse(h.release());
+        assertEquals(releases, server.calls("lock.release"), "no second LOCK.RELEASE");
+        long guards = server.calls("lock.guard");
+        assertThrows(StaleTokenException.class, () -> h.guard("SET", "x", "1"), "a released hold's write");
+        assertEquals(guards, server.calls("lock.guard"));
+        assertFalse(h.isLost(), "released, not lost");
+    }
+
+    @Test
+    void aTtlOfZeroOrUnderOneMs_isIllegalArgumentException_beforeAnythingIsSent() throws Exception {
+        long acquires = server.calls("lock.acquire");
+        for (Duration ttl : List.of(Duration.ZERO, Duration.ofNanos(999_999), Duration.ofMillis(-5))) {
+            assertThrows(IllegalArgumentException.class, () -> LockOptions.defaults().ttl(ttl), ttl.toString());
+            assertThrows(IllegalArgumentException.class, () -> locks.lock("k").lock(ttl), ttl.toString());
+            assertThrows(IllegalArgumentException.class, () -> locks.lock("k").tryLock(Duration.ZERO, ttl), ttl.toString());
+        }
+        assertEquals(acquires, server.calls("lock.acquire"), "nothing sent");
+        Hold h = locks.acquire("k", Duration.ZERO);
+        long extends_ = server.calls("lock.extend");
+        assertThrows(IllegalArgumentException.class, () -> h.extend(Duration.ofNanos(500_000)));
+        assertEquals(extends_, server.calls("lock.extend"), "nothing sent");
+        assertTrue(h.release());
+    }
+
+    @Test
+    void aTtlOfOnePointFiveMs_isATwoMsLease() throws Exception {
+        server.cmd("CONFIG", "SET", "slowlog-log-slower-than", "0"); // every command into the SLOWLOG, with its arguments
+        server.cmd("SLOWLOG", "RESET");
+        Hold h = locks.tryAcquire("k", LockOptions.defaults().ttl(Duration.ofNanos(1_500_000)).watchdog(false));
+        assertNotNull(h);
+        assertEquals(Duration.ofMillis(2), h.ttl());
+        assertEquals(List.of("LOCK.ACQUIRE", "k", h.owner(), "2"), sent("LOCK.ACQUIRE"), "rounded up, never shorter");
+    }
+
+    @Test
+    void theDefaultWaitOfTheBlockingAcquire_isWithoutLimit() throws Exception {
+        Hold held = locks.acquire("k", Duration.ZERO);
+        RedisLocks other = RedisLocks.create(server.client);
+        try {
+            CompletableFuture<Long> byAcquire = LocksTest.inThread(() -> {
+                try (Hold h = other.acquire("k")) {
+                    return h.token() > held.token();
+                }
+            }).thenApply(b -> b ? 1L : 0L);
+            RedisLock lock = other.lock("k");
+            CompletableFuture<Boolean> byLock = LocksTest.inThread(() -> {
+                lock.lock();
+                lock.unlock();
+                return true;
+            });
+            assertTrue(TestServer.eventually(() -> server.waiters("k") == 2, 3000), "both queued");
+            Thread.sleep(1500); // longer than any client-side default would be cut at here
+            assertFalse(byAcquire.isDone() || byLock.isDone(), "still waiting");
+            assertTrue(held.release());
+            assertEquals(1L, byAcquire.get(10, TimeUnit.SECONDS));
+            assertTrue(byLock.get(10, TimeUnit.SECONDS));
+        } finally {
+            other.close();
+        }
+    }
+
+    @Test
+    void theFormThatTriesOnce_tryLockAndTryAcquire() throws Exception {
+        server.cmd("CONFIG", "SET", "slowlog-log-slower-than", "0");
+        Hold held = locks.acquire("k", Duration.ZERO);
+        server.cmd("SLOWLOG", "RESET");
+        assertFalse(locks.lock("k").tryLock());
+        assertNull(locks.tryAcquire("k"));
+        assertEquals(0, server.waiters("k"), "nobody queued");
+        assertFalse(sent("LOCK.ACQUIRE").contains("WAIT"), "sent without WAIT");
+        assertTrue(held.release());
+        Hold h = locks.tryAcquire("k");
+        assertNotNull(h, "free: granted");
+        assertTrue(h.release());
+    }
+
+    @Test
+    void aNegativeWait_tryLockTriesOnce_acquireIsIllegalArgumentException() throws Exception {
+        RedisLock lock = locks.lock("k");
+        assertTrue(lock.tryLock(-1, TimeUnit.SECONDS), "tryLock(t <= 0): one try, as java.util.concurrent.locks.Lock");
+        assertFalse(LocksTest.inThread(() -> lock.tryLock(-1, TimeUnit.SECONDS)).get(5, TimeUnit.SECONDS), "held: false at once");
+        lock.unlock();
+        long acquires = server.calls("lock.acquire");
+        assertThrows(IllegalArgumentException.class, () -> locks.acquire("k", Duration.ofMillis(-1)));
+        assertThrows(IllegalArgumentException.class, () -> locks.acquireAsync("k", Duration.ofMillis(-1), LockOptions.defaults()));
+        assertEquals(acquires, server.calls("lock.acquire"), "nothing sent");
+    }
+
+    @Test
+    void rule18_closingTheLocksThenTheClientLogsNothing() throws Exception {
+        List<String> logged = new CopyOnWriteArrayList<>();
+        Handler handler = new Handler() {
+            @Override
+            public void publish(LogRecord r) {
+                if (r.getLevel().intValue() >= Level.INFO.intValue()) {
+                    logged.add(r.getLevel() + " " + r.getLoggerName() + ": " + r.getMessage());
+                }
+            }
+
+            @Override
+            public void flush() {
+            }
+
+            @Override
+            public void close() {
+            }
+        };
+        Logger root = Logger.getLogger("");
+        root.addHandler(handler); // Lettuce logs through Netty to java.util.logging here (no SLF4J binding)
+        try {
+            for (int i = 0; i < 3; i++) {
+                RedisClient client = RedisClient.create(io.lettuce.core.RedisURI.create("127.0.0.1", server.port));
+                RedisLocks l = RedisLocks.create(client);
+                l.acquire("k" + i, Duration.ZERO); // a hold left to its lease: its watchdog link open
+                try (Hold h = l.acquire("j" + i, Duration.ofSeconds(1))) { // a wait link, idle after
+                    h.token();
+                }
+                l.close();
+                client.shutdown();
+            }
+        } finally {
+            root.removeHandler(handler);
+        }
+        assertEquals(List.of(), logged);
+    }
+
+    /** The arguments of the last {@code command} in the server's SLOWLOG. */
+    @SuppressWarnings("unchecked")
+    List<Object> sent(String command) {
+        for (Object entry : (List<Object>) server.cmd("SLOWLOG", "GET", "100")) {
+            List<Object> args = (List<Object>) ((List<Object>) entry).get(3);
+            if (String.valueOf(args.get(0)).equalsIgnoreCase(command)) {
+                return args;
+            }
+        }
+        return fail("no " + command + " in the SLOWLOG");
+    }
+}

@@ -1,0 +1,336 @@
+package io.redislock;
+
+import static org.junit.jupiter.api.Assertions.*;
+
+import io.lettuce.core.RedisClient;
+import io.lettuce.core.RedisURI;
+import java.io.IOException;
+import java.io.InputStream;
+import java.io.OutputStream;
+import java.net.InetAddress;
+import java.net.ServerSocket;
+import java.net.Socket;
+import java.nio.charset.StandardCharsets;
+import java.time.Duration;
+import java.util.List;
+import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.CopyOnWriteArrayList;
+import java.util.concurrent.ExecutionException;
+import java.util.concurrent.TimeUnit;
+import org.junit.jupiter.api.AfterEach;
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.function.Executable;
+
+/**
+ * Rule 14 on real servers: a wrong address, a service that is not Redis, a server stopped (killed
+ * by its PID) and frozen (SIGSTOP by its PID, SIGCONT after), with a live hold and with a waiter.
+ * Each asserts the error's type and a bound: the options' 1 s unavailability bound plus the
+ * margin written beside it (a loaded 2-core machine).
+ */
+class UnavailableTest extends OnServer {
+    static final Duration BOUND = Duration.ofSeconds(1);
+    static final LockOptions OPTIONS = LockOptions.defaults().unavailableAfter(BOUND);
+    /** What a loaded machine may add to a bound: connects, thread wake-ups, a GC. */
+    static final long MARGIN_MS = 1500;
+
+    final List<AutoCloseable> closeLast = new CopyOnWriteArrayList<>();
+    boolean frozen;
+
+    @AfterEach
+    void thaw() throws Exception {
+        if (frozen) {
+            signal("CONT");
+        }
+        for (int i = closeLast.size() - 1; i >= 0; i--) { // the last opened first: RedisLocks before its client
+            closeLast.get(i).close();
+        }
+    }
+
+    /** Runs {@code call}, asserts it threw the unavailable error naming {@code address}; its duration in ms. */
+    static long unavailable(String address, Executable call) {
+        long t0 = System.nanoTime();
+        LockServiceUnavailableException e = assertThrows(LockServiceUnavailableException.class, call);
+        long ms = (System.nanoTime() - t0) / 1_000_000;
+        assertEquals(address, e.address());
+        assertTrue(e.getMessage().startsWith("lock service unavailable at " + address + ": "), e.getMessage());
+        System.out.println("after " + ms + " ms: " + e.getMessage()); // measured, in the class's -output.txt
+        return ms;
+    }
+
+    /** {@link RedisLocks} on a client of {@code port} (closed after the test). */
+    RedisLocks locksOn(int port) {
+        RedisClient client = RedisClient.create(RedisURI.create("127.0.0.1", port));
+        RedisLocks l = RedisLocks.create(client);
+        closeLast.add(client::shutdown);
+        closeLast.add(l);
+        return l;
+    }
+
+    /** Every form of acquire fails as unavailable, retried until the bound (no earlier: rule 4) and not much after. */
+    void assertEveryAcquireUnavailable(int port) {
+        String address = "127.0.0.1:" + port;
+        RedisLocks l = locksOn(port);
+        RedisLock lock = l.lock("k", OPTIONS);
+        List<Executable> acquires = List.of(
+                () -> l.acquire("k", Duration.ofSeconds(30), OPTIONS),
+                () -> l.acquire("k", OPTIONS), // the default wait: without limit
+                lock::lock,
+                () -> lock.tryLock(30, TimeUnit.SECONDS),
+                lock::tryLock, // tries once: connection errors retried within the bound all the same
+                () -> l.tryAcquire("k", OPTIONS),
+                () -> l.acquireAsync("k", Duration.ofSeconds(30), OPTIONS).join());
+        // All at once, each on a thread of its own, each timed on its own.
+        List<CompletableFuture<Long>> tries = acquires.stream().map(acquire -> CompletableFuture.supplyAsync(() -> unavailable(address, () -> {
+            try {
+                acquire.execute();
+            } catch (java.util.concurrent.CompletionException e) {
+                throw e.getCause();
+            }
+        }), r -> new Thread(r).start())).toList();
+        for (CompletableFuture<Long> t : tries) {
+            long ms = t.join();
+            assertTrue(ms <= BOUND.toMillis() + MARGIN_MS, "unavailable after " + ms + " ms");
+        }
+    }
+
+    @Test
+    void rule14_aWrongAddressIsUnavailableWithinTheBound() {
+        int closed = TestServer.freePort();
+        String address = "127.0.0.1:" + closed;
+        long ms = unavailable(address, () -> locksOn(closed).acquire("k", OPTIONS));
+        // Retried from the first refusal until the bound: no earlier than it.
+        assertTrue(ms >= BOUND.toMillis(), "retried for " + ms + " ms");
+        assertEveryAcquireUnavailable(closed);
+    }
+
+    @Test
+    void rule14_theDefaultBoundIsTenSeconds() {
+        assertEquals(Duration.ofSeconds(10), LockOptions.defaults().unavailableAfter);
+        assertThrows(IllegalArgumentException.class, () -> LockOptions.defaults().unavailableAfter(Duration.ZERO));
+    }
+
+    @Test
+    void rule14_aServiceAnsweringHttpIsUnavailable() throws Exception {
+        ServerSocket http = tinyServer(s -> {
+            s.getInputStream().read(new byte[256]);
+            OutputStream out = s.getOutputStream();
+            out.write("HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n".getBytes(StandardCharsets.US_ASCII));
+            out.flush();
+        });
+        assertEveryAcquireUnavailable(http.getLocalPort());
+    }
+
+    @Test
+    void rule14_aServiceThatNeverAnswersIsUnavailable() throws Exception {
+        ServerSocket silent = tinyServer(s -> {
+            InputStream in = s.getInputStream();
+            while (in.read(new byte[256]) >= 0) {
+                // reads, never answers
+            }
+        });
+        assertEveryAcquireUnavailable(silent.getLocalPort());
+    }
+
+    @Test
+    void rule14_aRedisWithoutTheModuleIsUnavailable_atOnce() throws Exception {
+        int port = TestServer.freePort();
+        Process plain = new ProcessBuilder(TestServer.BINARY, "--port", String.valueOf(port), "--bind", "127.0.0.1",
+                "--save", "", "--appendonly", "no").redirectErrorStream(true).redirectOutput(ProcessBuilder.Redirect.DISCARD).start();
+        closeLast.add(() -> { // stopped by its PID
+            plain.destroyForcibly();
+            plain.waitFor();
+        });
+        assertTrue(TestServer.eventually(() -> {
+            try {
+                new Socket(InetAddress.getLoopbackAddress(), port).close();
+                return true;
+            } catch (IOException e) {
+                return false;
+            }
+        }, 10_000), "the plain server listens");
+        RedisLocks l = locksOn(port);
+        // Not retried: the server answers, and will go on answering so.
+        long ms = unavailable("127.0.0.1:" + port, () -> l.acquire("k", OPTIONS));
+        assertTrue(ms < BOUND.toMillis(), "at once: " + ms + " ms");
+        LockServiceUnavailableException e = assertThrows(LockServiceUnavailableException.class, () -> l.tryAcquire("k", OPTIONS));
+        assertTrue(e.getMessage().contains("unknown command"), e.getMessage());
+    }
+
+    @Test
+    void rule14_aStoppedServer_theHoldsCommandsAndAWaiterAreUnavailable() throws Exception {
+        Hold hold = locks.acquire("k", Duration.ZERO, OPTIONS);
+        Hold guarded = locks.acquire("g", Duration.ZERO, OPTIONS);
+        Hold extended = locks.acquire("e", Duration.ZERO, OPTIONS);
+        CompletableFuture<Long> waiter = waitWithoutLimit("k");
+        assertTrue(TestServer.eventually(() -> server.waiters("k") == 1, 3000));
+        server.process.destroyForcibly(); // by its PID
+        server.process.waitFor();
+        String address = "127.0.0.1:" + server.port;
+        assertTrue(waiterUnavailable(waiter) <= BOUND.toMillis() + MARGIN_MS);
+        assertTrue(unavailable(address, hold::release) <= BOUND.toMillis() + MARGIN_MS);
+        assertTrue(unavailable(address, () -> guarded.guard("SET", "x", "1")) <= BOUND.toMillis() + MARGIN_MS);
+        assertTrue(unavailable(address, () -> extended.extend(Duration.ofSeconds(30))) <= BOUND.toMillis() + MARGIN_MS);
+        assertFalse(hold.isLost(), "its 30 s lease has not ended: not lost, the server is unreachable");
+    }
+
+    @Test
+    void rule14_aFrozenServer_theHoldsCommandsAndAWaiterAreUnavailable() throws Exception {
+        Hold hold = locks.acquire("k", Duration.ZERO, OPTIONS);
+        Hold guarded = locks.acquire("g", Duration.ZERO, OPTIONS);
+        Hold extended = locks.acquire("e", Duration.ZERO, OPTIONS);
+        CompletableFuture<Long> waiter = waitWithoutLimit("k");
+        assertTrue(TestServer.eventually(() -> server.waiters("k") == 1, 3000));
+        signal("STOP");
+        String address = "127.0.0.1:" + server.port;
+        // A wait without limit is watched by PING every quarter bound: failed once none was
+        // answered for a bound, so up to 1.25 bounds after the freeze.
+        assertTrue(waiterUnavailable(waiter) <= BOUND.toMillis() * 5 / 4 + MARGIN_MS);
+        assertTrue(unavailable(address, hold::release) <= BOUND.toMillis() + MARGIN_MS);
+        assertTrue(unavailable(address, () -> guarded.guard("SET", "x", "1")) <= BOUND.toMillis() + MARGIN_MS);
+        assertTrue(unavailable(address, () -> extended.extend(Duration.ofSeconds(30))) <= BOUND.toMillis() + MARGIN_MS);
+    }
+
+    @Test
+    void rule14_theCallersDeadlineWhileTheServerIsFrozenIsUnavailable_notNotGranted() throws Exception {
+        locks.acquire("k", Duration.ZERO, OPTIONS);
+        signal("STOP");
+        String address = "127.0.0.1:" + server.port;
+        // A 500 ms wait, shorter than the bound: its own reply is awaited 2 s past its end (the
+        // grace for the server's timeout reply), then it is unavailable, not "not granted".
+        long ms = unavailable(address, () -> other().acquire("k", Duration.ofMillis(500), OPTIONS));
+        assertTrue(ms >= 500 && ms <= 500 + 2000 + MARGIN_MS, "after " + ms + " ms");
+    }
+
+    @Test
+    void rule14_theCallersDeadlineWhileTheServerAnswersIsNotGranted() throws Exception {
+        locks.acquire("k", Duration.ZERO, OPTIONS);
+        assertThrows(NotAcquiredException.class, () -> other().acquire("k", Duration.ofMillis(300), OPTIONS));
+    }
+
+    @Test
+    void rule15_lostAtTheLeasesEnd_serverStopped() throws Exception {
+        assertLostAtTheLeasesEnd(() -> {
+            server.process.destroyForcibly(); // by its PID
+            server.process.waitFor();
+        });
+    }
+
+    @Test
+    void rule15_lostAtTheLeasesEnd_serverFrozen() throws Exception {
+        assertLostAtTheLeasesEnd(() -> signal("STOP"));
+    }
+
+    interface Outage {
+        void begin() throws Exception;
+    }
+
+    /**
+     * A 3 s lease renewed every second; after a renewal the server stops answering: the hold is
+     * lost at the lease's end as the client computed it (the last successful renewal's send time
+     * + ttl), by a timer: no earlier, and within 10% of the ttl + 100 ms after it. Then release
+     * answers false at once and sends nothing, and leaving the scope throws the loss.
+     */
+    void assertLostAtTheLeasesEnd(Outage outage) throws Exception {
+        long ttlMs = 3000;
+        List<Long> lostAt = new CopyOnWriteArrayList<>();
+        List<String> reasons = new CopyOnWriteArrayList<>();
+        Hold h = locks.acquire("k", Duration.ZERO, OPTIONS.ttl(Duration.ofMillis(ttlMs)).onLost((x, r) -> {
+            lostAt.add(System.nanoTime());
+            reasons.add(r);
+        }));
+        long renewals = server.calls("lock.extend");
+        assertTrue(TestServer.eventually(() -> server.calls("lock.extend") > renewals, 3000), "renewed once");
+        long releases = server.calls("lock.release");
+        long stoppedAt = System.nanoTime();
+        outage.begin();
+        assertTrue(TestServer.eventually(() -> !lostAt.isEmpty(), ttlMs + 3000), "lost");
+        long end = h.leaseEnd();
+        long lateMs = (lostAt.get(0) - end) / 1_000_000;
+        long sinceOutageMs = (lostAt.get(0) - stoppedAt) / 1_000_000;
+        System.out.println("lost " + lateMs + " ms after the lease's end, " + sinceOutageMs + " ms after the outage: " + reasons.get(0));
+        assertTrue(lostAt.get(0) - end >= 0, "not before the lease's end");
+        assertTrue(lateMs <= ttlMs / 10 + 100, "lost " + lateMs + " ms after the lease's end");
+        assertTrue(sinceOutageMs <= ttlMs + ttlMs / 10 + 100, "the lease began before the outage: " + sinceOutageMs);
+        assertTrue(reasons.get(0).startsWith("no renewal was answered before the lease ended"), reasons.get(0));
+        long t0 = System.nanoTime();
+        assertFalse(h.release(), "a release of a lost hold: false");
+        assertTrue(System.nanoTime() - t0 < 100_000_000L, "at once (100 ms: a thread wake-up on a loaded machine)");
+        assertThrows(StaleTokenException.class, () -> h.guard("SET", "x", "1"));
+        if (frozen) {
+            signal("CONT");
+            assertEquals(releases, server.calls("lock.release"), "nothing sent");
+        }
+    }
+
+    /** Another {@link RedisLocks} on the test server. */
+    RedisLocks other() {
+        RedisLocks l = RedisLocks.create(server.client);
+        closeLast.add(l);
+        return l;
+    }
+
+    /** A waiter without limit on another client object, in a thread: the ms from its failure's cause. */
+    CompletableFuture<Long> waitWithoutLimit(String key) {
+        RedisLocks l = other();
+        CompletableFuture<Long> f = new CompletableFuture<>();
+        Thread t = new Thread(() -> {
+            try {
+                l.lock(key, OPTIONS).lock();
+                f.complete(null);
+            } catch (Throwable e) {
+                f.completeExceptionally(e);
+            }
+        });
+        t.setDaemon(true);
+        t.start();
+        return f;
+    }
+
+    /** The waiter ends with the unavailable error: how long it took from now. */
+    static long waiterUnavailable(CompletableFuture<Long> waiter) throws Exception {
+        long t0 = System.nanoTime();
+        ExecutionException e = assertThrows(ExecutionException.class, () -> waiter.get(30, TimeUnit.SECONDS));
+        assertInstanceOf(LockServiceUnavailableException.class, e.getCause());
+        long ms = (System.nanoTime() - t0) / 1_000_000;
+        System.out.println("the waiter after " + ms + " ms: " + e.getCause().getMessage());
+        return ms;
+    }
+
+    void signal(String name) throws Exception {
+        // By the server's PID, never by name.
+        new ProcessBuilder("kill", "-" + name, String.valueOf(server.process.pid())).start().waitFor();
+        frozen = name.equals("STOP");
+    }
+
+    interface Conversation {
+        void with(Socket s) throws IOException;
+    }
+
+    /** A TCP server of the test's own on a loopback port: each connection has {@code conversation}. */
+    ServerSocket tinyServer(Conversation conversation) throws IOException {
+        ServerSocket server = new ServerSocket(0, 50, InetAddress.getLoopbackAddress());
+        closeLast.add(server);
+        Thread accept = new Thread(() -> {
+            while (!server.isClosed()) {
+                try {
+                    Socket s = server.accept();
+                    closeLast.add(s);
+                    Thread t = new Thread(() -> {
+                        try {
+                            conversation.with(s);
+                        } catch (IOException e) {
+                            // the client hung up
+                        }
+                    });
+                    t.setDaemon(true);
+                    t.start();
+                } catch (IOException e) {
+                    return;
+                }
+            }
+        });
+        accept.setDaemon(true);
+        accept.start();
+        return server;
+    }
+}
