@@ -218,13 +218,14 @@ class LockBase:
         # A call that does not wait tries once: its deadline is now (rule 14: no retry).
         deadline = p.deadline_of(wait) if wait is not None else time.monotonic()
         pool = p.pool_of(self.client, self.key)
-        sent = [0.0]
+        sent = 0.0
 
         def acquire_args() -> list:
             # Each retry waits what is left: the same owner asks again, which the server treats
             # as a safe retry (a grant whose reply never went out is revoked).
+            nonlocal sent
             left = p.next_wait(deadline, wait) if wait else wait
-            sent[0] = time.monotonic()
+            sent = time.monotonic()
             return p.acquire_args(self.key, self.owner, self.ttl, self.mode, self.session, left)
 
         keep = self.session or bool(self.replicas)
@@ -241,7 +242,7 @@ class LockBase:
             return False
         # The lease began when the server granted: at the send of a call that did not wait, at
         # the reply of one that did (later than the server's by the reply's trip, at most).
-        granted = sent[0] if wait is None else time.monotonic()
+        granted = sent if wait is None else time.monotonic()
         yield self._in_state, self._grant(token, granted)
         return True
 
@@ -255,6 +256,9 @@ class LockBase:
                 return token
             yield self._write, conn, p.release_args(self.key, self.owner, token)
             yield self._read, conn
+        except p.BROKEN_LINK + p.NOT_REDIS as err:  # the grant ends with its lease
+            yield self._close, conn
+            raise p.unavailable(pool, err) from err
         except BaseException:
             yield self._close, conn
             raise

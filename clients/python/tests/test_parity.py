@@ -1,8 +1,9 @@
-"""The rows of "Same case, same answer" (docs/clients.md, rules 16 and 17), one test each, in
-both flavours (flavours.py). "Nothing sent" is read from the server's own counts
+"""The rows of "Same case, same answer" (docs/clients.md, rules 16 and 17), one test each, and
+rule 18 (quiet shutdown), in both flavours (flavours.py). "Nothing sent" is read from the server's own counts
 (``INFO commandstats``), or from ``MONITOR``."""
 
 import asyncio
+import logging
 import math
 import threading
 
@@ -11,7 +12,7 @@ import redis
 
 import redislock
 from conftest import calls, halt, stat
-from flavours import after, soon
+from flavours import after, result, soon
 
 
 def lose(r, lock) -> None:
@@ -172,3 +173,15 @@ async def test_timeout_minus_1_waits_without_limit_other_negatives_are_value_err
     assert await waiter.acquire(timeout=-1) is True, "as threading.Lock: without limit"
     assert await flavour.join(releasing, 5) is True
     await waiter.release()
+
+
+async def test_closing_the_locks_and_then_the_client_logs_nothing(flavour, caplog):
+    """Rule 18: a hold with its watchdog, released, then the client closed: not a line."""
+    caplog.set_level(logging.DEBUG, logger="redislock")
+    client = flavour.client()
+    async with flavour.Lock(client, "k", ttl=0.6) as lock:  # renewed every 0.2 s
+        await asyncio.sleep(0.5)
+        assert lock.locked()
+    await result(flavour._close(client))
+    await asyncio.sleep(0.3)  # the watchdog's end
+    assert [r.getMessage() for r in caplog.records if r.name.startswith("redislock")] == []
