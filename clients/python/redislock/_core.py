@@ -337,7 +337,7 @@ class LockBase:
                 yield self._read, probe
             except p.BROKEN_LINK + p.NOT_REDIS as err:
                 yield self._close, probe
-                raise p.unavailable(pool, err) from err
+                raise p.unavailable(pool, err, "a PING while waiting: ") from err
             except BaseException:
                 yield self._close, probe
                 raise

@@ -228,17 +228,22 @@ def address_of(pool: Any) -> str:
     return f"{kwargs.get('host', 'localhost')}:{kwargs.get('port', 6379)}"
 
 
-def unavailable(pool: Any, err: BaseException) -> Unavailable:
-    """``err`` (a broken link, or an answer that is not Redis's) as rule 14's error."""
+def unavailable(pool: Any, err: BaseException, doing: str = "") -> Unavailable:
+    """``err`` (a broken link, or an answer that is not Redis's) as rule 14's error; ``doing``
+    says what got no answer, if not the command itself."""
+    return Unavailable(address_of(pool), doing + _cause_of(err))
+
+
+def _cause_of(err: BaseException) -> str:
     for cause in (err, err.__cause__, err.__context__):
         if isinstance(cause, OSError) and (cause.errno or cause.strerror):  # refused, reset...
             text = os.strerror(cause.errno) if cause.errno else cause.strerror
-            return Unavailable(address_of(pool), text[:1].lower() + text[1:])
+            return text[:1].lower() + text[1:]
     if isinstance(err, NOT_REDIS):
-        return Unavailable(address_of(pool), f"it does not answer as Redis ({err})")
+        return f"it does not answer as Redis ({err})"
     if isinstance(err, (TimeoutError, asyncio.TimeoutError)):
-        return Unavailable(address_of(pool), f"no answer in time ({err or 'timed out'})")
-    return Unavailable(address_of(pool), str(err) or type(err).__name__)
+        return f"no answer in time ({err or 'timed out'})"
+    return str(err) or type(err).__name__
 
 
 class Outage:

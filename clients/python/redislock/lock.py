@@ -40,6 +40,8 @@ class Lock(_With, _core.LockBase):
     to a connection of its own, so it ends when this process dies; ``replicas=n`` grants only
     once ``n`` replicas have the grant (``WAIT``), or not at all; ``on_lost(reason)`` runs once
     if the hold is lost before it is released; ``reentrant=True`` lets the holding thread nest.
+    A server that cannot be reached, or does not answer as Redis with the module, is
+    ``redislock.Unavailable`` within ``unavailable_after`` seconds (10 by default).
     """
 
     _NAME = "redislock.Lock"
