@@ -29,11 +29,12 @@ NOT_REDIS = (InvalidResponse,)
 #: Why a hold was lost, in the words of both clients.
 LEASE_RAN_OUT = "the lease ran out before it was renewed"
 UNREACHABLE = "the server could not be reached before the lease ended"
+GONE_AT_RELEASE = "the hold was gone when released (its lease ran out)"
+
 #: The default of ``unavailable_after`` (rule 14), in seconds.
 UNAVAILABLE_AFTER = 10.0
 #: How long the reply of a wait is awaited past its deadline before a PING must answer.
 GRACE = 0.5
-GONE_AT_RELEASE = "the hold was gone when released (its lease ran out)"
 
 
 #: How long a wait pauses before it asks again after a broken link.
@@ -63,7 +64,8 @@ def check_ttl(ttl: Number) -> float:
 def check_bound(unavailable_after: Number) -> float:
     """A positive ``unavailable_after``, else ``ValueError``."""
     if not (0 < unavailable_after < math.inf):
-        raise ValueError(f"unavailable_after must be a positive number of seconds: {unavailable_after!r}")
+        raise ValueError(
+            f"unavailable_after must be a positive number of seconds: {unavailable_after!r}")
     return float(unavailable_after)
 
 
@@ -249,10 +251,13 @@ def _cause_of(err: BaseException) -> str:
 class Outage:
     """Rule 14's clock for one call: an outage counts from the start of the first attempt that
     failed since the server last answered, and the call fails as unavailable once it has
-    lasted ``bound`` seconds."""
+    lasted ``bound`` seconds, or would before another attempt had ``shortest`` seconds (an
+    attempt cut shorter would fail for want of time, not say why the server does not answer:
+    a refused connection would read as a timeout)."""
 
     def __init__(self, bound: float):
         self.bound = bound
+        self.shortest = min(0.1, bound / 10)
         self.since: Optional[float] = None
         self.tried = time.monotonic()
 
@@ -267,13 +272,13 @@ class Outage:
         """The attempt failed: whether the outage has lasted the bound."""
         if self.since is None:
             self.since = self.tried
-        return time.monotonic() >= self.since + self.bound
+        return time.monotonic() + self.shortest >= self.since + self.bound
 
     def timeout(self) -> float:
         """How long the next attempt may take: what is left of the bound."""
         if self.since is None:
             return self.bound
-        return max(0.001, self.since + self.bound - time.monotonic())
+        return max(self.shortest, self.since + self.bound - time.monotonic())
 
 
 def watch_slice(half_bound: float, deadline: Optional[float]) -> float:
