@@ -84,8 +84,9 @@ class Lock(_AsyncWith, _core.LockBase):
                 stale = await getattr(conn, "can_read", conn.can_read_destructive)()
             except p.BROKEN_LINK:
                 stale = True
-            if stale:
-                await conn.disconnect()
+            if not stale:
+                return
+            await conn.disconnect()
         # Through ``connect()``, which a Sentinel-managed connection overrides to ask the
         # Sentinels for the master (see ``redislock.Lock._connect``).
         await conn.connect()

@@ -86,10 +86,10 @@ class Lock(_With, _core.LockBase):
                 stale = conn.can_read()  # an idle connection has nothing to read, unless closed
             except p.BROKEN_LINK:
                 stale = True
-            if stale:
-                conn.disconnect()
-            else:
+            if not stale:
                 sock.settimeout(timeout)
+                return
+            conn.disconnect()
         # Through ``connect()``, which a Sentinel-managed connection overrides to ask the
         # Sentinels for the master: so a connection of our own follows a failover.
         conn.connect()
