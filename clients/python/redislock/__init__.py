@@ -14,7 +14,7 @@ code written for redis-py's ``Lock`` and for python-redis-lock.
 """
 
 from . import aio
-from .errors import Deadlock, LockError, LockLost, NotAcquired, Stale
+from .errors import Deadlock, LockError, LockLost, NotAcquired, Stale, Unavailable
 from .lock import Lock, Semaphore
 
 __all__ = [
@@ -25,6 +25,7 @@ __all__ = [
     "NotAcquired",
     "LockLost",
     "Stale",
+    "Unavailable",
     "Deadlock",
     "compat",
     "db",

@@ -18,7 +18,7 @@ from typing import Any, Callable, Generator, Optional, Sequence, Tuple, TypeVar
 from redis.exceptions import ResponseError
 
 from . import _protocol as p
-from .errors import LockLost, NotAcquired, Stale
+from .errors import LockLost, NotAcquired, Stale, Unavailable
 
 log = logging.getLogger("redislock")
 
@@ -102,13 +102,14 @@ class LockBase:
         on_lost: Optional[Callable[[str], Any]] = None,
         raise_on_lost: bool = True,
         on_event: Optional[EventHook] = None,
+        unavailable_after: float = p.UNAVAILABLE_AFTER,
         _mode: Optional[p.Mode] = None,
     ):
-        if ttl <= 0:
-            raise ValueError("ttl must be positive")
         self.client = client
         self.key = key
-        self.ttl = float(ttl)
+        self.ttl = p.check_ttl(ttl)
+        #: Rule 14: a call fails with ``Unavailable`` once the server has not answered this long.
+        self.unavailable_after = p.check_bound(unavailable_after)
         self.owner = owner or p.new_owner()
         self.mode = _mode or p.Mode(shared=shared)
         self.session = session
@@ -129,6 +130,7 @@ class LockBase:
         self._depth = 0
         self._session_conn: Any = None
         self._granted_at = 0.0
+        self._lease_from = 0.0  # when the lease of the hold began at the latest (rule 15)
         self._stop: Any = None
         self._watchdog: Any = None
 
@@ -142,24 +144,25 @@ class LockBase:
         """This object's own mutex, waiting as long as ``patience`` (``p.patience``) allows."""
         raise NotImplementedError
 
-    def _lend(self, pool: Any) -> Any:
-        """A connection lent by ``pool``."""
+    def _connect(self, conn: Any, timeout: float) -> None:
+        """Make ``conn`` (a connection of ``p.Spares``, or the watchdog's) ready for a command
+        within ``timeout`` seconds, each later reply too: connected (again, if it was closed
+        meanwhile), asking the Sentinels for the master if it is managed by them."""
         raise NotImplementedError
 
-    def _send(self, conn: Any, args: list, wait_forever: bool = False) -> Any:
-        """``args`` sent on ``conn`` and its reply (``wait_forever``: without a read timeout)."""
+    def _write(self, conn: Any, args: list) -> None:
         raise NotImplementedError
 
-    def _put_back(self, pool: Any, conn: Any, close: bool, to_pool: bool) -> None:
-        """Close ``conn`` if ``close``, then give it to ``pool`` if ``to_pool``, in that order
-        whatever happens (so not interrupted by a cancellation)."""
+    def _reply_within(self, conn: Any, seconds: float) -> bool:
+        """Whether the reply of a wait sent on ``conn`` comes within ``seconds`` (``_read``
+        takes it then); the wait itself has no read timeout (rule 2)."""
         raise NotImplementedError
 
-    def _disconnect(self, conn: Any) -> None:
+    def _read(self, conn: Any) -> Any:
         raise NotImplementedError
 
-    def _execute(self, args: list) -> Any:
-        """``args`` through the client (its pool, its retries)."""
+    def _close(self, conn: Any) -> None:
+        """Close ``conn`` whatever happens (so not interrupted by a cancellation)."""
         raise NotImplementedError
 
     def _pause(self, seconds: float) -> None:
@@ -212,69 +215,150 @@ class LockBase:
 
     def _ask_server(self, patience: Optional[float]) -> Steps[bool]:
         wait = p.server_wait(patience)
-        deadline = p.deadline_of(wait)
+        # A call that does not wait tries once: its deadline is now (rule 14: no retry).
+        deadline = p.deadline_of(wait) if wait is not None else time.monotonic()
         pool = p.pool_of(self.client, self.key)
+        sent = 0.0
+
+        def acquire_args() -> list:
+            # Each retry waits what is left: the same owner asks again, which the server treats
+            # as a safe retry (a grant whose reply never went out is revoked).
+            nonlocal sent
+            left = p.next_wait(deadline, wait) if wait else wait
+            sent = time.monotonic()
+            return p.acquire_args(self.key, self.owner, self.ttl, self.mode, self.session, left)
+
+        keep = self.session or bool(self.replicas)
+        reply, conn = yield from self._call(pool, acquire_args, wait=wait, deadline=deadline,
+                                            keep=keep)
+        token = p.token_of(reply)
+        if token is not None and self.replicas:
+            token = yield from self._durable(pool, conn, token)
+        if token is not None and self.session:
+            self._session_conn = conn  # kept open while the hold lives
+        elif keep:
+            yield from self._give_back(pool, conn)
+        if token is None:
+            return False
+        # The lease began when the server granted: at the send of a call that did not wait, at
+        # the reply of one that did (later than the server's by the reply's trip, at most).
+        granted = sent if wait is None else time.monotonic()
+        yield self._in_state, self._grant(token, granted)
+        return True
+
+    def _durable(self, pool: Any, conn: Any, token: int) -> Steps[Optional[int]]:
+        """A grant is durable once ``replicas`` have it (``WAIT``); else it is given back and
+        the acquire reports no grant."""
+        try:
+            yield self._connect, conn, self.unavailable_after + self.replicas_timeout
+            yield self._write, conn, p.wait_args(self.replicas, self.replicas_timeout)
+            if p.replicated((yield self._read, conn), self.replicas):
+                return token
+            yield self._write, conn, p.release_args(self.key, self.owner, token)
+            yield self._read, conn
+        except p.BROKEN_LINK + p.NOT_REDIS as err:  # the grant ends with its lease
+            yield self._close, conn
+            raise p.unavailable(pool, err) from err
+        except BaseException:
+            yield self._close, conn
+            raise
+        self._emit("not-durable", replicas=self.replicas)
+        return None
+
+    # -- calls: every command of a hold, with rule 14's bound -------------------------------
+
+    def _call(self, pool: Any, make_args: Callable[[], list], *, wait: Optional[Any] = None,
+              deadline: Optional[float] = None, resend: bool = True,
+              keep: bool = False) -> Steps[Tuple[Any, Any]]:
+        """``make_args()`` sent on a connection of ``pool``'s spares, and its reply (with the
+        connection, still lent, if ``keep``). A link that breaks (or a connection that cannot
+        be made) is retried, after the command was sent only if ``resend``, until ``deadline``
+        or ``unavailable_after`` since the first failure, whichever comes first: then the call
+        fails with ``Unavailable``, as at once when the service does not answer as Redis."""
+        outage = p.Outage(self.unavailable_after)
+        spares = p.spares_of(pool)
         while True:
-            # A session hold lives as long as its connection: one of its own, never the pool's.
+            conn = spares.take(pool, self.unavailable_after)
+            outage.attempt()
+            sent = False
             try:
-                conn = p.own_connection(pool, None) if self.session else (yield self._lend, pool)
-            except p.BROKEN_LINK:
-                # Nobody to ask yet (the server is down, or Sentinel names a master that is not
-                # up yet): a wait asks again until its deadline; a call that does not wait fails.
-                if wait is None or p.expired(deadline):
-                    raise
-                yield self._pause, p.RETRY_PAUSE
-                wait = p.next_wait(deadline, wait)
-                continue
-            try:
-                args = p.acquire_args(self.key, self.owner, self.ttl, self.mode, self.session, wait)
-                token = p.token_of((yield self._send, conn, args, wait is not None))
-                if token is not None and self.replicas and not (yield from self._durable(conn)):
-                    # Not durable: give it back and report no grant.
-                    yield self._send, conn, p.release_args(self.key, self.owner, token)
-                    self._emit("not-durable", replicas=self.replicas)
-                    token = None
+                yield self._connect, conn, outage.timeout()
+                outage.answered()  # connected: an outage, if any, is over
+                sent = True
+                yield self._write, conn, make_args()
+                if wait is not None:
+                    yield from self._watch_wait(pool, conn, deadline, outage)
+                reply = yield self._read, conn
+            except Unavailable:
+                yield self._close, conn
+                raise
             except ResponseError as err:
-                yield from self._done_with(pool, conn)
-                raise p.translate(err) from err
-            except p.BROKEN_LINK:
-                # The connection broke while waiting: the same owner asks again, which the
-                # server treats as a safe retry (a grant whose reply never went out is revoked).
-                yield from self._done_with(pool, conn, broken=True)
-                if p.expired(deadline):
-                    raise
+                yield from self._give_back(pool, conn)
+                raise p.translate(err, pool) from err
+            except p.NOT_REDIS as err:
+                yield self._close, conn
+                raise p.unavailable(pool, err) from err
+            except p.BROKEN_LINK as err:
+                yield self._close, conn
+                if (sent and not resend) or outage.failed() or p.expired(deadline):
+                    raise p.unavailable(pool, err) from err
                 yield self._pause, p.RETRY_PAUSE
-                wait = p.next_wait(deadline, wait)
                 continue
             except BaseException:
                 # Interrupted mid-call (cancelled, KeyboardInterrupt, a signal handler's
                 # exception): the reply may still come, so the connection is closed, which takes
-                # the waiter out of the server's queue, before the pool has it back.
-                yield from self._done_with(pool, conn, broken=True)
+                # a waiter out of the server's queue.
+                yield self._close, conn
                 raise
-            if token is None:
-                yield from self._done_with(pool, conn)
-                return False
-            if self.session:
-                self._session_conn = conn  # kept open while the hold lives
-            else:
-                yield self._put_back, pool, conn, False, True
-            yield self._in_state, self._grant(token)
-            return True
+            if keep:
+                return reply, conn
+            yield from self._give_back(pool, conn)
+            return reply, None
 
-    def _durable(self, conn: Any) -> Steps[bool]:
-        acked = yield self._send, conn, p.wait_args(self.replicas, self.replicas_timeout)
-        return p.replicated(acked, self.replicas)
+    def _watch_wait(self, pool: Any, conn: Any, deadline: Optional[float],
+                    outage: p.Outage) -> Steps[None]:
+        """Wait for the reply of a wait sent on ``conn``; while none comes, PING the server on
+        another connection at least every half bound (rule 14): ``Unavailable`` (and ``conn``
+        closed by the caller) when the PING gets no answer, so a frozen server never leaves
+        a waiter hanging. A link that breaks meanwhile starts the outage then (the server was
+        there until it broke)."""
+        half = self.unavailable_after / 2
+        while True:
+            try:
+                if (yield self._reply_within, conn, p.watch_slice(half, deadline)):
+                    return
+            except p.BROKEN_LINK:
+                outage.attempt()
+                raise
+            probe = p.spares_of(pool).take(pool, half)
+            try:
+                yield self._connect, probe, p.ping_timeout(half, deadline)
+                yield self._write, probe, ["PING"]
+                yield self._read, probe
+            except p.BROKEN_LINK + p.NOT_REDIS as err:
+                yield self._close, probe
+                raise p.unavailable(pool, err, "a PING while waiting: ") from err
+            except BaseException:
+                yield self._close, probe
+                raise
+            yield from self._give_back(pool, probe)
 
-    def _done_with(self, pool: Any, conn: Any, broken: bool = False) -> Steps[None]:
-        """Give a lent connection back (closed first if ``broken``: a reply may still be on its
-        way; the pool reconnects it), or close a session's own."""
-        yield self._put_back, pool, conn, broken or self.session, not self.session
+    def _give_back(self, pool: Any, conn: Any) -> Steps[None]:
+        if not p.spares_of(pool).give(conn):
+            yield self._close, conn
 
-    def _grant(self, token: int) -> Steps[None]:
+    def _command(self, args: list) -> Steps[Any]:
+        """``args`` of this hold (a release, a guarded write): not sent again once sent, since
+        it may have been carried out (``Unavailable`` instead)."""
+        reply, _ = yield from self._call(p.pool_of(self.client, self.key), lambda: args,
+                                         resend=False)
+        return reply
+
+    def _grant(self, token: int, granted: float) -> Steps[None]:
         """Hold ``token`` from now (with the state lock held), renewed by a new watchdog."""
         self.token, self.lost = token, None
         self._granted_at = time.monotonic()
+        self._lease_from = granted
         self._stop = self._Event()
         if self.watchdog:
             yield self._start_watchdog, token, self._stop
@@ -286,19 +370,20 @@ class LockBase:
         its own, outside the pool (see ``p.own_connection``), closed when the watchdog ends,
         until ``stop`` is set (by release, in one step with the renewals). Whatever fails, the
         hold is marked lost and announced: renewals never end silently."""
-        renewals = p.Renewals(self.ttl)
+        renewals = p.Renewals(self.ttl, self._lease_from)
         conn = None
         lost: Optional[str] = None
         try:
-            conn = p.own_connection(p.pool_of(self.client, self.key), renewals.timeout)
-            while lost is None and not (yield self._stopped, stop, renewals.interval):
+            conn = p.own_connection(p.pool_of(self.client, self.key), renewals.timeout())
+            # Woken at each renewal, and at the lease deadline: lost then, not a renewal later.
+            while lost is None and not (yield self._stopped, stop, renewals.pause()):
                 lost = yield self._in_state, self._renewal(conn, token, renewals)
         except self._WATCHDOG_FAILURES as err:  # nobody would hear of it: say it, once
             log.error("redislock: the watchdog of %s failed", self.key, exc_info=err)
             lost = yield self._in_state, _now(self._lose, token, p.watchdog_failed(err))
         finally:
             if conn is not None:
-                yield self._disconnect, conn
+                yield self._close, conn
         if lost is not None:
             yield from self._announce_lost(lost)
 
@@ -306,14 +391,17 @@ class LockBase:
         """One renewal (with the state lock held); the reason to announce if it lost the hold."""
         if self.token != token:
             return None  # released in the same step: never renew a released hold
-        reason = None
+        reason = renewals.ended()
+        if reason is not None:
+            return self._lose(token, reason)
         try:
             sent = time.monotonic()
-            args = p.extend_args(self.key, self.owner, self.ttl, token)
-            reason = renewals.answered(sent, (yield self._send, conn, args))
-        except p.BROKEN_LINK:
-            yield self._disconnect, conn
-            reason = renewals.broken()
+            yield self._connect, conn, renewals.timeout()
+            yield self._write, conn, p.extend_args(self.key, self.owner, self.ttl, token)
+            reason = renewals.answered(sent, (yield self._read, conn))
+        except p.BROKEN_LINK + p.NOT_REDIS as err:
+            yield self._close, conn
+            reason = renewals.broken(err)
         except ResponseError as err:
             reason = p.refused(err)
         return self._lose(token, reason)
@@ -351,7 +439,7 @@ class LockBase:
             self._depth -= 1
             return True
         if self._depth == 0:
-            raise RuntimeError(f"release of an unheld {self._NAME}")
+            return False  # released already (or never held): nothing to send (rule 16)
         try:
             try:
                 released, newly_lost, held = yield self._in_state, self._end()
@@ -362,7 +450,7 @@ class LockBase:
                 yield from self._announce_lost(self.lost or "")
             if self._session_conn is not None:
                 conn, self._session_conn = self._session_conn, None
-                yield self._disconnect, conn  # closing it ends the session hold in any case
+                yield self._close, conn  # closing it ends the session hold in any case
             self._emit("released", held_s=held, released=released)
             return self.lost is None
         finally:
@@ -384,12 +472,11 @@ class LockBase:
             self._stop.set()
         token, self.token = self.token, None
         released = False
-        if token is not None:
-            try:
-                args = p.release_args(self.key, self.owner, token)
-                released = p.released((yield self._execute, args))
-            except p.BROKEN_LINK:
-                released = False
+        # A hold known lost answers without the server (rule 16); a release that finds it gone
+        # marks it lost. A server that cannot be reached raises ``Unavailable`` (rule 14).
+        if token is not None and self.lost is None:
+            args = p.release_args(self.key, self.owner, token)
+            released = p.released((yield from self._command(args)))
         newly_lost = not released and self._mark_lost(p.GONE_AT_RELEASE)
         return released, newly_lost, time.monotonic() - self._granted_at
 
@@ -398,11 +485,7 @@ class LockBase:
     def _guarded(self, command: Sequence[Any]) -> Steps[Any]:
         """Run ``command`` through ``LOCK.GUARD`` with this hold's token: it runs only while the
         hold is the live exclusive one, else ``redislock.Stale``."""
-        args = self._guard_args(command)
-        try:
-            return (yield self._execute, args)
-        except ResponseError as err:
-            raise p.translate(err) from err
+        return (yield from self._command(self._guard_args(command)))
 
     def _guard_args(self, command: Sequence[Any]) -> list:
         """``LOCK.GUARD`` of this hold; ``Stale`` for a semaphore, when not held, or once it was
@@ -427,8 +510,11 @@ class LockBase:
         return self
 
     def _exit(self, exc_type: Any) -> Steps[None]:
-        """Leaving it: release; ``LockLost`` if the hold was lost, unless the block raised."""
+        """Leaving it: release; ``LockLost`` if the hold was lost, unless the block raised (or
+        it was released in the block already)."""
         depth = self._depth
+        if depth == 0:
+            return
         released = yield from self._release()
         if depth <= 1 and not released and self.raise_on_lost and exc_type is None:
             raise LockLost(self.lost or "the hold was gone when released")

@@ -5,14 +5,17 @@ module's protocol the same way (what a lock object does with them is ``redislock
 from __future__ import annotations
 
 import asyncio
+import math
+import os
 import time
 import uuid
+import weakref
 from dataclasses import dataclass
 from typing import Any, List, Optional, Sequence, Union
 
-from redis.exceptions import ConnectionError, ResponseError, TimeoutError
+from redis.exceptions import ConnectionError, InvalidResponse, ResponseError, TimeoutError
 
-from .errors import Deadlock, LockError, Stale
+from .errors import Deadlock, Stale, Unavailable
 
 Number = Union[int, float]
 
@@ -20,10 +23,18 @@ Number = Union[int, float]
 #: call may be retried, by the same owner.
 BROKEN_LINK = (ConnectionError, TimeoutError, asyncio.TimeoutError)
 
+#: The service answered, but not as Redis does (an HTTP server, say): unavailable at once.
+NOT_REDIS = (InvalidResponse,)
+
 #: Why a hold was lost, in the words of both clients.
 LEASE_RAN_OUT = "the lease ran out before it was renewed"
 UNREACHABLE = "the server could not be reached before the lease ended"
 GONE_AT_RELEASE = "the hold was gone when released (its lease ran out)"
+
+#: The default of ``unavailable_after`` (rule 14), in seconds.
+UNAVAILABLE_AFTER = 10.0
+#: How long the reply of a wait is awaited past its deadline before a PING must answer.
+GRACE = 0.5
 
 
 #: How long a wait pauses before it asks again after a broken link.
@@ -32,13 +43,30 @@ RETRY_PAUSE = 0.05
 
 def patience(blocking: bool, timeout: Optional[Number]) -> Optional[float]:
     """How long ``acquire(blocking, timeout)`` may wait, read as ``threading.Lock.acquire`` reads
-    its arguments: 0 (not blocking, or a timeout of 0) is one try, None (no timeout, or a
-    negative one) is without limit, else seconds."""
+    its arguments: 0 (not blocking, or a timeout of 0) is one try, None (no timeout, or -1) is
+    without limit, else seconds; any other negative timeout is a ``ValueError``."""
+    if timeout is not None and timeout != -1 and not timeout >= 0:  # NaN included
+        raise ValueError(f"timeout must be at least 0, or -1 or None (without limit): {timeout!r}")
     if not blocking:
         return 0.0
-    if timeout is None or timeout < 0:
+    if timeout is None or timeout == -1:
         return None
     return float(timeout)
+
+
+def check_ttl(ttl: Number) -> float:
+    """A lease of at least 1 ms (sent rounded up to whole milliseconds), else ``ValueError``."""
+    if not (0.001 <= ttl < math.inf):
+        raise ValueError(f"ttl must be at least 0.001 s (1 ms): {ttl!r}")
+    return float(ttl)
+
+
+def check_bound(unavailable_after: Number) -> float:
+    """A positive ``unavailable_after``, else ``ValueError``."""
+    if not (0 < unavailable_after < math.inf):
+        raise ValueError(
+            f"unavailable_after must be a positive number of seconds: {unavailable_after!r}")
+    return float(unavailable_after)
 
 
 def left(patience: Optional[float], started: float) -> Optional[float]:
@@ -101,8 +129,9 @@ def new_owner() -> str:
 
 
 def millis(seconds: Number) -> int:
-    """Seconds as the module's milliseconds (at least 1)."""
-    return max(1, int(round(float(seconds) * 1000)))
+    """Seconds as the module's whole milliseconds, rounded up (at least 1): a lease is never
+    shorter than asked. (Rounded to the nanosecond first, so 0.003 s is 3 ms, not 4.)"""
+    return max(1, math.ceil(round(float(seconds) * 1000, 6)))
 
 
 @dataclass(frozen=True)
@@ -179,7 +208,7 @@ def token_of(reply: Any) -> Optional[int]:
     return int(reply)
 
 
-def translate(err: ResponseError) -> Exception:
+def translate(err: ResponseError, pool: Any) -> Exception:
     """The module's error replies as redislock errors (others stay as they are)."""
     text = str(err)
     if text.startswith("STALE"):
@@ -187,8 +216,123 @@ def translate(err: ResponseError) -> Exception:
     if text.startswith("DEADLOCK"):
         return Deadlock(text)
     if "unknown command" in text.lower() and "lock." in text.lower():
-        return LockError("the redis-lock module is not loaded on this server: " + text)
+        return Unavailable(address_of(pool), "the redis-lock module is not loaded: " + text)
     return err
+
+
+def address_of(pool: Any) -> str:
+    """Where ``pool`` connects: host:port, a Unix socket's path, or a Sentinel service."""
+    if getattr(pool, "service_name", None):
+        return f"the master of {pool.service_name!r} (Sentinel)"
+    kwargs = getattr(pool, "connection_kwargs", {})
+    if "path" in kwargs:
+        return str(kwargs["path"])
+    return f"{kwargs.get('host', 'localhost')}:{kwargs.get('port', 6379)}"
+
+
+def unavailable(pool: Any, err: BaseException, doing: str = "") -> Unavailable:
+    """``err`` (a broken link, or an answer that is not Redis's) as rule 14's error; ``doing``
+    says what got no answer, if not the command itself."""
+    return Unavailable(address_of(pool), doing + _cause_of(err))
+
+
+def _cause_of(err: BaseException) -> str:
+    for cause in (err, err.__cause__, err.__context__):
+        if isinstance(cause, OSError) and (cause.errno or cause.strerror):  # refused, reset...
+            text = os.strerror(cause.errno) if cause.errno else cause.strerror
+            return text[:1].lower() + text[1:]
+    if isinstance(err, NOT_REDIS):
+        return f"it does not answer as Redis ({err})"
+    if isinstance(err, (TimeoutError, asyncio.TimeoutError)):
+        return f"no answer in time ({err or 'timed out'})"
+    return str(err) or type(err).__name__
+
+
+class Outage:
+    """Rule 14's clock for one call: an outage counts from the start of the first attempt that
+    failed since the server last answered, and the call fails as unavailable once it has
+    lasted ``bound`` seconds, or would before another attempt had ``shortest`` seconds (an
+    attempt cut shorter would fail for want of time, not say why the server does not answer:
+    a refused connection would read as a timeout)."""
+
+    def __init__(self, bound: float):
+        self.bound = bound
+        self.shortest = min(0.1, bound / 10)
+        self.since: Optional[float] = None
+        self.tried = time.monotonic()
+
+    def attempt(self) -> None:
+        """An attempt starts now (a first failure counts from here)."""
+        self.tried = time.monotonic()
+
+    def answered(self) -> None:
+        self.since = None
+
+    def failed(self) -> bool:
+        """The attempt failed: whether the outage has lasted the bound."""
+        if self.since is None:
+            self.since = self.tried
+        return time.monotonic() + self.shortest >= self.since + self.bound
+
+    def timeout(self) -> float:
+        """How long the next attempt may take: what is left of the bound."""
+        if self.since is None:
+            return self.bound
+        return max(self.shortest, self.since + self.bound - time.monotonic())
+
+
+def watch_slice(half_bound: float, deadline: Optional[float]) -> float:
+    """How long a wait's reply is awaited before a PING asks whether the server still answers:
+    half the bound, or until ``GRACE`` past the caller's deadline if that comes first."""
+    if deadline is None:
+        return half_bound
+    return max(0.001, min(half_bound, deadline + GRACE - time.monotonic()))
+
+
+def ping_timeout(half_bound: float, deadline: Optional[float]) -> float:
+    """How long that PING may take: half the bound, or ``GRACE`` once the deadline is near."""
+    if deadline is None:
+        return half_bound
+    return max(min(GRACE, half_bound), min(half_bound, deadline + GRACE - time.monotonic()))
+
+
+class Spares:
+    """The idle connections of the locks on one pool of the application's: made like the pool's
+    (``own_connection``) but outside it, with rule 14's timeouts, so that no call of a lock
+    hangs on the pool's own settings (no timeout by default) and the application's use of the
+    pool never starves a lock. At most ``KEPT`` idle ones are kept; a fork starts afresh."""
+
+    KEPT = 16
+
+    def __init__(self) -> None:
+        self.idle: List[Any] = []
+        self.pid = os.getpid()
+
+    def take(self, pool: Any, timeout: float) -> Any:
+        if self.pid != os.getpid():
+            self.idle, self.pid = [], os.getpid()  # the parent's sockets are the parent's
+        try:
+            return self.idle.pop()
+        except IndexError:
+            return own_connection(pool, timeout)
+
+    def give(self, conn: Any) -> bool:
+        """Keep ``conn`` for the next call (False: too many kept, the caller closes it)."""
+        if len(self.idle) >= self.KEPT or self.pid != os.getpid():
+            return False
+        self.idle.append(conn)
+        return True
+
+
+_SPARES: "weakref.WeakKeyDictionary[Any, Spares]" = weakref.WeakKeyDictionary()
+
+
+def spares_of(pool: Any) -> Spares:
+    """The ``Spares`` of ``pool`` (they go when the pool goes)."""
+    spares = _SPARES.get(pool)
+    if spares is None:
+        spares = _SPARES.setdefault(pool, Spares())
+    return spares
 
 
 def refused(err: ResponseError) -> str:
@@ -201,23 +345,39 @@ def watchdog_failed(err: BaseException) -> str:
 
 class Renewals:
     """The watchdog's rule, the same in both clients: renew every ``ttl / 3``; the hold is lost
-    when a renewal answers 0 or is refused, or when the link stays broken until the lease would
-    have ended (a broken link before that is retried); any other failure loses it at once."""
+    when a renewal answers 0 or is refused, or at its lease deadline (rule 15: when the acquire
+    or the last renewal that succeeded was sent, plus the ttl, so never after the server's)
+    when no renewal succeeded in time (a broken link before that is retried; a renewal's reply
+    is awaited no longer than the time left); any other failure loses it at once."""
 
-    def __init__(self, ttl: float):
+    def __init__(self, ttl: float, granted: float):
         self.ttl = ttl
         self.interval = ttl / 3
-        #: For connecting and for each reply: a renewal never waits past the next one.
-        self.timeout = max(0.05, self.interval)
-        self.lease_end = time.monotonic() + ttl
+        self.deadline = granted + ttl
+        self.cause = ""
+
+    def pause(self) -> float:
+        """Until the next renewal, or the deadline if that comes first."""
+        return max(0.0, min(self.interval, self.deadline - time.monotonic()))
+
+    def timeout(self) -> float:
+        """For connecting and for the reply: never past the next renewal, nor the deadline."""
+        return max(0.001, min(self.interval, self.deadline - time.monotonic()))
 
     def answered(self, sent: float, renewed: Any) -> Optional[str]:
         """A renewal sent at ``sent`` answered ``renewed``: None while the hold lives."""
         if int(renewed) != 1:
             return LEASE_RAN_OUT
-        self.lease_end = sent + self.ttl
+        self.deadline = sent + self.ttl
         return None
 
-    def broken(self) -> Optional[str]:
-        """The link broke: retried (None) until the lease would have ended."""
-        return UNREACHABLE if time.monotonic() >= self.lease_end else None
+    def broken(self, err: BaseException) -> Optional[str]:
+        """The link broke: retried (None) until the deadline."""
+        self.cause = f"{type(err).__name__}: {err}"
+        return self.ended()
+
+    def ended(self) -> Optional[str]:
+        """The reason of the loss once the deadline has passed (the last failure's cause in it)."""
+        if time.monotonic() < self.deadline:
+            return None
+        return f"{UNREACHABLE} ({self.cause})" if self.cause else UNREACHABLE

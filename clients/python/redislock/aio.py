@@ -11,6 +11,7 @@ import asyncio
 from typing import Any, Callable, Optional
 
 from . import _core
+from . import _protocol as p
 from ._core import arun, log  # noqa: F401  (log: this module's name too)
 
 __all__ = ["Lock", "Semaphore"]
@@ -75,44 +76,42 @@ class Lock(_AsyncWith, _core.LockBase):
             return False
         return True
 
-    async def _lend(self, pool: Any) -> Any:
-        """A connection lent by the pool (redis-py 5.3+ takes no arguments, earlier ones a name)."""
-        try:
-            return await pool.get_connection()
-        except TypeError:
-            return await pool.get_connection("LOCK.ACQUIRE")
-
-    async def _send(self, conn: Any, args: list, wait_forever: bool = False) -> Any:
-        # Through ``connect()``, which a Sentinel-managed connection overrides to ask the
-        # Sentinels for the master (see ``redislock.Lock._send``).
-        await conn.connect()
-        await conn.send_command(*args)
-        if not wait_forever:
-            return await conn.read_response()
-        previous = conn.socket_timeout
-        conn.socket_timeout = None
-        try:
-            return await conn.read_response()
-        finally:
-            conn.socket_timeout = previous
-
-    async def _put_back(self, pool: Any, conn: Any, close: bool, to_pool: bool) -> None:
-        async def put_back() -> None:
+    async def _connect(self, conn: Any, timeout: float) -> None:
+        conn.socket_timeout = conn.socket_connect_timeout = timeout
+        if conn.is_connected:
             try:
-                if close:
-                    await conn.disconnect()
-            finally:
-                if to_pool:
-                    await pool.release(conn)
+                # Idle: nothing to read, unless closed (``can_read`` since redis-py 8).
+                stale = await getattr(conn, "can_read", conn.can_read_destructive)()
+            except p.BROKEN_LINK:
+                stale = True
+            if not stale:
+                return
+            await conn.disconnect()
+        # Through ``connect()``, which a Sentinel-managed connection overrides to ask the
+        # Sentinels for the master (see ``redislock.Lock._connect``).
+        await conn.connect()
 
-        # Shielded: a second cancellation cannot skip it, nor hand the pool an open link.
-        await asyncio.shield(put_back())
+    async def _write(self, conn: Any, args: list) -> None:
+        await conn.send_command(*args)
 
-    async def _disconnect(self, conn: Any) -> None:
-        await conn.disconnect()
+    async def _reply_within(self, conn: Any, seconds: float) -> bool:
+        # One read for the whole wait, awaited a slice at a time (never cancelled by a slice).
+        reading = conn.__dict__.get("_redislock_reply")
+        if reading is None:
+            reading = conn._redislock_reply = asyncio.ensure_future(_read_without_timeout(conn))
+        done, _ = await asyncio.wait({reading}, timeout=seconds)
+        return bool(done)
 
-    async def _execute(self, args: list) -> Any:
-        return await self.client.execute_command(*args)
+    async def _read(self, conn: Any) -> Any:
+        reading = conn.__dict__.pop("_redislock_reply", None)
+        return await (reading if reading is not None else conn.read_response())
+
+    async def _close(self, conn: Any) -> None:
+        reading = conn.__dict__.pop("_redislock_reply", None)
+        if reading is not None:
+            reading.cancel()
+        # Shielded: a second cancellation cannot leave the connection open.
+        await asyncio.shield(conn.disconnect())
 
     async def _pause(self, seconds: float) -> None:
         await asyncio.sleep(seconds)
@@ -137,6 +136,15 @@ class Lock(_AsyncWith, _core.LockBase):
         result = fn(*args)
         if asyncio.iscoroutine(result):
             await result
+
+
+async def _read_without_timeout(conn: Any) -> Any:
+    """The reply of a wait: no read timeout cuts it short (rule 2)."""
+    previous, conn.socket_timeout = conn.socket_timeout, None
+    try:
+        return await conn.read_response()
+    finally:
+        conn.socket_timeout = previous
 
 
 class Semaphore(_core.SemaphoreBase, Lock):

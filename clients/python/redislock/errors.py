@@ -1,9 +1,10 @@
 """The errors of redislock, one class per thing that can go wrong.
 
-Each is also a ``redis.exceptions.LockError`` (redis-py's lock error), and ``LockLost`` a
-``redis.exceptions.LockNotOwnedError``, so the ``except`` clauses of code written for
-redis-py's ``Lock`` catch them too."""
+Each is also a ``redis.exceptions.LockError`` (redis-py's lock error), ``LockLost`` a
+``redis.exceptions.LockNotOwnedError`` and ``Unavailable`` a ``redis.exceptions.ConnectionError``,
+so the ``except`` clauses of code written for redis-py catch them too."""
 
+from redis.exceptions import ConnectionError as _RedisConnectionError
 from redis.exceptions import LockError as _RedisLockError
 from redis.exceptions import LockNotOwnedError as _RedisLockNotOwnedError
 
@@ -40,3 +41,19 @@ class Stale(LockError):
 
 class Deadlock(LockError):
     """An upgrade from shared to exclusive while other readers hold the lock."""
+
+
+class Unavailable(LockError, _RedisConnectionError):
+    """The lock service cannot be reached (refused, unresolvable, no answer in time) or does not
+    answer as Redis with the redis-lock module loaded: neither granted nor refused, the lock's
+    state is unknown. Raised within the lock's ``unavailable_after`` bound by acquire (whatever
+    its wait), release and guard. ``address`` is the server's, ``cause`` what went wrong.
+
+    Also a ``redis.exceptions.ConnectionError``: what redis-py raises, and applications already
+    catch, when Redis is down, so their fallback (refuse the request, or go on knowingly without
+    the lock) keeps working."""
+
+    def __init__(self, address: str, cause: str):
+        super().__init__(f"lock service unavailable at {address}: {cause}")
+        self.address = address
+        self.cause = cause

@@ -12,6 +12,7 @@ import time
 from typing import Any, Callable, Optional
 
 from . import _core
+from . import _protocol as p
 from ._core import EventHook, log, run  # noqa: F401  (EventHook, log: this module's names too)
 
 __all__ = ["Lock", "Semaphore", "EventHook"]
@@ -39,6 +40,8 @@ class Lock(_With, _core.LockBase):
     to a connection of its own, so it ends when this process dies; ``replicas=n`` grants only
     once ``n`` replicas have the grant (``WAIT``), or not at all; ``on_lost(reason)`` runs once
     if the hold is lost before it is released; ``reentrant=True`` lets the holding thread nest.
+    A server that cannot be reached, or does not answer as Redis with the module, is
+    ``redislock.Unavailable`` within ``unavailable_after`` seconds (10 by default).
     """
 
     _NAME = "redislock.Lock"
@@ -49,12 +52,15 @@ class Lock(_With, _core.LockBase):
 
     def acquire(self, blocking: bool = True, timeout: Optional[float] = None) -> bool:
         """Take the lock, waiting in the server's queue when ``blocking`` (up to ``timeout``
-        seconds; None: without limit). True if granted, as ``threading.Lock.acquire``."""
+        seconds; None or -1: without limit; another negative one: ``ValueError``). True if
+        granted, as ``threading.Lock.acquire``; ``redislock.Unavailable`` when the server does
+        not answer within ``unavailable_after``."""
         return run(self._acquire(blocking, timeout))
 
     def release(self) -> bool:
         """Release the hold. False if it was lost first (its lease ran out, or the watchdog
-        gave it up): the work done under it may have overlapped another holder's."""
+        gave it up): the work done under it may have overlapped another holder's; False too,
+        and nothing sent, when it was released already."""
         return run(self._release())
 
     def guard(self, *command: Any) -> Any:
@@ -72,43 +78,33 @@ class Lock(_With, _core.LockBase):
             return self._local.acquire(False)
         return self._local.acquire(True, -1 if patience is None else patience)
 
-    def _lend(self, pool: Any) -> Any:
-        """A connection lent by the pool (redis-py 5.3+ takes no arguments, earlier ones a name)."""
-        try:
-            return pool.get_connection()
-        except TypeError:
-            return pool.get_connection("LOCK.ACQUIRE")
-
-    def _send(self, conn: Any, args: list, wait_forever: bool = False) -> Any:
-        # Connected through ``connect()``, which a Sentinel-managed connection overrides to ask
-        # the Sentinels for the master (``send_command`` alone would connect to the connection's
-        # default host): so a connection of our own follows a failover when it reconnects.
-        conn.connect()
-        conn.send_command(*args)
+    def _connect(self, conn: Any, timeout: float) -> None:
+        conn.socket_timeout = conn.socket_connect_timeout = timeout
         sock = getattr(conn, "_sock", None)
-        if not wait_forever or sock is None:
-            return conn.read_response()
-        previous = sock.gettimeout()
-        sock.settimeout(None)
-        try:
-            return conn.read_response()
-        finally:
-            if getattr(conn, "_sock", None) is sock:
-                sock.settimeout(previous)
+        if sock is not None:
+            try:
+                stale = conn.can_read()  # an idle connection has nothing to read, unless closed
+            except p.BROKEN_LINK:
+                stale = True
+            if not stale:
+                sock.settimeout(timeout)
+                return
+            conn.disconnect()
+        # Through ``connect()``, which a Sentinel-managed connection overrides to ask the
+        # Sentinels for the master: so a connection of our own follows a failover.
+        conn.connect()
 
-    def _put_back(self, pool: Any, conn: Any, close: bool, to_pool: bool) -> None:
-        try:
-            if close:
-                conn.disconnect()
-        finally:
-            if to_pool:
-                pool.release(conn)
+    def _write(self, conn: Any, args: list) -> None:
+        conn.send_command(*args)
 
-    def _disconnect(self, conn: Any) -> None:
+    def _reply_within(self, conn: Any, seconds: float) -> bool:
+        return conn.can_read(timeout=seconds)
+
+    def _read(self, conn: Any) -> Any:
+        return conn.read_response()
+
+    def _close(self, conn: Any) -> None:
         conn.disconnect()
-
-    def _execute(self, args: list) -> Any:
-        return self.client.execute_command(*args)
 
     def _pause(self, seconds: float) -> None:
         time.sleep(seconds)

@@ -77,6 +77,20 @@ def server():
     s.stop()
 
 
+@pytest.fixture
+def lone_server():
+    """A server of the test's own, to stop or freeze by its PID (``server`` stays up)."""
+    s = Server()
+    yield s
+    os.kill(s.proc.pid, signal.SIGCONT)  # if it was frozen
+    s.stop()
+
+
+def halt(server: Server, how: str) -> None:
+    """Stop ``server`` (SIGKILL) or freeze it (SIGSTOP; ``lone_server`` sends SIGCONT after)."""
+    os.kill(server.proc.pid, signal.SIGKILL if how == "stopped" else signal.SIGSTOP)
+
+
 @pytest.fixture(params=["sync", "async"])
 def flavour(request, server):
     """The client flavour a test body runs with (``flavours.Threads`` or ``flavours.Tasks``)."""

@@ -417,6 +417,24 @@ def test_a_cancelled_async_wait_leaves_the_queue(server, r):
     asyncio.run(main())
 
 
+def test_an_unreachable_server_is_redis_pys_connection_error(lock_class):
+    """As redis-py's Lock: a plain ``ConnectionError``, never a ``LockError`` (which code
+    written for redis-py catches as not acquired); the adapter's within its bound."""
+    from redis.backoff import NoBackoff
+    from redis.retry import Retry
+
+    from conftest import free_port
+
+    # Nothing listens there; redis-py's own retries (3, with back-off) left out, for time.
+    r = redis.Redis(port=free_port(), retry=Retry(NoBackoff(), 0))
+    for blocking in (True, False):
+        lock = r.lock("foo", timeout=10, blocking=blocking, blocking_timeout=0.5,
+                      lock_class=lock_class)
+        with pytest.raises(redis.ConnectionError) as excinfo:
+            lock.acquire()
+        assert not isinstance(excinfo.value, LockError), repr(excinfo.value)
+
+
 def test_native_errors_are_redis_py_lock_errors(r):
     assert issubclass(redislock.LockError, LockError)
     assert issubclass(redislock.NotAcquired, LockError)

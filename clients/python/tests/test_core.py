@@ -14,13 +14,22 @@ from redislock import _protocol as p
     (False, 5, 0.0, None),
     (True, 0, 0.0, None),  # a timeout of 0 is one try too, as threading.Lock's
     (True, None, None, 0),  # without limit: WAIT 0
-    (True, -1, None, 0),
+    (True, -1, None, 0),  # as threading.Lock: without limit
+    (True, -1.0, None, 0),
     (True, 2.5, 2.5, 2.5),
 ])
 def test_how_long_an_acquire_waits(blocking, timeout, patience, wait):
     assert p.patience(blocking, timeout) == patience
     assert p.server_wait(patience) == wait
     assert (p.deadline_of(wait) is None) == (not wait), "a wait without limit has no deadline"
+
+
+@pytest.mark.parametrize("seconds, ms", [
+    (0.0015, 2), (0.0025, 3), (0.001, 1), (0.003, 3), (1.0001, 1001), (30, 30000), (1e-7, 1),
+])
+def test_durations_are_sent_in_whole_milliseconds_rounded_up(seconds, ms):
+    assert p.millis(seconds) == ms
+    assert p.acquire_args("k", "o", seconds, p.Mode(), False, seconds)[3::2] == [ms, ms]
 
 
 def test_what_is_left_of_a_wait():

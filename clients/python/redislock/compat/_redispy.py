@@ -7,10 +7,13 @@ from __future__ import annotations
 
 import threading
 import uuid
+from contextlib import contextmanager
 from types import SimpleNamespace
-from typing import Any, Optional, Tuple, Type
+from typing import Any, Iterator, Optional, Tuple, Type
 
-from redis.exceptions import LockError, LockNotOwnedError
+from redis.exceptions import ConnectionError, LockError, LockNotOwnedError
+
+from ..errors import Unavailable
 
 #: ``extend(additional_time, replace_ttl)`` in one step on the server: the lease of the hold
 #: (owner ARGV[1], token ARGV[2]) becomes ARGV[3] ms, or (ARGV[4] "0") what is left of it plus
@@ -42,6 +45,17 @@ def lock_error(cls: Type[LockError], message: str, name: Any) -> LockError:
         return cls(message)
 
 
+@contextmanager
+def redis_py_errors() -> Iterator[None]:
+    """``redislock.Unavailable`` as redis-py reports a server it cannot reach: its plain
+    ``ConnectionError``, which the ``except LockError`` of code written for redis-py (not
+    acquired, not owned) does not catch. (The bound stays: nothing hangs.)"""
+    try:
+        yield
+    except Unavailable as err:
+        raise ConnectionError(str(err)) from err
+
+
 def millis(seconds: Any) -> int:
     """Seconds as the module's milliseconds, truncated as redis-py does (at least 1)."""
     return max(1, int(float(seconds) * 1000))
@@ -53,6 +67,9 @@ class RedisPyLockBase:
     #: The lease of a hold taken with ``timeout=None`` ("until released"): the watchdog renews
     #: it every third of this while the process lives, so a crashed holder frees it in time.
     watchdog_ttl = 30.0
+    #: Rule 14's bound (``redislock.Lock``'s ``unavailable_after``): a server that does not
+    #: answer this long is redis-py's ``ConnectionError`` (a subclass may change it).
+    unavailable_after = 10.0
 
     #: ``redislock.Lock`` or ``redislock.aio.Lock``: set by each twin.
     _native: Any = None
@@ -97,8 +114,9 @@ class RedisPyLockBase:
         owner = str(uuid.uuid4()).encode() if token is None else self._encoder().encode(token)
         if self.timeout:
             return self._native(self.redis, self.name, ttl=float(self.timeout), owner=owner,
-                                watchdog=False)
-        return self._native(self.redis, self.name, ttl=self.watchdog_ttl, owner=owner)
+                                watchdog=False, unavailable_after=self.unavailable_after)
+        return self._native(self.redis, self.name, ttl=self.watchdog_ttl, owner=owner,
+                            unavailable_after=self.unavailable_after)
 
     def _encoder(self) -> Any:
         try:

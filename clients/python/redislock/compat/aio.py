@@ -10,7 +10,7 @@ from typing import Any, Awaitable, Literal, Optional
 from redis.exceptions import LockError
 
 from .. import aio as _aio
-from ._redispy import RedisPyLockBase
+from ._redispy import RedisPyLockBase, redis_py_errors
 
 log = logging.getLogger("redislock.compat")
 
@@ -46,8 +46,9 @@ class RedisPyLock(RedisPyLockBase):
         leaves the server's queue."""
         blocking, timeout = self._wait(blocking, blocking_timeout)
         hold = self._new_hold(token)
-        if not await hold.acquire(blocking, timeout):
-            return False
+        with redis_py_errors():
+            if not await hold.acquire(blocking, timeout):
+                return False
         self._keep(hold)
         return True
 
@@ -73,7 +74,8 @@ class RedisPyLock(RedisPyLockBase):
                 "LOCK.RELEASE", self.name, hold.owner, "TOKEN", self.local.fencing)) == 1
         else:
             try:
-                released = await hold.release()
+                with redis_py_errors():
+                    released = await hold.release()
             except asyncio.CancelledError:
                 self.local.cancelled = True
                 raise

@@ -8,7 +8,7 @@ from typing import Any, Literal, Optional
 from redis.exceptions import LockError
 
 from .. import lock as _lock
-from ._redispy import RedisPyLockBase
+from ._redispy import RedisPyLockBase, redis_py_errors
 
 log = logging.getLogger("redislock.compat")
 
@@ -56,8 +56,9 @@ class RedisPyLock(RedisPyLockBase):
         owner string to hold it under (default: a fresh UUID); ``sleep`` is not used."""
         blocking, timeout = self._wait(blocking, blocking_timeout)
         hold = self._new_hold(token)
-        if not hold.acquire(blocking, timeout):
-            return False
+        with redis_py_errors():
+            if not hold.acquire(blocking, timeout):
+                return False
         self._keep(hold)
         return True
 
@@ -78,7 +79,9 @@ class RedisPyLock(RedisPyLockBase):
         if hold is None:
             raise self._not_held("release")
         self._forget()
-        if not hold.release():
+        with redis_py_errors():
+            released = hold.release()
+        if not released:
             raise self._not_owned("release")
 
     def extend(self, additional_time: float, replace_ttl: bool = False) -> Literal[True]:

@@ -1,0 +1,188 @@
+"""The rows of "Same case, same answer" (docs/clients.md, rules 16 and 17), one test each, and
+rule 18 (quiet shutdown), in both flavours (flavours.py). "Nothing sent" is read from the server's own counts
+(``INFO commandstats``), or from ``MONITOR``."""
+
+import asyncio
+import logging
+import math
+import threading
+
+import pytest
+import redis
+
+import redislock
+from conftest import calls, halt, stat
+from flavours import after, result, soon
+
+
+def lose(r, lock) -> None:
+    """Take the hold away from ``lock`` on the server (its next renewal finds it gone)."""
+    r.execute_command("LOCK.FORCERELEASE", lock.key)
+
+
+class Monitor:
+    """The commands the server receives (``MONITOR``), read in a thread of their own."""
+
+    def __init__(self, r: redis.Redis):
+        self.seen: list = []
+        self._client = r  # its pool holds the monitor's connection
+        self._monitor = r.monitor()
+        self._monitor.__enter__()
+        self._thread = threading.Thread(target=self._read, daemon=True)
+        self._thread.start()
+
+    def _read(self) -> None:
+        try:
+            while True:
+                self.seen.append(self._monitor.next_command()["command"])
+        except Exception:  # closed at the end of the test
+            pass
+
+    def sent(self, prefix: str) -> list:
+        return [c for c in self.seen if c.upper().startswith(prefix)]
+
+    def close(self) -> None:
+        self._monitor.connection.disconnect()
+        self._thread.join(5)
+        self._client.close()
+
+
+@pytest.fixture
+def monitor(server):
+    m = Monitor(server.client())
+    yield m
+    m.close()
+
+
+async def test_release_of_a_hold_known_lost_answers_false_and_sends_nothing(flavour, r):
+    lock = flavour.Lock(flavour.client(), "k", ttl=1.5, raise_on_lost=False)  # renewed every 0.5 s
+    assert await lock.acquire()
+    lose(r, lock)
+    assert await soon(lambda: lock.lost, 5), "the next renewal finds it gone"
+    released = calls(r, "lock.release")
+    assert await lock.release() is False
+    assert calls(r, "lock.release") == released, "nothing sent"
+
+
+async def test_guard_of_a_hold_known_lost_is_stale_and_sends_nothing(flavour, r):
+    lock = flavour.Lock(flavour.client(), "k", ttl=1.5, raise_on_lost=False)
+    assert await lock.acquire()
+    lose(r, lock)
+    assert await soon(lambda: lock.lost, 5)
+    guarded = calls(r, "lock.guard")
+    with pytest.raises(redislock.Stale, match="lost"):
+        await lock.guard("SET", "x", 1)
+    assert calls(r, "lock.guard") == guarded, "nothing sent"
+    await lock.release()
+
+
+async def test_a_hold_lost_while_the_server_is_down_answers_without_it(flavour, lone_server):
+    """Known lost (its lease ended while the server was stopped): release and guard answer at
+    once (a call to the server would fail as unavailable, after the bound)."""
+    lock = flavour.Lock(flavour.client(lone_server), "k", ttl=0.6, raise_on_lost=False,
+                        unavailable_after=30.0)
+    assert await lock.acquire()
+    halt(lone_server, "stopped")
+    assert await soon(lambda: lock.lost, 5)
+    with pytest.raises(redislock.Stale):
+        await asyncio.wait_for(lock.guard("SET", "x", 1), 2)  # 2 s: far less than the bound
+    assert await asyncio.wait_for(lock.release(), 2) is False
+
+
+async def test_a_release_that_finds_the_lease_gone_answers_false_and_marks_it_lost(flavour, r):
+    lost = []
+    lock = flavour.Lock(flavour.client(), "k", ttl=5, watchdog=False, on_lost=lost.append)
+    assert await lock.acquire()
+    lose(r, lock)  # the lease ended before the release (as if this process had been paused)
+    assert lock.lost is None, "nothing tells it before the release"
+    assert await lock.release() is False
+    assert lock.lost and "gone when released" in lock.lost
+    assert await soon(lambda: lost, 5) and len(lost) == 1, "the lost signal fired once"
+
+
+async def test_release_twice_answers_true_then_false_and_sends_nothing(flavour, r):
+    lock = flavour.Lock(flavour.client(), "k", ttl=5)
+    assert await lock.acquire()
+    assert await lock.release() is True
+    released = calls(r, "lock.release")
+    assert await lock.release() is False
+    assert calls(r, "lock.release") == released, "nothing sent"
+    assert lock.lost is None, "a second release is not a loss"
+    never = flavour.Lock(flavour.client(), "other", ttl=5)
+    assert await never.release() is False, "nor is a release of a hold never taken"
+    async with lock:
+        assert await lock.release() is True  # released in the block: leaving it is quiet
+    assert calls(r, "lock.release") == released + 1
+
+
+async def test_a_ttl_under_1_ms_is_a_value_error(flavour, r):
+    before = calls(r, "lock.acquire")
+    for ttl in (0, 0.0009, -1, math.nan, math.inf):
+        with pytest.raises(ValueError, match="ttl"):
+            flavour.Lock(flavour.client(), "k", ttl=ttl)
+    with pytest.raises(ValueError, match="ttl"):
+        flavour.Semaphore(flavour.client(), "s", limit=2, ttl=0)
+    assert calls(r, "lock.acquire") == before, "nothing sent"
+
+
+async def test_a_ttl_of_1_5_ms_is_a_2_ms_lease(flavour, monitor):
+    lock = flavour.Lock(flavour.client(), "k", ttl=0.0015, watchdog=False, raise_on_lost=False)
+    assert await lock.acquire(timeout=0.0015)
+    assert await soon(lambda: monitor.sent("LOCK.ACQUIRE"), 5)
+    # The key, the owner, the ttl in whole ms, rounded up (test_core: the wait's too).
+    words = monitor.sent("LOCK.ACQUIRE")[0].split()
+    assert words[3] == "2", words
+    await lock.release()
+
+
+async def test_the_blocking_acquire_waits_without_limit_by_default(flavour, r, monitor):
+    holder = flavour.Lock(flavour.client(), "k", ttl=5)
+    assert await holder.acquire()
+    waiter = flavour.Lock(flavour.client(), "k", ttl=5)
+    releasing = flavour.spawn(after(1.0, holder.release))
+    assert await waiter.acquire() is True, "granted once released, after 1 s"
+    assert await flavour.join(releasing, 5) is True
+    waits = [c.split()[4:] for c in monitor.sent("LOCK.ACQUIRE")]
+    assert ["WAIT", "0"] in waits, f"a wait without limit (WAIT 0): {waits}"
+    await waiter.release()
+
+
+async def test_acquire_blocking_false_tries_once(flavour, r):
+    holder = flavour.Lock(flavour.client(), "k", ttl=5)
+    assert await holder.acquire(blocking=False) is True
+    other = flavour.Lock(flavour.client(), "k", ttl=5)
+    asked, queued = calls(r, "lock.acquire"), stat(r, "exclusive_waits")
+    assert await other.acquire(blocking=False) is False
+    assert calls(r, "lock.acquire") == asked + 1 and stat(r, "exclusive_waits") == queued, \
+        "one try, never in the queue"
+    await holder.release()
+
+
+async def test_timeout_minus_1_waits_without_limit_other_negatives_are_value_errors(flavour, r):
+    holder = flavour.Lock(flavour.client(), "k", ttl=5)
+    assert await holder.acquire()
+    waiter = flavour.Lock(flavour.client(), "k", ttl=5)
+    asked = calls(r, "lock.acquire")
+    for timeout in (-0.5, -2, math.nan):
+        with pytest.raises(ValueError, match="timeout"):
+            await waiter.acquire(timeout=timeout)
+        with pytest.raises(ValueError, match="timeout"):
+            await waiter.acquire(blocking=False, timeout=timeout)
+    assert calls(r, "lock.acquire") == asked, "nothing sent"
+    releasing = flavour.spawn(after(1.0, holder.release))
+    assert await waiter.acquire(timeout=-1) is True, "as threading.Lock: without limit"
+    assert await flavour.join(releasing, 5) is True
+    await waiter.release()
+
+
+async def test_closing_the_locks_and_then_the_client_logs_nothing(flavour, caplog):
+    """Rule 18: a hold with its watchdog, released, then the client closed: not a line."""
+    caplog.set_level(logging.DEBUG, logger="redislock")
+    client = flavour.client()
+    # Renewed every 0.5 s: a renewal may come ~1 s late before the lease ends.
+    async with flavour.Lock(client, "k", ttl=1.5) as lock:
+        await asyncio.sleep(0.7)  # a renewal
+        assert lock.locked()
+    await result(flavour._close(client))
+    await asyncio.sleep(0.3)  # the watchdog's end
+    assert [r.getMessage() for r in caplog.records if r.name.startswith("redislock")] == []

@@ -1,0 +1,204 @@
+"""Rule 14 (docs/clients.md): a lock service that cannot be reached, or does not answer as Redis,
+is ``redislock.Unavailable`` (neither not-granted, stale nor lost) within the lock's
+``unavailable_after`` bound, whatever the wait (without limit included): a closed port, a
+service that answers HTTP, one that accepts and never answers, a server stopped (SIGKILL by
+PID) and one frozen (SIGSTOP by PID, SIGCONT after), with a live hold and with a waiter.
+
+Each body runs in both flavours (flavours.py). Every call is made through ``flavour.join`` with
+a limit, so a hang fails the test instead of stopping the suite."""
+
+import os
+import socket
+import threading
+import time
+
+import pytest
+import redis
+
+import redislock
+from conftest import free_port, halt
+from flavours import soon
+
+#: The bound the tests configure: short, so that they stay short.
+BOUND = 1.5
+#: What a loaded 2-core machine may add to a bound (thread and task wake-ups, reconnects).
+MARGIN = 1.5
+
+
+class Port:
+    """A port with ``.port``, for ``flavour.client(server=...)``."""
+
+    def __init__(self, port: int):
+        self.port = port
+
+
+class FakeService:
+    """A TCP service on loopback that is not Redis: ``http`` answers every connection with an
+    HTTP error, ``silent`` accepts and never answers. Stopped by ``stop()``."""
+
+    def __init__(self, mode: str):
+        self.mode = mode
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.listener.settimeout(0.1)
+        self.port = self.listener.getsockname()[1]
+        self.accepted: list = []
+        self.stopped = threading.Event()
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    def _serve(self) -> None:
+        while not self.stopped.is_set():
+            try:
+                conn, _ = self.listener.accept()
+            except OSError:
+                continue
+            self.accepted.append(conn)
+            if self.mode == "http":
+                conn.sendall(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n")
+
+    def stop(self) -> None:
+        self.stopped.set()
+        self.thread.join(5)
+        for conn in self.accepted + [self.listener]:
+            conn.close()
+
+
+@pytest.fixture
+def service(request):
+    made = FakeService(request.param)
+    yield made
+    made.stop()
+
+
+async def unavailable_within(flavour, call, limit: float) -> redislock.Unavailable:
+    """``call`` (a coroutine) fails with ``Unavailable`` within ``limit`` seconds."""
+    started = time.monotonic()
+    with pytest.raises(redislock.Unavailable) as raised:
+        await flavour.join(flavour.spawn(call), limit + 5)  # + 5: a hang fails, not stops
+    took = time.monotonic() - started
+    assert took < limit, f"after {took:.2f} s: {raised.value}"
+    return raised.value
+
+
+# -- nothing there, or not Redis --------------------------------------------------------------
+
+
+async def test_wrong_address_is_unavailable_within_the_bound(flavour):
+    port = free_port()  # nothing listens there
+    lock = flavour.Lock(flavour.client(Port(port)), "k", ttl=5, unavailable_after=BOUND)
+    # The default wait (without limit): retried until the bound, then unavailable.
+    err = await unavailable_within(flavour, lock.acquire(), BOUND + MARGIN)
+    assert str(err) == f"lock service unavailable at localhost:{port}: connection refused"
+    assert (err.address, err.cause) == (f"localhost:{port}", "connection refused")
+    assert isinstance(err, redislock.LockError) and isinstance(err, redis.ConnectionError)
+    # One try, and a wait shorter than the bound: unavailable at once, and by the deadline.
+    await unavailable_within(flavour, lock.acquire(blocking=False), MARGIN)
+    await unavailable_within(flavour, lock.acquire(timeout=0.3), 0.3 + MARGIN)
+    assert not lock.locked()
+
+
+@pytest.mark.parametrize("service", ["http"], indirect=True)
+async def test_a_service_that_answers_http_is_unavailable(flavour, service):
+    lock = flavour.Lock(flavour.client(service), "k", ttl=5, unavailable_after=BOUND)
+    err = await unavailable_within(flavour, lock.acquire(), BOUND + MARGIN)
+    assert err.address == f"localhost:{service.port}"
+    assert "does not answer as Redis" in err.cause, err.cause
+
+
+@pytest.mark.parametrize("service", ["silent"], indirect=True)
+async def test_a_service_that_never_answers_is_unavailable(flavour, service):
+    lock = flavour.Lock(flavour.client(service), "k", ttl=5, unavailable_after=BOUND)
+    err = await unavailable_within(flavour, lock.acquire(), BOUND + MARGIN)
+    assert err.address == f"localhost:{service.port}"
+    await unavailable_within(flavour, lock.acquire(blocking=False), BOUND + MARGIN)
+
+
+async def test_a_server_without_the_module_is_unavailable(flavour):
+    with PlainServer() as plain:
+        lock = flavour.Lock(flavour.client(plain), "k", ttl=5, unavailable_after=BOUND)
+        err = await unavailable_within(flavour, lock.acquire(), MARGIN)
+        assert "module is not loaded" in err.cause
+
+
+class PlainServer:
+    """A redis-server without the module, stopped by PID."""
+
+    def __enter__(self) -> "PlainServer":
+        import subprocess
+        import tempfile
+
+        self.port = free_port()
+        self.dir = tempfile.mkdtemp(prefix="redislock-py-plain-")
+        binary = os.environ.get("LOCK_TEST_SERVER", "redis-server")
+        self.proc = subprocess.Popen([binary, "--port", str(self.port), "--bind", "127.0.0.1",
+                                      "--dir", self.dir, "--save", "", "--appendonly", "no"],
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                redis.Redis(port=self.port).ping()
+                return self
+            except redis.ConnectionError:
+                assert time.monotonic() < deadline and self.proc.poll() is None
+                time.sleep(0.02)
+
+    def __exit__(self, *exc: object) -> None:
+        import shutil
+
+        self.proc.kill()
+        self.proc.wait()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+# -- a server stopped or frozen, with a live hold and with a waiter -------------------------
+
+
+@pytest.mark.parametrize("how", ["stopped", "frozen"])
+async def test_a_live_hold_of_a_server_gone_is_unavailable(flavour, lone_server, how):
+    # ttl 30: the watchdog's first renewal (10 s) comes after the test.
+    lock = flavour.Lock(flavour.client(lone_server), "k", ttl=30, unavailable_after=BOUND)
+    assert await lock.acquire()
+    halt(lone_server, how)
+    with pytest.raises(redislock.Unavailable):
+        await flavour.join(flavour.spawn(lock.guard("SET", "x", 1)), BOUND + MARGIN)
+    await unavailable_within(flavour, lock.release(), BOUND + MARGIN)
+    assert lock.lost is None, "unavailable is not lost: the lease runs out on the server"
+    assert not lock.locked() and await lock.release() is False
+
+
+@pytest.mark.parametrize("how", ["stopped", "frozen"])
+async def test_a_waiter_of_a_server_gone_is_unavailable(flavour, lone_server, how):
+    holder = redislock.Lock(lone_server.client(), "k", ttl=30, watchdog=False)
+    assert holder.acquire()
+    waiter = flavour.Lock(flavour.client(lone_server), "k", ttl=5, unavailable_after=BOUND)
+    waiting = flavour.spawn(waiter.acquire())  # without limit
+    r = lone_server.client()
+    assert await soon(lambda: r.info("clients")["blocked_clients"] == 1)
+    r.close()
+    await_halt = time.monotonic()
+    halt(lone_server, how)
+    # Stopped: its link breaks, reconnecting is refused until the bound. Frozen: the PING every
+    # half bound gets no answer within half a bound.
+    with pytest.raises(redislock.Unavailable):
+        await flavour.join(waiting, BOUND + MARGIN + 5)
+    assert time.monotonic() - await_halt < BOUND + MARGIN
+    assert not waiter.locked()
+
+
+async def test_a_wait_whose_deadline_ends_while_the_server_is_frozen_is_unavailable(
+        flavour, lone_server):
+    """The caller's deadline ending while the server does not answer is unavailable, not
+    not-granted (the server's answer of not-granted never came)."""
+    holder = redislock.Lock(lone_server.client(), "k", ttl=30, watchdog=False)
+    assert holder.acquire()
+    waiter = flavour.Lock(flavour.client(lone_server), "k", ttl=5, unavailable_after=10.0)
+    assert await waiter.acquire(timeout=0.2) is False, "the server answers: not granted"
+    halt(lone_server, "frozen")
+    # The wait's deadline (0.5 s), then 0.5 s more for the reply, then a PING: 0.5 s.
+    await unavailable_within(flavour, waiter.acquire(timeout=0.5), 1.5 + MARGIN)
+
+
+async def test_unavailable_after_is_checked(flavour):
+    for bad in (0, -1, float("nan")):
+        with pytest.raises(ValueError):
+            flavour.Lock(flavour.client(), "k", ttl=5, unavailable_after=bad)
