@@ -56,7 +56,8 @@ valkey:
 SUITES ?= unit test-rust-redis test-rust-valkey test-rust-client-redis test-rust-client-valkey \
 	test-python-redis test-python-valkey node-check test-node-redis test-node-valkey \
 	go-check test-go-redis test-go-valkey test-java-redis test-java-valkey \
-	test-spring6-redis test-spring6-valkey
+	test-spring6-redis test-spring6-valkey \
+	test-install-python test-install-rust test-install-node test-install-go test-install-java
 ## SUITES_EXTRA=... adds suites after them (.ci/run: the fault, matrix, upgrade and artifact ones).
 test: deps build valkey pyvenv
 	@scripts/suites.py $(SUITES) $(SUITES_EXTRA)
