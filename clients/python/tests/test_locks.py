@@ -254,7 +254,10 @@ async def test_durable_grants_need_their_replicas(flavour, r):
     try:
         rc = replica.client()
         assert await soon(lambda: rc.info("replication")["master_link_status"] == "up", 20)
-        async with flavour.Lock(flavour.client(master), "d", ttl=5, replicas=1) as durable:
+        # A loopback replica acks in milliseconds; 5 s (not the default 1 s) is the margin
+        # for a loaded machine, where one run of 1 s ran out.
+        durable = flavour.Lock(flavour.client(master), "d", ttl=5, replicas=1, replicas_timeout=5)
+        async with durable:
             assert replica.client().execute_command("LOCK.FENCE", "d") == durable.token
     finally:
         replica.stop()
