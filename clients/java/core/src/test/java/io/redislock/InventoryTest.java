@@ -17,9 +17,12 @@ class InventoryTest {
             String javaBin = ProcessHandle.current().info().command().orElse("java");
             String cp = System.getProperty("java.class.path");
             List<Process> jvms = new ArrayList<>();
+            // The workers' stderr (Lettuce's logging, an exception that ended a seller) goes to a
+            // file, shown when the count is wrong.
+            java.nio.file.Path errors = java.nio.file.Files.createTempFile("inventory-workers", ".err");
             for (int i = 0; i < 4; i++) {
                 jvms.add(new ProcessBuilder(javaBin, "-cp", cp, "io.redislock.InventoryWorker", String.valueOf(server.port))
-                        .redirectError(ProcessBuilder.Redirect.DISCARD).start());
+                        .redirectError(ProcessBuilder.Redirect.appendTo(errors.toFile())).start());
             }
             List<String> lines = new java.util.concurrent.CopyOnWriteArrayList<>();
             List<Thread> readers = new ArrayList<>();
@@ -57,7 +60,11 @@ class InventoryTest {
             System.err.println("inventory: paused " + paused + " JVMs, " + lines.stream().filter("STALE"::equals).count()
                     + " writes refused as STALE");
             assertTrue(paused >= 1, "at least one JVM was paused");
-            assertEquals(100, lines.stream().filter("SOLD"::equals).count(), "exactly the stock was sold");
+            String stderr = java.nio.file.Files.readString(errors);
+            java.nio.file.Files.delete(errors);
+            assertEquals(100, lines.stream().filter("SOLD"::equals).count(),
+                    () -> "exactly the stock was sold; the workers' stderr:\n" + stderr.lines()
+                            .filter(l -> !l.startsWith("SLF4J")).limit(60).collect(java.util.stream.Collectors.joining("\n")));
             assertEquals("0", server.cmd("GET", "{sku:9}:stock"), "never below zero");
         }
     }
