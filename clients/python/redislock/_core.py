@@ -377,7 +377,7 @@ class LockBase:
             conn = p.own_connection(p.pool_of(self.client, self.key), renewals.timeout())
             # Woken at each renewal, and at the lease deadline: lost then, not a renewal later.
             while lost is None and not (yield self._stopped, stop, renewals.pause()):
-                lost = yield self._in_state, self._renewal(conn, token, renewals)
+                lost = yield from self._renewal(conn, token, renewals)
         except self._WATCHDOG_FAILURES as err:  # nobody would hear of it: say it, once
             log.error("redislock: the watchdog of %s failed", self.key, exc_info=err)
             lost = yield self._in_state, _now(self._lose, token, p.watchdog_failed(err))
@@ -388,23 +388,33 @@ class LockBase:
             yield from self._announce_lost(lost)
 
     def _renewal(self, conn: Any, token: int, renewals: p.Renewals) -> Steps[Optional[str]]:
-        """One renewal (with the state lock held); the reason to announce if it lost the hold."""
-        if self.token != token:
-            return None  # released in the same step: never renew a released hold
+        """One renewal; the reason to announce if it lost the hold. Only its send holds the
+        state lock (so none is sent after a release); its reply is awaited without it, so a
+        release never waits behind a renewal in flight: it abandons it (the reply, when it
+        comes, is for a hold that is no longer this object's, and ignored)."""
         reason = renewals.ended()
-        if reason is not None:
-            return self._lose(token, reason)
-        try:
-            sent = time.monotonic()
-            yield self._connect, conn, renewals.timeout()
-            yield self._write, conn, p.extend_args(self.key, self.owner, self.ttl, token)
-            reason = renewals.answered(sent, (yield self._read, conn))
-        except p.BROKEN_LINK + p.NOT_REDIS as err:
-            yield self._close, conn
-            reason = renewals.broken(err)
-        except ResponseError as err:
-            reason = p.refused(err)
-        return self._lose(token, reason)
+        if reason is None:
+            try:
+                sent = time.monotonic()
+                yield self._connect, conn, renewals.timeout()
+                if not (yield self._in_state, self._send_renewal(conn, token)):
+                    return None  # released first: never renew a released hold
+                reason = renewals.answered(sent, (yield self._read, conn))
+            except p.BROKEN_LINK + p.NOT_REDIS as err:
+                yield self._close, conn
+                reason = renewals.broken(err)
+            except ResponseError as err:
+                reason = p.refused(err)
+        if reason is None:
+            return None
+        return (yield self._in_state, _now(self._lose, token, reason))
+
+    def _send_renewal(self, conn: Any, token: int) -> Steps[bool]:
+        """Send the renewal of hold ``token`` (with the state lock held), unless it was released."""
+        if self.token != token:
+            return False
+        yield self._write, conn, p.extend_args(self.key, self.owner, self.ttl, token)
+        return True
 
     def _mark_lost(self, reason: str) -> bool:
         """Record the loss (with the state lock held); True the first time, when the caller

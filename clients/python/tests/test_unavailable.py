@@ -7,6 +7,7 @@ PID) and one frozen (SIGSTOP by PID, SIGCONT after), with a live hold and with a
 Each body runs in both flavours (flavours.py). Every call is made through ``flavour.join`` with
 a limit, so a hang fails the test instead of stopping the suite."""
 
+import asyncio
 import os
 import socket
 import threading
@@ -16,7 +17,7 @@ import pytest
 import redis
 
 import redislock
-from conftest import free_port, halt
+from conftest import calls, free_port, halt
 from flavours import soon
 
 #: The bound the tests configure: short, so that they stay short.
@@ -163,6 +164,25 @@ async def test_a_live_hold_of_a_server_gone_is_unavailable(flavour, lone_server,
         await flavour.join(flavour.spawn(lock.guard("SET", "x", 1)), BOUND + MARGIN)
     await unavailable_within(flavour, lock.release(), BOUND + MARGIN)
     assert lock.lost is None, "unavailable is not lost: the lease runs out on the server"
+    assert not lock.locked() and await lock.release() is False
+
+
+async def test_a_release_abandons_a_renewal_in_flight(flavour, lone_server):
+    """A release while a renewal is in flight, the server frozen: the renewal is abandoned, and
+    the release is unavailable within the bound (it used to wait for the renewal's reply first:
+    up to a third of the ttl more)."""
+    r = lone_server.client()
+    # ttl 9: renewed every 3 s; a renewal's reply is awaited up to 3 s.
+    lock = flavour.Lock(flavour.client(lone_server), "k", ttl=9, unavailable_after=1.0)
+    assert await lock.acquire()
+    granted = time.monotonic()
+    assert await soon(lambda: calls(r, "lock.extend") >= 1, 6), "the first renewal, at 3 s"
+    r.close()
+    halt(lone_server, "frozen")  # the second renewal, at 6 s, gets no reply until 9 s
+    await asyncio.sleep(max(0.0, granted + 6.7 - time.monotonic()))
+    # Waiting for that reply (2.3 s), then the bound (1 s): 3.3 s, past 1 s + MARGIN.
+    await unavailable_within(flavour, lock.release(), 1.0 + MARGIN)
+    assert lock.lost is None, "an abandoned renewal is not a loss"
     assert not lock.locked() and await lock.release() is False
 
 
