@@ -104,6 +104,7 @@ class LockBase:
         on_event: Optional[EventHook] = None,
         unavailable_after: float = p.UNAVAILABLE_AFTER,
         _mode: Optional[p.Mode] = None,
+        _lease_timer: bool = True,
     ):
         self.client = client
         self.key = key
@@ -114,8 +115,11 @@ class LockBase:
         self.mode = _mode or p.Mode(shared=shared)
         self.session = session
         self.replicas = replicas
-        self.replicas_timeout = replicas_timeout
+        self.replicas_timeout = p.check_replicas_timeout(replicas_timeout)
         self.watchdog = watchdog
+        # A fixed lease is lost at its end by a timer (rule 15); ``redislock.compat`` turns it
+        # off, since its ``extend`` moves the lease on the server behind this object's back.
+        self._lease_timer = watchdog or _lease_timer
         self.reentrant = reentrant
         self.on_lost = on_lost
         self.raise_on_lost = raise_on_lost
@@ -231,6 +235,10 @@ class LockBase:
         keep = self.session or bool(self.replicas)
         reply, conn = yield from self._call(pool, acquire_args, wait=wait, deadline=deadline,
                                             keep=keep)
+        # The lease began when the server granted: at the send of a call that did not wait, at
+        # the reply of one that did (later than the server's by the reply's trip, at most);
+        # never after a durable grant's WAIT, which takes from the lease.
+        granted = sent if wait is None else time.monotonic()
         token = p.token_of(reply)
         if token is not None and self.replicas:
             token = yield from self._durable(pool, conn, token)
@@ -240,9 +248,6 @@ class LockBase:
             yield from self._give_back(pool, conn)
         if token is None:
             return False
-        # The lease began when the server granted: at the send of a call that did not wait, at
-        # the reply of one that did (later than the server's by the reply's trip, at most).
-        granted = sent if wait is None else time.monotonic()
         yield self._in_state, self._grant(token, granted)
         return True
 
@@ -360,7 +365,7 @@ class LockBase:
         self._granted_at = time.monotonic()
         self._lease_from = granted
         self._stop = self._Event()
-        if self.watchdog:
+        if self._lease_timer:
             yield self._start_watchdog, token, self._stop
 
     # -- the watchdog ------------------------------------------------------------------------
@@ -369,7 +374,10 @@ class LockBase:
         """Renew the lease of hold ``token`` by the rules of ``p.Renewals`` on a connection of
         its own, outside the pool (see ``p.own_connection``), closed when the watchdog ends,
         until ``stop`` is set (by release, in one step with the renewals). Whatever fails, the
-        hold is marked lost and announced: renewals never end silently."""
+        hold is marked lost and announced: renewals never end silently. A fixed lease
+        (``watchdog=False``) is only timed: lost at its end."""
+        if not self.watchdog:
+            return (yield from self._time_fixed_lease(token, stop))
         renewals = p.Renewals(self.ttl, self._lease_from)
         conn = None
         lost: Optional[str] = None
@@ -384,6 +392,16 @@ class LockBase:
         finally:
             if conn is not None:
                 yield self._close, conn
+        if lost is not None:
+            yield from self._announce_lost(lost)
+
+    def _time_fixed_lease(self, token: int, stop: Any) -> Steps[None]:
+        """Lose the fixed lease of hold ``token`` at its end (rule 15), unless released first:
+        then release and guard answer without the server (rule 16)."""
+        end = self._lease_from + self.ttl
+        if (yield self._stopped, stop, max(0.0, end - time.monotonic())):
+            return
+        lost = yield self._in_state, _now(self._lose, token, p.FIXED_LEASE_ENDED)
         if lost is not None:
             yield from self._announce_lost(lost)
 

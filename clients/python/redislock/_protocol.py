@@ -30,6 +30,7 @@ NOT_REDIS = (InvalidResponse,)
 LEASE_RAN_OUT = "the lease ran out before it was renewed"
 UNREACHABLE = "the server could not be reached before the lease ended"
 GONE_AT_RELEASE = "the hold was gone when released (its lease ran out)"
+FIXED_LEASE_ENDED = "its fixed lease ended (watchdog=False)"
 
 #: The default of ``unavailable_after`` (rule 14), in seconds.
 UNAVAILABLE_AFTER = 10.0
@@ -67,6 +68,13 @@ def check_bound(unavailable_after: Number) -> float:
         raise ValueError(
             f"unavailable_after must be a positive number of seconds: {unavailable_after!r}")
     return float(unavailable_after)
+
+
+def check_replicas_timeout(timeout: Number) -> float:
+    """A durable grant's ``WAIT`` time: a finite number of seconds, 0 or more, else ``ValueError``."""
+    if not (0 <= timeout < math.inf):
+        raise ValueError(f"replicas_timeout must be a finite number of seconds: {timeout!r}")
+    return float(timeout)
 
 
 def left(patience: Optional[float], started: float) -> Optional[float]:

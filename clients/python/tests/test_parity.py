@@ -6,6 +6,7 @@ import asyncio
 import logging
 import math
 import threading
+import time
 
 import pytest
 import redis
@@ -98,6 +99,28 @@ async def test_a_release_that_finds_the_lease_gone_answers_false_and_marks_it_lo
     assert await lock.release() is False
     assert lock.lost and "gone when released" in lock.lost
     assert await soon(lambda: lost, 5) and len(lost) == 1, "the lost signal fired once"
+
+
+async def test_a_fixed_lease_is_lost_at_its_end_by_the_timer(flavour, r):
+    """Rule 15 for a fixed lease (``watchdog=False``): lost at its end by a timer, not at the
+    release; then release and guard answer without the server (rule 16)."""
+    lost = []
+    lock = flavour.Lock(flavour.client(), "k", ttl=1.0, watchdog=False, raise_on_lost=False,
+                        on_lost=lambda reason: lost.append((time.monotonic(), reason)))
+    before = time.monotonic()
+    assert await lock.acquire(blocking=False)
+    after = time.monotonic()
+    assert await soon(lambda: lost, 5)
+    seen, reason = lost[0]
+    # Never before the lease's end, and within 10% of it + 100 ms after it (rule 15).
+    assert before + 1.0 <= seen <= after + 1.0 + 0.2, f"lost {seen - after:.3f} s after the grant"
+    assert "fixed lease ended" in reason and not lock.locked()
+    released, guarded = calls(r, "lock.release"), calls(r, "lock.guard")
+    with pytest.raises(redislock.Stale, match="lost"):
+        await lock.guard("SET", "x", 1)
+    assert await lock.release() is False
+    assert (calls(r, "lock.release"), calls(r, "lock.guard")) == (released, guarded), \
+        "nothing sent"
 
 
 async def test_release_twice_answers_true_then_false_and_sends_nothing(flavour, r):
