@@ -287,8 +287,8 @@ class LockBase:
             outage.attempt()
             sent = False
             try:
+                # (Connected is not answered: a service may take connections and drop commands.)
                 yield self._connect, conn, outage.timeout()
-                outage.answered()  # connected: an outage, if any, is over
                 sent = True
                 yield self._write, conn, make_args()
                 if wait is not None:
@@ -325,8 +325,8 @@ class LockBase:
         """Wait for the reply of a wait sent on ``conn``; while none comes, PING the server on
         another connection at least every half bound (rule 14): ``Unavailable`` (and ``conn``
         closed by the caller) when the PING gets no answer, so a frozen server never leaves
-        a waiter hanging. A link that breaks meanwhile starts the outage then (the server was
-        there until it broke)."""
+        a waiter hanging. A link that breaks meanwhile starts the outage then, unless one
+        started before the last PING's answer."""
         half = self.unavailable_after / 2
         while True:
             try:
@@ -340,6 +340,7 @@ class LockBase:
                 yield self._connect, probe, p.ping_timeout(half, deadline)
                 yield self._write, probe, ["PING"]
                 yield self._read, probe
+                outage.answered()  # the server answers: an outage, if any, is over
             except p.BROKEN_LINK + p.NOT_REDIS as err:
                 yield self._close, probe
                 raise p.unavailable(pool, err, "a PING while waiting: ") from err

@@ -44,13 +44,14 @@ RETRY_PAUSE = 0.05
 
 def patience(blocking: bool, timeout: Optional[Number]) -> Optional[float]:
     """How long ``acquire(blocking, timeout)`` may wait, read as ``threading.Lock.acquire`` reads
-    its arguments: 0 (not blocking, or a timeout of 0) is one try, None (no timeout, or -1) is
-    without limit, else seconds; any other negative timeout is a ``ValueError``."""
+    its arguments: 0 (not blocking, or a timeout of 0) is one try, None (no timeout, -1, or
+    infinite) is without limit, else seconds; any other negative timeout (or NaN) is a
+    ``ValueError``."""
     if timeout is not None and timeout != -1 and not timeout >= 0:  # NaN included
         raise ValueError(f"timeout must be at least 0, or -1 or None (without limit): {timeout!r}")
     if not blocking:
         return 0.0
-    if timeout is None or timeout == -1:
+    if timeout is None or timeout == -1 or timeout == math.inf:
         return None
     return float(timeout)
 

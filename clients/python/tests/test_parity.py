@@ -198,6 +198,60 @@ async def test_timeout_minus_1_waits_without_limit_other_negatives_are_value_err
     await waiter.release()
 
 
+async def test_nan_is_a_value_error_an_infinite_wait_is_without_limit(flavour, r, monitor):
+    before = calls(r, "lock.acquire")
+    for bad in (dict(ttl=math.nan), dict(replicas_timeout=math.nan),
+                dict(unavailable_after=math.nan), dict(unavailable_after=math.inf)):
+        with pytest.raises(ValueError):
+            flavour.Lock(flavour.client(), "k", **{"ttl": 5, **bad})
+    waiter = flavour.Lock(flavour.client(), "k", ttl=5)
+    with pytest.raises(ValueError, match="timeout"):
+        await waiter.acquire(timeout=math.nan)
+    assert calls(r, "lock.acquire") == before, "nothing sent"
+    holder = flavour.Lock(flavour.client(), "k", ttl=5)
+    assert await holder.acquire()
+    releasing = flavour.spawn(after(1.0, holder.release))
+    assert await waiter.acquire(timeout=math.inf) is True, "granted once released, after 1 s"
+    assert await flavour.join(releasing, 5) is True
+    waits = [c.split()[4:] for c in monitor.sent("LOCK.ACQUIRE")]
+    assert ["WAIT", "0"] in waits, f"a wait without limit (WAIT 0): {waits}"
+    await waiter.release()
+
+
+async def test_a_wait_of_1_ms_or_less_on_a_free_lock_is_granted(flavour, r):
+    """One try is always sent, however little of the wait is left when it goes."""
+    for timeout in (0.001, 0.0005, 1e-9):
+        lock = flavour.Lock(flavour.client(), "k", ttl=5)
+        asked = calls(r, "lock.acquire")
+        assert await lock.acquire(timeout=timeout) is True, timeout
+        assert calls(r, "lock.acquire") == asked + 1
+        assert await lock.release() is True
+
+
+async def test_a_release_whose_reply_is_lost_is_unavailable_and_never_sent_again(flavour, r):
+    """The release reaches the server, which holds it (``CLIENT PAUSE WRITE``); its link is
+    killed before the reply: unavailable at once, and not sent again, which would release
+    the hold once the pause ends (and could answer a false loss)."""
+    lock = flavour.Lock(flavour.client(), "k", ttl=30, unavailable_after=10.0)
+    assert await lock.acquire()
+    token = lock.token
+    r.execute_command("CLIENT", "PAUSE", 3000, "WRITE")
+    try:
+        releasing = flavour.spawn(lock.release())
+        assert await soon(lambda: "cmd=lock.release" in r.execute_command("CLIENT", "LIST")
+                          .decode(), 2.5), "the release reached the server"
+        r.execute_command("CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes")
+        with pytest.raises(redislock.Unavailable):
+            await flavour.join(releasing, 2)  # well before the pause ends (3 s)
+    finally:
+        r.execute_command("CLIENT", "UNPAUSE")
+    await asyncio.sleep(0.3)  # what a second release would have needed after the pause
+    assert calls(r, "lock.release") == 0, "never sent again"
+    assert r.execute_command("LOCK.FENCE", "k") == token and r.exists("k") == 1, \
+        "the hold is left to its lease"
+    assert lock.lost is None and await lock.release() is False
+
+
 async def test_closing_the_locks_and_then_the_client_logs_nothing(flavour, caplog):
     """Rule 18: a hold with its watchdog, released, then the client closed: not a line."""
     caplog.set_level(logging.DEBUG, logger="redislock")

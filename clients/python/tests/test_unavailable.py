@@ -35,7 +35,9 @@ class Port:
 
 class FakeService:
     """A TCP service on loopback that is not Redis: ``http`` answers every connection with an
-    HTTP error, ``silent`` accepts and never answers. Stopped by ``stop()``."""
+    HTTP error, ``silent`` accepts and never answers, ``drop`` answers ``+OK`` to every command
+    (the client's handshake included) but closes the connection on ``LOCK.ACQUIRE`` (counted
+    in ``acquires``). Stopped by ``stop()``."""
 
     def __init__(self, mode: str):
         self.mode = mode
@@ -43,6 +45,7 @@ class FakeService:
         self.listener.settimeout(0.1)
         self.port = self.listener.getsockname()[1]
         self.accepted: list = []
+        self.acquires = 0
         self.stopped = threading.Event()
         self.thread = threading.Thread(target=self._serve, daemon=True)
         self.thread.start()
@@ -56,12 +59,39 @@ class FakeService:
             self.accepted.append(conn)
             if self.mode == "http":
                 conn.sendall(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n")
+            elif self.mode == "drop":
+                threading.Thread(target=self._drop, args=(conn,), daemon=True).start()
+
+    def _drop(self, conn: socket.socket) -> None:
+        try:
+            while True:
+                data = conn.recv(65536)
+                if not data or b"LOCK.ACQUIRE" in data.upper():
+                    self.acquires += bool(data)
+                    break
+                conn.sendall(b"".join(map(_fake_reply, _command_names(data))))
+        except OSError:
+            pass
+        finally:
+            conn.close()
 
     def stop(self) -> None:
         self.stopped.set()
         self.thread.join(5)
         for conn in self.accepted + [self.listener]:
             conn.close()
+
+
+def _command_names(data: bytes) -> list:
+    """The names of the commands in ``data`` (each an array whose first bulk string is its
+    name; none of the client's arguments here starts a line with ``*``)."""
+    lines = data.split(b"\r\n")
+    return [lines[i + 2].upper() for i, line in enumerate(lines[:-2]) if line.startswith(b"*")]
+
+
+def _fake_reply(name: bytes) -> bytes:
+    """What the ``drop`` service answers: HELLO a RESP3 map of the protocol, the rest ``+OK``."""
+    return b"%1\r\n$5\r\nproto\r\n:3\r\n" if name == b"HELLO" else b"+OK\r\n"
 
 
 @pytest.fixture
@@ -112,6 +142,26 @@ async def test_a_service_that_never_answers_is_unavailable(flavour, service):
     err = await unavailable_within(flavour, lock.acquire(), BOUND + MARGIN)
     assert err.address == f"localhost:{service.port}"
     await unavailable_within(flavour, lock.acquire(blocking=False), BOUND + MARGIN)
+
+
+@pytest.mark.parametrize("service", ["drop"], indirect=True)
+async def test_a_service_that_takes_connections_but_drops_commands_is_unavailable(flavour,
+                                                                                  service):
+    """Connecting is not an answer: the outage runs from the first failure until a reply (it
+    used to restart at each connection, so a wait without limit retried for ever)."""
+    lock = flavour.Lock(flavour.client(service), "k", ttl=5, unavailable_after=BOUND)
+    err = await unavailable_within(flavour, lock.acquire(), BOUND + MARGIN)
+    assert err.address == f"localhost:{service.port}"
+
+
+@pytest.mark.parametrize("service", ["drop"], indirect=True)
+async def test_the_try_once_form_is_unavailable_at_its_first_failure(flavour, service):
+    """The try-once form, server unreachable: unavailable at its first failure, one attempt."""
+    lock = flavour.Lock(flavour.client(service), "k", ttl=5, unavailable_after=10.0)
+    await unavailable_within(flavour, lock.acquire(blocking=False), MARGIN)  # not the bound
+    assert service.acquires == 1, "one attempt"
+    closed = flavour.Lock(flavour.client(Port(free_port())), "k", ttl=5, unavailable_after=10.0)
+    await unavailable_within(flavour, closed.acquire(blocking=False), MARGIN)
 
 
 async def test_a_server_without_the_module_is_unavailable(flavour):
@@ -214,8 +264,9 @@ async def test_a_wait_whose_deadline_ends_while_the_server_is_frozen_is_unavaila
     waiter = flavour.Lock(flavour.client(lone_server), "k", ttl=5, unavailable_after=10.0)
     assert await waiter.acquire(timeout=0.2) is False, "the server answers: not granted"
     halt(lone_server, "frozen")
-    # The wait's deadline (0.5 s), then 0.5 s more for the reply, then a PING: 0.5 s.
-    await unavailable_within(flavour, waiter.acquire(timeout=0.5), 1.5 + MARGIN)
+    # The table's row: at most min(1 s, bound) after the deadline. The wait's deadline (0.5 s),
+    # then 0.5 s more for the reply, then a PING: 0.5 s.
+    await unavailable_within(flavour, waiter.acquire(timeout=0.5), 0.5 + 1.0 + MARGIN)
 
 
 async def test_unavailable_after_is_checked(flavour):
