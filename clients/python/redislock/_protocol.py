@@ -5,6 +5,7 @@ module's protocol the same way (what a lock object does with them is ``redislock
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import math
 import os
 import time
@@ -309,7 +310,8 @@ class Spares:
     """The idle connections of the locks on one pool of the application's: made like the pool's
     (``own_connection``) but outside it, with rule 14's timeouts, so that no call of a lock
     hangs on the pool's own settings (no timeout by default) and the application's use of the
-    pool never starves a lock. At most ``KEPT`` idle ones are kept; a fork starts afresh."""
+    pool never starves a lock. At most ``KEPT`` idle ones are kept, closed with the pool
+    (``client.close()``, see ``spares_of``); a fork starts afresh."""
 
     KEPT = 16
 
@@ -332,16 +334,53 @@ class Spares:
         self.idle.append(conn)
         return True
 
+    def closed(self) -> List[Any]:
+        """The idle connections, forgotten: for the caller to close (the pool is closing)."""
+        idle, self.idle = self.idle, []
+        return idle if self.pid == os.getpid() else []
+
 
 _SPARES: "weakref.WeakKeyDictionary[Any, Spares]" = weakref.WeakKeyDictionary()
 
 
 def spares_of(pool: Any) -> Spares:
-    """The ``Spares`` of ``pool`` (they go when the pool goes)."""
+    """The ``Spares`` of ``pool``: closed when the pool disconnects (``client.close()``), and
+    gone when the pool goes."""
     spares = _SPARES.get(pool)
     if spares is None:
         spares = _SPARES.setdefault(pool, Spares())
+        _close_with(pool, spares)
     return spares
+
+
+def _close_with(pool: Any, spares: Spares) -> None:
+    """Make ``pool.disconnect()`` (what closing the application's client calls, in both
+    flavours) close ``spares``'s idle connections too, so that they do not outlive it."""
+    disconnect = pool.disconnect
+    if asyncio.iscoroutinefunction(disconnect):
+
+        async def disconnect_with_spares(*args: Any, **kwargs: Any) -> Any:
+            try:
+                return await disconnect(*args, **kwargs)
+            finally:
+                for conn in spares.closed():
+                    with contextlib.suppress(Exception):  # closing: nothing to report
+                        await conn.disconnect()
+
+    else:
+
+        def disconnect_with_spares(*args: Any, **kwargs: Any) -> Any:  # type: ignore[misc]
+            try:
+                return disconnect(*args, **kwargs)
+            finally:
+                for conn in spares.closed():
+                    with contextlib.suppress(Exception):
+                        conn.disconnect()
+
+    try:
+        pool.disconnect = disconnect_with_spares
+    except AttributeError:  # a pool that takes no attributes: its spares go with it
+        pass
 
 
 def refused(err: ResponseError) -> str:

@@ -5,6 +5,8 @@ rule 18 (quiet shutdown), in both flavours (flavours.py). "Nothing sent" is read
 import asyncio
 import logging
 import math
+import subprocess
+import sys
 import threading
 import time
 
@@ -264,3 +266,47 @@ async def test_closing_the_locks_and_then_the_client_logs_nothing(flavour, caplo
     await result(flavour._close(client))
     await asyncio.sleep(0.3)  # the watchdog's end
     assert [r.getMessage() for r in caplog.records if r.name.startswith("redislock")] == []
+
+
+async def test_closing_the_client_closes_the_locks_connections(flavour, r):
+    """The idle connections the locks keep (their calls', and a watched wait's PING probes) are
+    closed with the client: none outlives it."""
+    name = "locks-under-test"  # the locks' connections are named as the client's
+    connected = lambda: sum(c["name"] == name for c in r.client_list())  # noqa: E731
+    client = flavour.client(client_name=name)
+    holder = flavour.Lock(client, "k", ttl=5)
+    assert await holder.acquire()
+    waiter = flavour.Lock(client, "k", ttl=5, unavailable_after=0.4)  # a PING every 0.2 s
+    assert await waiter.acquire(timeout=0.6) is False
+    assert await holder.release() is True
+    assert connected() > 0, "idle connections are kept for the next call"
+    await result(flavour._close(client))
+    assert await soon(lambda: connected() == 0, 5), f"{connected()} left open"
+
+
+CLOSE_QUIETLY = """
+import asyncio, gc, sys
+import redis, redis.asyncio as aredis, redislock, redislock.aio
+
+async def main(port):
+    client = aredis.Redis(port=port)
+    async with redislock.aio.Lock(client, "k", ttl=5):
+        pass
+    await client.aclose()
+
+client = redis.Redis(port=int(sys.argv[1]))
+with redislock.Lock(client, "k", ttl=5):
+    pass
+client.close()
+asyncio.run(main(int(sys.argv[1])))
+del client
+gc.collect()
+"""
+
+
+def test_closing_the_client_leaves_no_resource_warning(server):
+    """Rule 18: with ``-W error::ResourceWarning``, a lock's connections closed with the client
+    leave nothing for the garbage collector to warn about (asyncio's connections warn)."""
+    done = subprocess.run([sys.executable, "-W", "error::ResourceWarning", "-c", CLOSE_QUIETLY,
+                           str(server.port)], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and "ResourceWarning" not in done.stderr, done.stderr
