@@ -73,7 +73,7 @@ def check_bound(unavailable_after: Number) -> float:
 
 
 def check_replicas_timeout(timeout: Number) -> float:
-    """A durable grant's ``WAIT`` time: a finite number of seconds, 0 or more, else ``ValueError``."""
+    """A durable grant's ``WAIT`` time: finite seconds, 0 or more, else ``ValueError``."""
     if not (0 <= timeout < math.inf):
         raise ValueError(f"replicas_timeout must be a finite number of seconds: {timeout!r}")
     return float(timeout)

@@ -9,6 +9,7 @@ a limit, so a hang fails the test instead of stopping the suite."""
 
 import asyncio
 import os
+import signal
 import socket
 import threading
 import time
@@ -17,7 +18,7 @@ import pytest
 import redis
 
 import redislock
-from conftest import calls, free_port, halt
+from conftest import Server, calls, free_port, halt
 from flavours import soon
 
 #: The bound the tests configure: short, so that they stay short.
@@ -267,6 +268,29 @@ async def test_a_wait_whose_deadline_ends_while_the_server_is_frozen_is_unavaila
     # The table's row: at most min(1 s, bound) after the deadline. The wait's deadline (0.5 s),
     # then 0.5 s more for the reply, then a PING: 0.5 s.
     await unavailable_within(flavour, waiter.acquire(timeout=0.5), 0.5 + 1.0 + MARGIN)
+
+
+async def test_a_durable_grant_whose_wait_gets_no_answer_is_unavailable(flavour):
+    """The WAIT of a durable grant gets no answer (its replica frozen, then its master): the
+    acquire is unavailable within the bound plus ``replicas_timeout``, never granted."""
+    master = Server("--repl-diskless-sync-delay", "0")
+    replica = Server("--replicaof", "127.0.0.1", str(master.port))
+    try:
+        rc = replica.client()
+        assert await soon(lambda: rc.info("replication")["master_link_status"] == "up", 20)
+        rc.close()
+        lock = flavour.Lock(flavour.client(master), "d", ttl=30, replicas=1, replicas_timeout=1.0,
+                            unavailable_after=BOUND)
+        os.kill(replica.proc.pid, signal.SIGSTOP)  # the WAIT waits for it...
+        freezing = threading.Timer(0.5, os.kill, (master.proc.pid, signal.SIGSTOP))
+        freezing.start()  # ...and its master freezes meanwhile
+        await unavailable_within(flavour, lock.acquire(), BOUND + 1.0 + MARGIN)
+        assert not lock.locked()
+        freezing.join()
+    finally:
+        for server in (replica, master):
+            os.kill(server.proc.pid, signal.SIGCONT)
+            server.stop()
 
 
 async def test_unavailable_after_is_checked(flavour):
