@@ -244,6 +244,9 @@ async def test_session_holds_end_with_their_connection(flavour, r):
     await result(lock._session_conn.disconnect())
     assert await flavour.join(waiting, 10) is True and time.monotonic() - started < 5
     assert stat(r, "session_releases") == 1
+    # Released, so that no watchdog outlives the test (and its server) to log in another one.
+    assert await next_lock.release() is True
+    assert await lock.release() is False and "gone when released" in lock.lost
 
 
 async def test_durable_grants_need_their_replicas(flavour, r):
