@@ -104,6 +104,7 @@ class LockBase:
         on_event: Optional[EventHook] = None,
         unavailable_after: float = p.UNAVAILABLE_AFTER,
         _mode: Optional[p.Mode] = None,
+        _lease_timer: bool = True,
     ):
         self.client = client
         self.key = key
@@ -114,8 +115,11 @@ class LockBase:
         self.mode = _mode or p.Mode(shared=shared)
         self.session = session
         self.replicas = replicas
-        self.replicas_timeout = replicas_timeout
+        self.replicas_timeout = p.check_replicas_timeout(replicas_timeout)
         self.watchdog = watchdog
+        # A fixed lease is lost at its end by a timer (rule 15); ``redislock.compat`` turns it
+        # off, since its ``extend`` moves the lease on the server behind this object's back.
+        self._lease_timer = watchdog or _lease_timer
         self.reentrant = reentrant
         self.on_lost = on_lost
         self.raise_on_lost = raise_on_lost
@@ -231,6 +235,10 @@ class LockBase:
         keep = self.session or bool(self.replicas)
         reply, conn = yield from self._call(pool, acquire_args, wait=wait, deadline=deadline,
                                             keep=keep)
+        # The lease began when the server granted: at the send of a call that did not wait, at
+        # the reply of one that did (later than the server's by the reply's trip, at most);
+        # never after a durable grant's WAIT, which takes from the lease.
+        granted = sent if wait is None else time.monotonic()
         token = p.token_of(reply)
         if token is not None and self.replicas:
             token = yield from self._durable(pool, conn, token)
@@ -240,9 +248,6 @@ class LockBase:
             yield from self._give_back(pool, conn)
         if token is None:
             return False
-        # The lease began when the server granted: at the send of a call that did not wait, at
-        # the reply of one that did (later than the server's by the reply's trip, at most).
-        granted = sent if wait is None else time.monotonic()
         yield self._in_state, self._grant(token, granted)
         return True
 
@@ -282,8 +287,8 @@ class LockBase:
             outage.attempt()
             sent = False
             try:
+                # (Connected is not answered: a service may take connections and drop commands.)
                 yield self._connect, conn, outage.timeout()
-                outage.answered()  # connected: an outage, if any, is over
                 sent = True
                 yield self._write, conn, make_args()
                 if wait is not None:
@@ -320,8 +325,8 @@ class LockBase:
         """Wait for the reply of a wait sent on ``conn``; while none comes, PING the server on
         another connection at least every half bound (rule 14): ``Unavailable`` (and ``conn``
         closed by the caller) when the PING gets no answer, so a frozen server never leaves
-        a waiter hanging. A link that breaks meanwhile starts the outage then (the server was
-        there until it broke)."""
+        a waiter hanging. A link that breaks meanwhile starts the outage then, unless one
+        started before the last PING's answer."""
         half = self.unavailable_after / 2
         while True:
             try:
@@ -335,6 +340,7 @@ class LockBase:
                 yield self._connect, probe, p.ping_timeout(half, deadline)
                 yield self._write, probe, ["PING"]
                 yield self._read, probe
+                outage.answered()  # the server answers: an outage, if any, is over
             except p.BROKEN_LINK + p.NOT_REDIS as err:
                 yield self._close, probe
                 raise p.unavailable(pool, err, "a PING while waiting: ") from err
@@ -360,7 +366,7 @@ class LockBase:
         self._granted_at = time.monotonic()
         self._lease_from = granted
         self._stop = self._Event()
-        if self.watchdog:
+        if self._lease_timer:
             yield self._start_watchdog, token, self._stop
 
     # -- the watchdog ------------------------------------------------------------------------
@@ -369,7 +375,10 @@ class LockBase:
         """Renew the lease of hold ``token`` by the rules of ``p.Renewals`` on a connection of
         its own, outside the pool (see ``p.own_connection``), closed when the watchdog ends,
         until ``stop`` is set (by release, in one step with the renewals). Whatever fails, the
-        hold is marked lost and announced: renewals never end silently."""
+        hold is marked lost and announced: renewals never end silently. A fixed lease
+        (``watchdog=False``) is only timed: lost at its end."""
+        if not self.watchdog:
+            return (yield from self._time_fixed_lease(token, stop))
         renewals = p.Renewals(self.ttl, self._lease_from)
         conn = None
         lost: Optional[str] = None
@@ -377,7 +386,7 @@ class LockBase:
             conn = p.own_connection(p.pool_of(self.client, self.key), renewals.timeout())
             # Woken at each renewal, and at the lease deadline: lost then, not a renewal later.
             while lost is None and not (yield self._stopped, stop, renewals.pause()):
-                lost = yield self._in_state, self._renewal(conn, token, renewals)
+                lost = yield from self._renewal(conn, token, renewals)
         except self._WATCHDOG_FAILURES as err:  # nobody would hear of it: say it, once
             log.error("redislock: the watchdog of %s failed", self.key, exc_info=err)
             lost = yield self._in_state, _now(self._lose, token, p.watchdog_failed(err))
@@ -387,24 +396,44 @@ class LockBase:
         if lost is not None:
             yield from self._announce_lost(lost)
 
+    def _time_fixed_lease(self, token: int, stop: Any) -> Steps[None]:
+        """Lose the fixed lease of hold ``token`` at its end (rule 15), unless released first:
+        then release and guard answer without the server (rule 16)."""
+        end = self._lease_from + self.ttl
+        if (yield self._stopped, stop, max(0.0, end - time.monotonic())):
+            return
+        lost = yield self._in_state, _now(self._lose, token, p.FIXED_LEASE_ENDED)
+        if lost is not None:
+            yield from self._announce_lost(lost)
+
     def _renewal(self, conn: Any, token: int, renewals: p.Renewals) -> Steps[Optional[str]]:
-        """One renewal (with the state lock held); the reason to announce if it lost the hold."""
-        if self.token != token:
-            return None  # released in the same step: never renew a released hold
+        """One renewal; the reason to announce if it lost the hold. Only its send holds the
+        state lock (so none is sent after a release); its reply is awaited without it, so a
+        release never waits behind a renewal in flight: it abandons it (the reply, when it
+        comes, is for a hold that is no longer this object's, and ignored)."""
         reason = renewals.ended()
-        if reason is not None:
-            return self._lose(token, reason)
-        try:
-            sent = time.monotonic()
-            yield self._connect, conn, renewals.timeout()
-            yield self._write, conn, p.extend_args(self.key, self.owner, self.ttl, token)
-            reason = renewals.answered(sent, (yield self._read, conn))
-        except p.BROKEN_LINK + p.NOT_REDIS as err:
-            yield self._close, conn
-            reason = renewals.broken(err)
-        except ResponseError as err:
-            reason = p.refused(err)
-        return self._lose(token, reason)
+        if reason is None:
+            try:
+                sent = time.monotonic()
+                yield self._connect, conn, renewals.timeout()
+                if not (yield self._in_state, self._send_renewal(conn, token)):
+                    return None  # released first: never renew a released hold
+                reason = renewals.answered(sent, (yield self._read, conn))
+            except p.BROKEN_LINK + p.NOT_REDIS as err:
+                yield self._close, conn
+                reason = renewals.broken(err)
+            except ResponseError as err:
+                reason = p.refused(err)
+        if reason is None:
+            return None
+        return (yield self._in_state, _now(self._lose, token, reason))
+
+    def _send_renewal(self, conn: Any, token: int) -> Steps[bool]:
+        """Send the renewal of hold ``token`` (with the state lock held), unless it was released."""
+        if self.token != token:
+            return False
+        yield self._write, conn, p.extend_args(self.key, self.owner, self.ttl, token)
+        return True
 
     def _mark_lost(self, reason: str) -> bool:
         """Record the loss (with the state lock held); True the first time, when the caller

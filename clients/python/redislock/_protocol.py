@@ -5,6 +5,7 @@ module's protocol the same way (what a lock object does with them is ``redislock
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import math
 import os
 import time
@@ -30,6 +31,7 @@ NOT_REDIS = (InvalidResponse,)
 LEASE_RAN_OUT = "the lease ran out before it was renewed"
 UNREACHABLE = "the server could not be reached before the lease ended"
 GONE_AT_RELEASE = "the hold was gone when released (its lease ran out)"
+FIXED_LEASE_ENDED = "its fixed lease ended (watchdog=False)"
 
 #: The default of ``unavailable_after`` (rule 14), in seconds.
 UNAVAILABLE_AFTER = 10.0
@@ -43,13 +45,14 @@ RETRY_PAUSE = 0.05
 
 def patience(blocking: bool, timeout: Optional[Number]) -> Optional[float]:
     """How long ``acquire(blocking, timeout)`` may wait, read as ``threading.Lock.acquire`` reads
-    its arguments: 0 (not blocking, or a timeout of 0) is one try, None (no timeout, or -1) is
-    without limit, else seconds; any other negative timeout is a ``ValueError``."""
+    its arguments: 0 (not blocking, or a timeout of 0) is one try, None (no timeout, -1, or
+    infinite) is without limit, else seconds; any other negative timeout (or NaN) is a
+    ``ValueError``."""
     if timeout is not None and timeout != -1 and not timeout >= 0:  # NaN included
         raise ValueError(f"timeout must be at least 0, or -1 or None (without limit): {timeout!r}")
     if not blocking:
         return 0.0
-    if timeout is None or timeout == -1:
+    if timeout is None or timeout == -1 or timeout == math.inf:
         return None
     return float(timeout)
 
@@ -67,6 +70,13 @@ def check_bound(unavailable_after: Number) -> float:
         raise ValueError(
             f"unavailable_after must be a positive number of seconds: {unavailable_after!r}")
     return float(unavailable_after)
+
+
+def check_replicas_timeout(timeout: Number) -> float:
+    """A durable grant's ``WAIT`` time: finite seconds, 0 or more, else ``ValueError``."""
+    if not (0 <= timeout < math.inf):
+        raise ValueError(f"replicas_timeout must be a finite number of seconds: {timeout!r}")
+    return float(timeout)
 
 
 def left(patience: Optional[float], started: float) -> Optional[float]:
@@ -300,7 +310,8 @@ class Spares:
     """The idle connections of the locks on one pool of the application's: made like the pool's
     (``own_connection``) but outside it, with rule 14's timeouts, so that no call of a lock
     hangs on the pool's own settings (no timeout by default) and the application's use of the
-    pool never starves a lock. At most ``KEPT`` idle ones are kept; a fork starts afresh."""
+    pool never starves a lock. At most ``KEPT`` idle ones are kept, closed with the pool
+    (``client.close()``, see ``spares_of``); a fork starts afresh."""
 
     KEPT = 16
 
@@ -323,16 +334,53 @@ class Spares:
         self.idle.append(conn)
         return True
 
+    def closed(self) -> List[Any]:
+        """The idle connections, forgotten: for the caller to close (the pool is closing)."""
+        idle, self.idle = self.idle, []
+        return idle if self.pid == os.getpid() else []
+
 
 _SPARES: "weakref.WeakKeyDictionary[Any, Spares]" = weakref.WeakKeyDictionary()
 
 
 def spares_of(pool: Any) -> Spares:
-    """The ``Spares`` of ``pool`` (they go when the pool goes)."""
+    """The ``Spares`` of ``pool``: closed when the pool disconnects (``client.close()``), and
+    gone when the pool goes."""
     spares = _SPARES.get(pool)
     if spares is None:
         spares = _SPARES.setdefault(pool, Spares())
+        _close_with(pool, spares)
     return spares
+
+
+def _close_with(pool: Any, spares: Spares) -> None:
+    """Make ``pool.disconnect()`` (what closing the application's client calls, in both
+    flavours) close ``spares``'s idle connections too, so that they do not outlive it."""
+    disconnect = pool.disconnect
+    if asyncio.iscoroutinefunction(disconnect):
+
+        async def disconnect_with_spares(*args: Any, **kwargs: Any) -> Any:
+            try:
+                return await disconnect(*args, **kwargs)
+            finally:
+                for conn in spares.closed():
+                    with contextlib.suppress(Exception):  # closing: nothing to report
+                        await conn.disconnect()
+
+    else:
+
+        def disconnect_with_spares(*args: Any, **kwargs: Any) -> Any:  # type: ignore[misc]
+            try:
+                return disconnect(*args, **kwargs)
+            finally:
+                for conn in spares.closed():
+                    with contextlib.suppress(Exception):
+                        conn.disconnect()
+
+    try:
+        pool.disconnect = disconnect_with_spares
+    except AttributeError:  # a pool that takes no attributes: its spares go with it
+        pass
 
 
 def refused(err: ResponseError) -> str:

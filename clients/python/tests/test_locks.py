@@ -7,6 +7,7 @@ flavour and not the other; "another thread" below is another task in asyncio."""
 import asyncio
 import os
 import signal
+import threading
 import time
 
 import pytest
@@ -159,7 +160,7 @@ async def test_without_watchdog_the_lease_is_fixed(flavour):
     with pytest.raises(redislock.LockLost):
         async with lock:
             await asyncio.sleep(0.4)
-    assert lock.lost and "gone when released" in lock.lost
+    assert lock.lost and "fixed lease ended" in lock.lost, "lost at its end, by the timer"
 
 
 async def test_guard_writes_only_while_held(flavour, r):
@@ -243,6 +244,9 @@ async def test_session_holds_end_with_their_connection(flavour, r):
     await result(lock._session_conn.disconnect())
     assert await flavour.join(waiting, 10) is True and time.monotonic() - started < 5
     assert stat(r, "session_releases") == 1
+    # Released, so that no watchdog outlives the test (and its server) to log in another one.
+    assert await next_lock.release() is True
+    assert await lock.release() is False and "gone when released" in lock.lost
 
 
 async def test_durable_grants_need_their_replicas(flavour, r):
@@ -260,6 +264,34 @@ async def test_durable_grants_need_their_replicas(flavour, r):
         async with durable:
             assert replica.client().execute_command("LOCK.FENCE", "d") == durable.token
     finally:
+        replica.stop()
+        master.stop()
+
+
+async def test_a_durable_lease_starts_at_the_grant_not_after_its_wait(flavour):
+    """Rule 15: the lease of a durable grant counts from the grant's reply, not from the end of
+    its ``WAIT`` (here 1.5 s long: the replica is frozen meanwhile); a fixed lease is lost at
+    the lease's end (by then, the server's lease has ended)."""
+    master = Server("--repl-diskless-sync-delay", "0")
+    replica = Server("--replicaof", "127.0.0.1", str(master.port))
+    try:
+        rc = replica.client()
+        assert await soon(lambda: rc.info("replication")["master_link_status"] == "up", 20)
+        rc.close()
+        lost = []
+        lock = flavour.Lock(flavour.client(master), "d", ttl=3, replicas=1, replicas_timeout=10,
+                            watchdog=False, raise_on_lost=False,
+                            on_lost=lambda reason: lost.append(time.monotonic()))
+        os.kill(replica.proc.pid, signal.SIGSTOP)
+        thawing = threading.Timer(1.5, os.kill, (replica.proc.pid, signal.SIGCONT))
+        thawing.start()
+        asked = time.monotonic()
+        assert await lock.acquire(), "granted once the replica acks, 1.5 s after the grant"
+        assert await soon(lambda: lost, 6)
+        # At the grant's reply + 3 s (soon after asking); from the WAIT's end: 4.5 s or later.
+        assert lost[0] - asked <= 3 + 0.4, f"lost {lost[0] - asked:.2f} s after asking"
+    finally:
+        os.kill(replica.proc.pid, signal.SIGCONT)
         replica.stop()
         master.stop()
 

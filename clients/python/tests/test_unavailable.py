@@ -7,7 +7,9 @@ PID) and one frozen (SIGSTOP by PID, SIGCONT after), with a live hold and with a
 Each body runs in both flavours (flavours.py). Every call is made through ``flavour.join`` with
 a limit, so a hang fails the test instead of stopping the suite."""
 
+import asyncio
 import os
+import signal
 import socket
 import threading
 import time
@@ -16,7 +18,7 @@ import pytest
 import redis
 
 import redislock
-from conftest import free_port, halt
+from conftest import Server, calls, free_port, halt
 from flavours import soon
 
 #: The bound the tests configure: short, so that they stay short.
@@ -34,7 +36,9 @@ class Port:
 
 class FakeService:
     """A TCP service on loopback that is not Redis: ``http`` answers every connection with an
-    HTTP error, ``silent`` accepts and never answers. Stopped by ``stop()``."""
+    HTTP error, ``silent`` accepts and never answers, ``drop`` answers ``+OK`` to every command
+    (the client's handshake included) but closes the connection on ``LOCK.ACQUIRE`` (counted
+    in ``acquires``). Stopped by ``stop()``."""
 
     def __init__(self, mode: str):
         self.mode = mode
@@ -42,6 +46,7 @@ class FakeService:
         self.listener.settimeout(0.1)
         self.port = self.listener.getsockname()[1]
         self.accepted: list = []
+        self.acquires = 0
         self.stopped = threading.Event()
         self.thread = threading.Thread(target=self._serve, daemon=True)
         self.thread.start()
@@ -55,12 +60,39 @@ class FakeService:
             self.accepted.append(conn)
             if self.mode == "http":
                 conn.sendall(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n")
+            elif self.mode == "drop":
+                threading.Thread(target=self._drop, args=(conn,), daemon=True).start()
+
+    def _drop(self, conn: socket.socket) -> None:
+        try:
+            while True:
+                data = conn.recv(65536)
+                if not data or b"LOCK.ACQUIRE" in data.upper():
+                    self.acquires += bool(data)
+                    break
+                conn.sendall(b"".join(map(_fake_reply, _command_names(data))))
+        except OSError:
+            pass
+        finally:
+            conn.close()
 
     def stop(self) -> None:
         self.stopped.set()
         self.thread.join(5)
         for conn in self.accepted + [self.listener]:
             conn.close()
+
+
+def _command_names(data: bytes) -> list:
+    """The names of the commands in ``data`` (each an array whose first bulk string is its
+    name; none of the client's arguments here starts a line with ``*``)."""
+    lines = data.split(b"\r\n")
+    return [lines[i + 2].upper() for i, line in enumerate(lines[:-2]) if line.startswith(b"*")]
+
+
+def _fake_reply(name: bytes) -> bytes:
+    """What the ``drop`` service answers: HELLO a RESP3 map of the protocol, the rest ``+OK``."""
+    return b"%1\r\n$5\r\nproto\r\n:3\r\n" if name == b"HELLO" else b"+OK\r\n"
 
 
 @pytest.fixture
@@ -111,6 +143,26 @@ async def test_a_service_that_never_answers_is_unavailable(flavour, service):
     err = await unavailable_within(flavour, lock.acquire(), BOUND + MARGIN)
     assert err.address == f"localhost:{service.port}"
     await unavailable_within(flavour, lock.acquire(blocking=False), BOUND + MARGIN)
+
+
+@pytest.mark.parametrize("service", ["drop"], indirect=True)
+async def test_a_service_that_takes_connections_but_drops_commands_is_unavailable(flavour,
+                                                                                  service):
+    """Connecting is not an answer: the outage runs from the first failure until a reply (it
+    used to restart at each connection, so a wait without limit retried for ever)."""
+    lock = flavour.Lock(flavour.client(service), "k", ttl=5, unavailable_after=BOUND)
+    err = await unavailable_within(flavour, lock.acquire(), BOUND + MARGIN)
+    assert err.address == f"localhost:{service.port}"
+
+
+@pytest.mark.parametrize("service", ["drop"], indirect=True)
+async def test_the_try_once_form_is_unavailable_at_its_first_failure(flavour, service):
+    """The try-once form, server unreachable: unavailable at its first failure, one attempt."""
+    lock = flavour.Lock(flavour.client(service), "k", ttl=5, unavailable_after=10.0)
+    await unavailable_within(flavour, lock.acquire(blocking=False), MARGIN)  # not the bound
+    assert service.acquires == 1, "one attempt"
+    closed = flavour.Lock(flavour.client(Port(free_port())), "k", ttl=5, unavailable_after=10.0)
+    await unavailable_within(flavour, closed.acquire(blocking=False), MARGIN)
 
 
 async def test_a_server_without_the_module_is_unavailable(flavour):
@@ -166,6 +218,25 @@ async def test_a_live_hold_of_a_server_gone_is_unavailable(flavour, lone_server,
     assert not lock.locked() and await lock.release() is False
 
 
+async def test_a_release_abandons_a_renewal_in_flight(flavour, lone_server):
+    """A release while a renewal is in flight, the server frozen: the renewal is abandoned, and
+    the release is unavailable within the bound (it used to wait for the renewal's reply first:
+    up to a third of the ttl more)."""
+    r = lone_server.client()
+    # ttl 9: renewed every 3 s; a renewal's reply is awaited up to 3 s.
+    lock = flavour.Lock(flavour.client(lone_server), "k", ttl=9, unavailable_after=1.0)
+    assert await lock.acquire()
+    granted = time.monotonic()
+    assert await soon(lambda: calls(r, "lock.extend") >= 1, 6), "the first renewal, at 3 s"
+    r.close()
+    halt(lone_server, "frozen")  # the second renewal, at 6 s, gets no reply until 9 s
+    await asyncio.sleep(max(0.0, granted + 6.7 - time.monotonic()))
+    # Waiting for that reply (2.3 s), then the bound (1 s): 3.3 s, past 1 s + MARGIN.
+    await unavailable_within(flavour, lock.release(), 1.0 + MARGIN)
+    assert lock.lost is None, "an abandoned renewal is not a loss"
+    assert not lock.locked() and await lock.release() is False
+
+
 @pytest.mark.parametrize("how", ["stopped", "frozen"])
 async def test_a_waiter_of_a_server_gone_is_unavailable(flavour, lone_server, how):
     holder = redislock.Lock(lone_server.client(), "k", ttl=30, watchdog=False)
@@ -194,8 +265,32 @@ async def test_a_wait_whose_deadline_ends_while_the_server_is_frozen_is_unavaila
     waiter = flavour.Lock(flavour.client(lone_server), "k", ttl=5, unavailable_after=10.0)
     assert await waiter.acquire(timeout=0.2) is False, "the server answers: not granted"
     halt(lone_server, "frozen")
-    # The wait's deadline (0.5 s), then 0.5 s more for the reply, then a PING: 0.5 s.
-    await unavailable_within(flavour, waiter.acquire(timeout=0.5), 1.5 + MARGIN)
+    # The table's row: at most min(1 s, bound) after the deadline. The wait's deadline (0.5 s),
+    # then 0.5 s more for the reply, then a PING: 0.5 s.
+    await unavailable_within(flavour, waiter.acquire(timeout=0.5), 0.5 + 1.0 + MARGIN)
+
+
+async def test_a_durable_grant_whose_wait_gets_no_answer_is_unavailable(flavour):
+    """The WAIT of a durable grant gets no answer (its replica frozen, then its master): the
+    acquire is unavailable within the bound plus ``replicas_timeout``, never granted."""
+    master = Server("--repl-diskless-sync-delay", "0")
+    replica = Server("--replicaof", "127.0.0.1", str(master.port))
+    try:
+        rc = replica.client()
+        assert await soon(lambda: rc.info("replication")["master_link_status"] == "up", 20)
+        rc.close()
+        lock = flavour.Lock(flavour.client(master), "d", ttl=30, replicas=1, replicas_timeout=1.0,
+                            unavailable_after=BOUND)
+        os.kill(replica.proc.pid, signal.SIGSTOP)  # the WAIT waits for it...
+        freezing = threading.Timer(0.5, os.kill, (master.proc.pid, signal.SIGSTOP))
+        freezing.start()  # ...and its master freezes meanwhile
+        await unavailable_within(flavour, lock.acquire(), BOUND + 1.0 + MARGIN)
+        assert not lock.locked()
+        freezing.join()
+    finally:
+        for server in (replica, master):
+            os.kill(server.proc.pid, signal.SIGCONT)
+            server.stop()
 
 
 async def test_unavailable_after_is_checked(flavour):

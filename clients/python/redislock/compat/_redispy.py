@@ -113,8 +113,10 @@ class RedisPyLockBase:
         watchdog-kept lease of ``watchdog_ttl``."""
         owner = str(uuid.uuid4()).encode() if token is None else self._encoder().encode(token)
         if self.timeout:
+            # No lease timer: ``extend`` and ``reacquire`` move the lease on the server.
             return self._native(self.redis, self.name, ttl=float(self.timeout), owner=owner,
-                                watchdog=False, unavailable_after=self.unavailable_after)
+                                watchdog=False, _lease_timer=False,
+                                unavailable_after=self.unavailable_after)
         return self._native(self.redis, self.name, ttl=self.watchdog_ttl, owner=owner,
                             unavailable_after=self.unavailable_after)
 

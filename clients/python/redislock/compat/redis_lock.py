@@ -182,7 +182,8 @@ class Lock:
         self.blocking = blocking
         # The module hold of this object: a fixed lease of `expire`, or one the watchdog renews.
         self._hold = _lock.Lock(redis_client, self._name, ttl=expire or self.watchdog_ttl,
-                                owner=self._id, watchdog=auto_renewal or expire is None)
+                                owner=self._id, watchdog=auto_renewal or expire is None,
+                                _lease_timer=False)  # ``extend`` moves it on the server
         self._acquired = False
 
     def _script(self, text: str) -> Any:
