@@ -154,7 +154,7 @@ impl Locker {
     /// gets no answer) asks again with the same owner until the caller's deadline or this long
     /// after the first failure since the server last answered, whichever is first, then fails
     /// with `Error::Unavailable`. A wait longer than this is watched by a `PING` every half
-    /// bound on another connection. Zero: unavailable at the first failure.
+    /// bound on another connection. Zero is refused: `acquire` answers `Error::InvalidArgument`.
     pub fn unavailable_after(mut self, bound: Duration) -> Self {
         self.availability = Arc::new(Availability::new(self.source.address(), bound));
         self
@@ -409,6 +409,11 @@ impl LockBuilder {
 
     /// The arguments the server would refuse, refused before anything is sent (rule 17).
     fn check(&self) -> Result<(), Error> {
+        if self.locker.availability.bound().is_zero() {
+            return Err(Error::InvalidArgument(
+                "unavailable_after is zero: no call could wait for an answer".to_string(),
+            ));
+        }
         if self.ttl < Duration::from_millis(1) {
             let ttl = self.ttl;
             return Err(Error::InvalidArgument(format!("ttl {ttl:?} is under 1 ms")));
