@@ -77,6 +77,26 @@ fn millis(d: Duration) -> u64 {
     u64::try_from(d.as_nanos().div_ceil(1_000_000)).unwrap_or(u64::MAX)
 }
 
+/// `cmd`'s reply on `conn`, and whether it failed before it was written. A connection whose
+/// link had already broken refuses at once (its driver is gone: the first poll fails); a command
+/// handed to a live connection may have been written, so its failure counts as sent.
+async fn query<T: FromRedisValue>(
+    cmd: &redis::Cmd,
+    conn: &mut MultiplexedConnection,
+) -> (Result<T, RedisError>, bool) {
+    let mut reply = std::pin::pin!(cmd.query_async::<T>(conn));
+    let mut first_poll = true;
+    let mut unsent = false;
+    let reply = std::future::poll_fn(|cx| {
+        let poll = reply.as_mut().poll(cx);
+        unsent = first_poll && matches!(&poll, std::task::Poll::Ready(Err(_)));
+        first_poll = false;
+        poll
+    })
+    .await;
+    (reply, unsent)
+}
+
 /// Where connections come from.
 #[derive(Clone)]
 enum Source {
@@ -202,30 +222,28 @@ impl Locker {
     }
 
     /// `cmd` on the shared connection, asked again after a connection error until the bound
-    /// (rule 14) when `repeat` (commands safe to repeat: a release with its token); else only
-    /// while it was not sent (a guarded write may have run).
-    async fn call<T: FromRedisValue>(&self, cmd: &redis::Cmd, repeat: bool) -> Result<T, Error> {
+    /// (rule 14) only while it was not written: once written it may have run (a guarded write,
+    /// a release whose reply was lost), so a broken link then is `Error::Unavailable`.
+    async fn call<T: FromRedisValue>(&self, cmd: &redis::Cmd) -> Result<T, Error> {
         self.availability.begin();
         let mut give_up = self.availability.until(None);
         loop {
             let started = Instant::now();
-            let reply = match timeout_at(give_up.into(), self.conn()).await {
+            let (reply, unsent) = match timeout_at(give_up.into(), self.conn()).await {
                 Err(_) => return Err(self.silent(started).await),
-                Ok(Err(e)) => Err(e), // not sent: safe to ask again
-                Ok(Ok(mut conn)) => {
-                    match timeout_at(give_up.into(), cmd.query_async(&mut conn)).await {
-                        Err(_) => return Err(self.silent(started).await),
-                        Ok(Err(e)) if !repeat => return Err(self.settle(e).await),
-                        Ok(reply) => reply,
-                    }
-                }
+                Ok(Err(e)) => (Err(e), true),
+                Ok(Ok(mut conn)) => match timeout_at(give_up.into(), query(cmd, &mut conn)).await {
+                    Err(_) => return Err(self.silent(started).await),
+                    Ok(sent) => sent,
+                },
             };
             match reply {
                 Ok(value) => {
                     self.availability.answered();
                     return Ok(value);
                 }
-                Err(e) => give_up = self.after_failure(e, None).await?,
+                Err(e) if unsent => give_up = self.after_failure(e, None).await?,
+                Err(e) => return Err(self.settle(e).await),
             }
         }
     }
@@ -684,7 +702,7 @@ impl LockGuard {
                 }
             }
         }
-        self.locker.call(&guarded, false).await
+        self.locker.call(&guarded).await
     }
 
     /// Release the hold: `Ok(false)` if it had been lost (at once, nothing sent, when that was
