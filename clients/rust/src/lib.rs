@@ -292,6 +292,12 @@ impl Locker {
         }
     }
 
+    /// How late after the server's own deadline (a wait's end, `WAIT`'s timeout) its reply may
+    /// come before the server counts as silent: min(1 s, bound).
+    fn reply_grace(&self) -> Duration {
+        REPLY_GRACE.min(self.availability.bound())
+    }
+
     /// A call begun at `started` got no answer in time.
     async fn silent(&self, started: Instant) -> Error {
         self.forget().await;
@@ -508,10 +514,11 @@ impl LockBuilder {
         let blocking = wait.blocks();
         let locker = &self.locker;
         let (started, bound) = (Instant::now(), locker.availability.until(None));
-        // A wait's reply is due when its deadline passed (and a little); a try's, within the bound.
+        // A wait's reply is due when its deadline passed, and min(1 s, bound) for its trip; a
+        // try's, within the bound (a slow server is not an absent one).
         let reply_by = match deadline {
-            Some(d) if blocking => Some(d + REPLY_GRACE),
-            Some(d) => Some((d + REPLY_GRACE).min(bound)),
+            Some(d) if blocking => Some(d + locker.reply_grace()),
+            Some(_) => Some(bound),
             None => None,
         };
         let connect_by = reply_by.map_or(bound, |by| by.min(bound));
