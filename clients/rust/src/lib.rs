@@ -571,7 +571,7 @@ impl LockBuilder {
     }
 
     /// The guard of a grant; for a durable grant, once `n` replicas have it (else released and
-    /// `None`).
+    /// `None`; unavailable when `WAIT` fails or is silent, the hold given back in the background).
     async fn grant(self, owner: String, mut granted: Granted) -> Result<Option<LockGuard>, Error> {
         self.locker.availability.answered();
         let id = HoldId {
@@ -580,22 +580,39 @@ impl LockBuilder {
             token: granted.token,
         };
         if let Some((n, timeout)) = self.replicas {
-            let wait = redis::cmd("WAIT").arg(n).arg(millis(timeout)).clone();
-            let acked = timeout_at(
-                (Instant::now() + timeout + REPLY_GRACE).into(),
-                wait.query_async::<usize>(&mut granted.conn),
-            );
-            let acked = match acked.await {
-                Ok(Ok(acked)) => acked,
-                Ok(Err(e)) => return Err(self.locker.settle(e).await),
-                Err(_) => return Err(self.locker.silent(granted.lease_start).await),
-            };
-            if acked < n {
-                id.release(&self.locker, &HoldState::new()).await?;
-                return Ok(None);
+            match self.replicated(&mut granted.conn, n, timeout).await {
+                Ok(true) => {}
+                Ok(false) => {
+                    id.release(&self.locker, &HoldState::new()).await?;
+                    return Ok(None);
+                }
+                Err(unavailable) => {
+                    let locker = self.locker.clone();
+                    tokio::spawn(async move { id.release(&locker, &HoldState::new()).await });
+                    return Err(unavailable);
+                }
             }
         }
         Ok(Some(LockGuard::start(self, id, granted)))
+    }
+
+    /// `WAIT n timeout`: whether `n` replicas have the grant; its reply is due by the timeout
+    /// and min(1 s, bound).
+    async fn replicated(
+        &self,
+        conn: &mut MultiplexedConnection,
+        n: usize,
+        timeout: Duration,
+    ) -> Result<bool, Error> {
+        let locker = &self.locker;
+        let started = Instant::now();
+        let wait = redis::cmd("WAIT").arg(n).arg(millis(timeout)).clone();
+        let reply_by = started + timeout + locker.reply_grace();
+        match timeout_at(reply_by.into(), wait.query_async::<usize>(conn)).await {
+            Ok(Ok(acked)) => Ok(acked >= n),
+            Ok(Err(e)) => Err(locker.settle(e).await),
+            Err(_) => Err(locker.silent(started).await),
+        }
     }
 }
 
