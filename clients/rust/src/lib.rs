@@ -375,6 +375,14 @@ pub struct LockBuilder {
     owner: Option<String>,
 }
 
+/// A `LOCK.ACQUIRE` that did not reach the server.
+struct Unreached {
+    error: RedisError,
+    /// Tried on the shared connection made before, whose link had broken before the command
+    /// was written (the server restarted since): not an attempt, asked again on a new one.
+    stale: bool,
+}
+
 /// A grant, before its guard.
 struct Granted {
     token: u64,
@@ -494,11 +502,18 @@ impl LockBuilder {
             Wait::Forever => None,
         };
         self.locker.availability.begin();
+        let mut reconnected = false;
         loop {
             match self.attempt(&owner, deadline).await? {
                 Ok(Some(granted)) => return self.grant(owner, granted).await,
                 Ok(None) => return Ok(None),
-                Err(e) => _ = self.locker.after_failure(e, deadline).await?,
+                Err(Unreached { stale: true, .. }) if !reconnected => {
+                    reconnected = true;
+                    self.locker.forget().await;
+                }
+                Err(Unreached { error, .. }) => {
+                    _ = self.locker.after_failure(error, deadline).await?
+                }
             }
         }
     }
@@ -509,10 +524,12 @@ impl LockBuilder {
         &self,
         owner: &str,
         deadline: Option<Instant>,
-    ) -> Result<Result<Option<Granted>, RedisError>, Error> {
+    ) -> Result<Result<Option<Granted>, Unreached>, Error> {
         let wait = Wait::until(deadline);
         let blocking = wait.blocks();
         let locker = &self.locker;
+        let shared = !blocking && !self.session;
+        let reused = shared && locker.shared.lock().await.is_some();
         let (started, bound) = (Instant::now(), locker.availability.until(None));
         // A wait's reply is due when its deadline passed, and min(1 s, bound) for its trip; a
         // try's, within the bound (a slow server is not an absent one).
@@ -522,25 +539,32 @@ impl LockBuilder {
             None => None,
         };
         let connect_by = reply_by.map_or(bound, |by| by.min(bound));
-        let conn = if blocking || self.session {
-            timeout_at(connect_by.into(), locker.dedicated()).await
-        } else {
+        let conn = if shared {
             timeout_at(connect_by.into(), locker.conn()).await
+        } else {
+            timeout_at(connect_by.into(), locker.dedicated()).await
         };
         let mut conn = match conn {
             Err(_) => return Err(locker.silent(started).await),
-            Ok(Err(e)) => return Ok(Err(e)),
+            Ok(Err(error)) => {
+                return Ok(Err(Unreached {
+                    error,
+                    stale: false,
+                }))
+            }
             Ok(Ok(conn)) => conn,
         };
         let sent = Instant::now();
         let command = self.command(owner, wait);
-        let query = command.query_async::<Value>(&mut conn);
+        let mut unsent = false;
         let watched = async {
             if !blocking {
-                return Ok(query.await);
+                let (reply, not_written) = query(&command, &mut conn).await;
+                unsent = not_written;
+                return Ok(reply);
             }
             tokio::select! {
-                reply = query => Ok(reply),
+                reply = command.query_async::<Value>(&mut conn) => Ok(reply),
                 unavailable = locker.watch() => Err(unavailable),
             }
         };
@@ -566,7 +590,10 @@ impl LockBuilder {
             Ok(other) => Err(locker.availability.error(format!(
                 "not Redis with the redis-lock module (LOCK.ACQUIRE answered {other:?})"
             ))),
-            Err(e) => Ok(Err(e)),
+            Err(error) => Ok(Err(Unreached {
+                error,
+                stale: reused && unsent,
+            })),
         }
     }
 

@@ -450,3 +450,18 @@ async fn a_durable_grant_whose_wait_fails_is_unavailable_and_given_back() {
         assert!(given_back, "the hold given back");
     }
 }
+
+/// A shared connection whose link broke while idle (the server restarted since) is not an
+/// attempt: the try after the restart is sent on a new connection and granted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_try_after_a_restart_is_sent_on_a_new_connection() {
+    let mut s = Server::start();
+    let locker = locker_at(s.port);
+    let first = locker.lock("a").wait(Duration::ZERO).acquire().await;
+    assert!(first.unwrap().unwrap().release().await.unwrap());
+    tokio::task::block_in_place(|| s.restart());
+    tokio::time::sleep(Duration::from_millis(100)).await; // the old link's end seen by its driver
+    let tried = locker.lock("k").wait(Duration::ZERO).acquire().await;
+    let g = tried.unwrap().expect("granted on the restarted server");
+    assert!(g.release().await.unwrap());
+}
