@@ -48,7 +48,7 @@ impl HoldId {
         if !state.is_held() {
             return Ok(false);
         }
-        let released: i64 = locker.call(&self.release_cmd()).await?;
+        let released: i64 = locker.call(&self.release_cmd(), true).await?;
         if released == 1 {
             state.released();
             return Ok(true);

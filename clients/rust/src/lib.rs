@@ -77,9 +77,10 @@ fn millis(d: Duration) -> u64 {
     u64::try_from(d.as_nanos().div_ceil(1_000_000)).unwrap_or(u64::MAX)
 }
 
-/// `cmd`'s reply on `conn`, and whether it failed before it was written. A connection whose
-/// link had already broken refuses at once (its driver is gone: the first poll fails); a command
-/// handed to a live connection may have been written, so its failure counts as sent.
+/// `cmd`'s reply on `conn`, and whether it failed at once: a connection whose link had already
+/// broken refuses on the first poll (its driver is gone). Only a hint: on a loaded machine a
+/// command may also be written, answered by a broken link and fail within that first poll, so
+/// only commands safe to send twice (an acquire with its owner) may act on it.
 async fn query<T: FromRedisValue>(
     cmd: &redis::Cmd,
     conn: &mut MultiplexedConnection,
@@ -197,13 +198,19 @@ impl Locker {
 
     /// The shared connection, made on first use (again once `forget` dropped it).
     async fn conn(&self) -> Result<MultiplexedConnection, RedisError> {
+        Ok(self.reused_conn().await?.0)
+    }
+
+    /// The shared connection, and whether it was made before this call (its link may have
+    /// broken since, while idle).
+    async fn reused_conn(&self) -> Result<(MultiplexedConnection, bool), RedisError> {
         let mut shared = self.shared.lock().await;
         if let Some(conn) = shared.as_ref() {
-            return Ok(conn.clone());
+            return Ok((conn.clone(), true));
         }
         let conn = self.source.connect(&self.availability).await?;
         *shared = Some(conn.clone());
-        Ok(conn)
+        Ok((conn, false))
     }
 
     /// Drop the shared connection (its link failed, or its server is no longer the master), so
@@ -223,27 +230,32 @@ impl Locker {
 
     /// `cmd` on the shared connection, asked again after a connection error until the bound
     /// (rule 14) only while it was not written: once written it may have run (a guarded write,
-    /// a release whose reply was lost), so a broken link then is `Error::Unavailable`.
-    async fn call<T: FromRedisValue>(&self, cmd: &redis::Cmd) -> Result<T, Error> {
+    /// a release whose reply was lost), so a broken link then is `Error::Unavailable`. With
+    /// `probe`, a connection made before is checked by a `PING` first: one whose link broke
+    /// while idle fails that, and `cmd` goes on a new connection.
+    async fn call<T: FromRedisValue>(&self, cmd: &redis::Cmd, probe: bool) -> Result<T, Error> {
         self.availability.begin();
         let mut give_up = self.availability.until(None);
         loop {
             let started = Instant::now();
-            let (reply, unsent) = match timeout_at(give_up.into(), self.conn()).await {
-                Err(_) => return Err(self.silent(started).await),
-                Ok(Err(e)) => (Err(e), true),
-                Ok(Ok(mut conn)) => match timeout_at(give_up.into(), query(cmd, &mut conn)).await {
-                    Err(_) => return Err(self.silent(started).await),
-                    Ok(sent) => sent,
-                },
+            let sent = async {
+                let (mut conn, reused) = self.reused_conn().await.map_err(|e| (e, true))?;
+                if probe && reused {
+                    let ping = redis::cmd("PING").query_async::<()>(&mut conn).await;
+                    ping.map_err(|e| (e, true))?;
+                }
+                cmd.query_async::<T>(&mut conn)
+                    .await
+                    .map_err(|e| (e, false))
             };
-            match reply {
-                Ok(value) => {
+            match timeout_at(give_up.into(), sent).await {
+                Err(_) => return Err(self.silent(started).await),
+                Ok(Ok(value)) => {
                     self.availability.answered();
                     return Ok(value);
                 }
-                Err(e) if unsent => give_up = self.after_failure(e, None).await?,
-                Err(e) => return Err(self.settle(e).await),
+                Ok(Err((e, true))) => give_up = self.after_failure(e, None).await?,
+                Ok(Err((e, false))) => return Err(self.settle(e).await),
             }
         }
     }
@@ -378,8 +390,9 @@ pub struct LockBuilder {
 /// A `LOCK.ACQUIRE` that did not reach the server.
 struct Unreached {
     error: RedisError,
-    /// Tried on the shared connection made before, whose link had broken before the command
-    /// was written (the server restarted since): not an attempt, asked again on a new one.
+    /// Tried on the shared connection made before, which failed at the first poll: its link
+    /// had broken while idle (the server restarted since), so not an attempt: asked again on a
+    /// new connection (in the rare case it was written after all, the same owner is safe).
     stale: bool,
 }
 
@@ -753,7 +766,7 @@ impl LockGuard {
                 }
             }
         }
-        self.locker.call(&guarded).await
+        self.locker.call(&guarded, false).await
     }
 
     /// Release the hold: `Ok(false)` if it had been lost (at once, nothing sent, when that was

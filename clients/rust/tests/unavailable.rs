@@ -465,3 +465,33 @@ async fn a_try_after_a_restart_is_sent_on_a_new_connection() {
     let g = tried.unwrap().expect("granted on the restarted server");
     assert!(g.release().await.unwrap());
 }
+
+/// A release on a shared connection whose link broke while idle (the server closed it): a
+/// `PING` finds that before the release is written, and the release goes on a new connection.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_after_the_shared_link_broke_while_idle_is_sent_on_a_new_one() {
+    let s = Server::start();
+    let g = locker_at(s.port)
+        .lock("k")
+        .acquire()
+        .await
+        .unwrap()
+        .unwrap();
+    let _: i64 = g.run(redis::cmd("INCR").arg("n")).await.unwrap(); // the shared connection
+    let mut con = s.con();
+    let Value::BulkString(clients) = ok(&mut con, &["CLIENT", "LIST"]) else {
+        panic!("CLIENT LIST")
+    };
+    let clients = String::from_utf8(clients).unwrap();
+    let shared = clients
+        .lines()
+        .find(|l| l.contains("cmd=lock.guard"))
+        .unwrap();
+    let id = shared
+        .split(' ')
+        .find_map(|f| f.strip_prefix("id="))
+        .unwrap();
+    ok(&mut con, &["CLIENT", "KILL", "ID", id]);
+    tokio::time::sleep(Duration::from_millis(100)).await; // the link's end seen by its driver
+    assert!(g.release().await.unwrap(), "released on a new connection");
+}
