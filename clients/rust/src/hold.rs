@@ -41,7 +41,9 @@ impl HoldId {
     }
 
     /// Release on the server unless `state` knows the hold lost (false, nothing sent); a lease
-    /// already gone (the server answers 0) marks the hold lost, so its lost signal fires.
+    /// already gone (the server answers 0) marks the hold lost, so its lost signal fires. Never
+    /// sent again once written: its reply lost is `Error::Unavailable` (a second try could
+    /// answer 0 for a release the first one did).
     pub(crate) async fn release(&self, locker: &Locker, state: &HoldState) -> Result<bool, Error> {
         if !state.is_held() {
             return Ok(false);

@@ -77,6 +77,27 @@ fn millis(d: Duration) -> u64 {
     u64::try_from(d.as_nanos().div_ceil(1_000_000)).unwrap_or(u64::MAX)
 }
 
+/// `cmd`'s reply on `conn`, and whether it failed at once: a connection whose link had already
+/// broken refuses on the first poll (its driver is gone). Only a hint: on a loaded machine a
+/// command may also be written, answered by a broken link and fail within that first poll, so
+/// only commands safe to send twice (an acquire with its owner) may act on it.
+async fn query<T: FromRedisValue>(
+    cmd: &redis::Cmd,
+    conn: &mut MultiplexedConnection,
+) -> (Result<T, RedisError>, bool) {
+    let mut reply = std::pin::pin!(cmd.query_async::<T>(conn));
+    let mut first_poll = true;
+    let mut unsent = false;
+    let reply = std::future::poll_fn(|cx| {
+        let poll = reply.as_mut().poll(cx);
+        unsent = first_poll && matches!(&poll, std::task::Poll::Ready(Err(_)));
+        first_poll = false;
+        poll
+    })
+    .await;
+    (reply, unsent)
+}
+
 /// Where connections come from.
 #[derive(Clone)]
 enum Source {
@@ -154,7 +175,7 @@ impl Locker {
     /// gets no answer) asks again with the same owner until the caller's deadline or this long
     /// after the first failure since the server last answered, whichever is first, then fails
     /// with `Error::Unavailable`. A wait longer than this is watched by a `PING` every half
-    /// bound on another connection. Zero: unavailable at the first failure.
+    /// bound on another connection. Zero is refused: `acquire` answers `Error::InvalidArgument`.
     pub fn unavailable_after(mut self, bound: Duration) -> Self {
         self.availability = Arc::new(Availability::new(self.source.address(), bound));
         self
@@ -177,13 +198,19 @@ impl Locker {
 
     /// The shared connection, made on first use (again once `forget` dropped it).
     async fn conn(&self) -> Result<MultiplexedConnection, RedisError> {
+        Ok(self.reused_conn().await?.0)
+    }
+
+    /// The shared connection, and whether it was made before this call (its link may have
+    /// broken since, while idle).
+    async fn reused_conn(&self) -> Result<(MultiplexedConnection, bool), RedisError> {
         let mut shared = self.shared.lock().await;
         if let Some(conn) = shared.as_ref() {
-            return Ok(conn.clone());
+            return Ok((conn.clone(), true));
         }
         let conn = self.source.connect(&self.availability).await?;
         *shared = Some(conn.clone());
-        Ok(conn)
+        Ok((conn, false))
     }
 
     /// Drop the shared connection (its link failed, or its server is no longer the master), so
@@ -202,30 +229,33 @@ impl Locker {
     }
 
     /// `cmd` on the shared connection, asked again after a connection error until the bound
-    /// (rule 14) when `repeat` (commands safe to repeat: a release with its token); else only
-    /// while it was not sent (a guarded write may have run).
-    async fn call<T: FromRedisValue>(&self, cmd: &redis::Cmd, repeat: bool) -> Result<T, Error> {
+    /// (rule 14) only while it was not written: once written it may have run (a guarded write,
+    /// a release whose reply was lost), so a broken link then is `Error::Unavailable`. With
+    /// `probe`, a connection made before is checked by a `PING` first: one whose link broke
+    /// while idle fails that, and `cmd` goes on a new connection.
+    async fn call<T: FromRedisValue>(&self, cmd: &redis::Cmd, probe: bool) -> Result<T, Error> {
         self.availability.begin();
         let mut give_up = self.availability.until(None);
         loop {
             let started = Instant::now();
-            let reply = match timeout_at(give_up.into(), self.conn()).await {
-                Err(_) => return Err(self.silent(started).await),
-                Ok(Err(e)) => Err(e), // not sent: safe to ask again
-                Ok(Ok(mut conn)) => {
-                    match timeout_at(give_up.into(), cmd.query_async(&mut conn)).await {
-                        Err(_) => return Err(self.silent(started).await),
-                        Ok(Err(e)) if !repeat => return Err(self.settle(e).await),
-                        Ok(reply) => reply,
-                    }
+            let sent = async {
+                let (mut conn, reused) = self.reused_conn().await.map_err(|e| (e, true))?;
+                if probe && reused {
+                    let ping = redis::cmd("PING").query_async::<()>(&mut conn).await;
+                    ping.map_err(|e| (e, true))?;
                 }
+                cmd.query_async::<T>(&mut conn)
+                    .await
+                    .map_err(|e| (e, false))
             };
-            match reply {
-                Ok(value) => {
+            match timeout_at(give_up.into(), sent).await {
+                Err(_) => return Err(self.silent(started).await),
+                Ok(Ok(value)) => {
                     self.availability.answered();
                     return Ok(value);
                 }
-                Err(e) => give_up = self.after_failure(e, None).await?,
+                Ok(Err((e, true))) => give_up = self.after_failure(e, None).await?,
+                Ok(Err((e, false))) => return Err(self.settle(e).await),
             }
         }
     }
@@ -272,6 +302,12 @@ impl Locker {
                     .error(format!("not Redis with the redis-lock module ({e})"))
             }
         }
+    }
+
+    /// How late after the server's own deadline (a wait's end, `WAIT`'s timeout) its reply may
+    /// come before the server counts as silent: min(1 s, bound).
+    fn reply_grace(&self) -> Duration {
+        REPLY_GRACE.min(self.availability.bound())
     }
 
     /// A call begun at `started` got no answer in time.
@@ -351,6 +387,15 @@ pub struct LockBuilder {
     owner: Option<String>,
 }
 
+/// A `LOCK.ACQUIRE` that did not reach the server.
+struct Unreached {
+    error: RedisError,
+    /// Tried on the shared connection made before, which failed at the first poll: its link
+    /// had broken while idle (the server restarted since), so not an attempt: asked again on a
+    /// new connection (in the rare case it was written after all, the same owner is safe).
+    stale: bool,
+}
+
 /// A grant, before its guard.
 struct Granted {
     token: u64,
@@ -409,6 +454,11 @@ impl LockBuilder {
 
     /// The arguments the server would refuse, refused before anything is sent (rule 17).
     fn check(&self) -> Result<(), Error> {
+        if self.locker.availability.bound().is_zero() {
+            return Err(Error::InvalidArgument(
+                "unavailable_after is zero: no call could wait for an answer".to_string(),
+            ));
+        }
         if self.ttl < Duration::from_millis(1) {
             let ttl = self.ttl;
             return Err(Error::InvalidArgument(format!("ttl {ttl:?} is under 1 ms")));
@@ -465,11 +515,18 @@ impl LockBuilder {
             Wait::Forever => None,
         };
         self.locker.availability.begin();
+        let mut reconnected = false;
         loop {
             match self.attempt(&owner, deadline).await? {
                 Ok(Some(granted)) => return self.grant(owner, granted).await,
                 Ok(None) => return Ok(None),
-                Err(e) => _ = self.locker.after_failure(e, deadline).await?,
+                Err(Unreached { stale: true, .. }) if !reconnected => {
+                    reconnected = true;
+                    self.locker.forget().await;
+                }
+                Err(Unreached { error, .. }) => {
+                    _ = self.locker.after_failure(error, deadline).await?
+                }
             }
         }
     }
@@ -480,37 +537,47 @@ impl LockBuilder {
         &self,
         owner: &str,
         deadline: Option<Instant>,
-    ) -> Result<Result<Option<Granted>, RedisError>, Error> {
+    ) -> Result<Result<Option<Granted>, Unreached>, Error> {
         let wait = Wait::until(deadline);
         let blocking = wait.blocks();
         let locker = &self.locker;
+        let shared = !blocking && !self.session;
+        let reused = shared && locker.shared.lock().await.is_some();
         let (started, bound) = (Instant::now(), locker.availability.until(None));
-        // A wait's reply is due when its deadline passed (and a little); a try's, within the bound.
+        // A wait's reply is due when its deadline passed, and min(1 s, bound) for its trip; a
+        // try's, within the bound (a slow server is not an absent one).
         let reply_by = match deadline {
-            Some(d) if blocking => Some(d + REPLY_GRACE),
-            Some(d) => Some((d + REPLY_GRACE).min(bound)),
+            Some(d) if blocking => Some(d + locker.reply_grace()),
+            Some(_) => Some(bound),
             None => None,
         };
         let connect_by = reply_by.map_or(bound, |by| by.min(bound));
-        let conn = if blocking || self.session {
-            timeout_at(connect_by.into(), locker.dedicated()).await
-        } else {
+        let conn = if shared {
             timeout_at(connect_by.into(), locker.conn()).await
+        } else {
+            timeout_at(connect_by.into(), locker.dedicated()).await
         };
         let mut conn = match conn {
             Err(_) => return Err(locker.silent(started).await),
-            Ok(Err(e)) => return Ok(Err(e)),
+            Ok(Err(error)) => {
+                return Ok(Err(Unreached {
+                    error,
+                    stale: false,
+                }))
+            }
             Ok(Ok(conn)) => conn,
         };
         let sent = Instant::now();
         let command = self.command(owner, wait);
-        let query = command.query_async::<Value>(&mut conn);
+        let mut unsent = false;
         let watched = async {
             if !blocking {
-                return Ok(query.await);
+                let (reply, not_written) = query(&command, &mut conn).await;
+                unsent = not_written;
+                return Ok(reply);
             }
             tokio::select! {
-                reply = query => Ok(reply),
+                reply = command.query_async::<Value>(&mut conn) => Ok(reply),
                 unavailable = locker.watch() => Err(unavailable),
             }
         };
@@ -536,12 +603,15 @@ impl LockBuilder {
             Ok(other) => Err(locker.availability.error(format!(
                 "not Redis with the redis-lock module (LOCK.ACQUIRE answered {other:?})"
             ))),
-            Err(e) => Ok(Err(e)),
+            Err(error) => Ok(Err(Unreached {
+                error,
+                stale: reused && unsent,
+            })),
         }
     }
 
     /// The guard of a grant; for a durable grant, once `n` replicas have it (else released and
-    /// `None`).
+    /// `None`; unavailable when `WAIT` fails or is silent, the hold given back in the background).
     async fn grant(self, owner: String, mut granted: Granted) -> Result<Option<LockGuard>, Error> {
         self.locker.availability.answered();
         let id = HoldId {
@@ -550,22 +620,39 @@ impl LockBuilder {
             token: granted.token,
         };
         if let Some((n, timeout)) = self.replicas {
-            let wait = redis::cmd("WAIT").arg(n).arg(millis(timeout)).clone();
-            let acked = timeout_at(
-                (Instant::now() + timeout + REPLY_GRACE).into(),
-                wait.query_async::<usize>(&mut granted.conn),
-            );
-            let acked = match acked.await {
-                Ok(Ok(acked)) => acked,
-                Ok(Err(e)) => return Err(self.locker.settle(e).await),
-                Err(_) => return Err(self.locker.silent(granted.lease_start).await),
-            };
-            if acked < n {
-                id.release(&self.locker, &HoldState::new()).await?;
-                return Ok(None);
+            match self.replicated(&mut granted.conn, n, timeout).await {
+                Ok(true) => {}
+                Ok(false) => {
+                    id.release(&self.locker, &HoldState::new()).await?;
+                    return Ok(None);
+                }
+                Err(unavailable) => {
+                    let locker = self.locker.clone();
+                    tokio::spawn(async move { id.release(&locker, &HoldState::new()).await });
+                    return Err(unavailable);
+                }
             }
         }
         Ok(Some(LockGuard::start(self, id, granted)))
+    }
+
+    /// `WAIT n timeout`: whether `n` replicas have the grant; its reply is due by the timeout
+    /// and min(1 s, bound).
+    async fn replicated(
+        &self,
+        conn: &mut MultiplexedConnection,
+        n: usize,
+        timeout: Duration,
+    ) -> Result<bool, Error> {
+        let locker = &self.locker;
+        let started = Instant::now();
+        let wait = redis::cmd("WAIT").arg(n).arg(millis(timeout)).clone();
+        let reply_by = started + timeout + locker.reply_grace();
+        match timeout_at(reply_by.into(), wait.query_async::<usize>(conn)).await {
+            Ok(Ok(acked)) => Ok(acked >= n),
+            Ok(Err(e)) => Err(locker.settle(e).await),
+            Err(_) => Err(locker.silent(started).await),
+        }
     }
 }
 

@@ -4,8 +4,11 @@
 
 use std::time::{Duration, Instant};
 
-use redis_lock_client::Locker;
+use redis_lock_client::{redis, Error, Locker};
 use redis_lock_harness::*;
+
+mod common;
+use common::calls;
 
 const TTL: Duration = Duration::from_secs(2);
 /// The rule's bound after the lease's end: 10% of the ttl plus 100 ms.
@@ -13,6 +16,10 @@ const LATE: Duration = Duration::from_millis(TTL.as_millis() as u64 / 10 + 100);
 /// How much earlier than the server's deadline the client's may be: the renewal's trip to the
 /// server (the client counts from its send time), on a loaded machine.
 const EARLY: Duration = Duration::from_millis(100);
+
+fn locker(s: &Server) -> Locker {
+    Locker::new(redis::Client::open(format!("redis://127.0.0.1:{}/", s.port)).unwrap())
+}
 
 /// Until the server's lease of `key` grows (a renewal just landed: the next is a third of the
 /// ttl away): the server's deadline then, between two instants (before the read, after it).
@@ -38,9 +45,13 @@ fn just_renewed(s: &Server, key: &str) -> (Instant, Instant) {
 /// against the server's deadline (earliest, latest), and the reason.
 async fn loss_when(stop: fn(&mut Server)) -> (Instant, (Instant, Instant), String) {
     let mut s = Server::start();
-    let locker =
-        Locker::new(redis::Client::open(format!("redis://127.0.0.1:{}/", s.port)).unwrap());
-    let g = locker.lock("k").ttl(TTL).acquire().await.unwrap().unwrap();
+    let g = locker(&s)
+        .lock("k")
+        .ttl(TTL)
+        .acquire()
+        .await
+        .unwrap()
+        .unwrap();
     let lost = tokio::spawn({
         let lost = g.lost();
         async move { (lost.await, Instant::now()) }
@@ -90,4 +101,29 @@ async fn loss_is_seen_at_the_lease_end_when_the_server_is_frozen() {
     let (at, deadline, reason) = loss_when(|s| s.signal(libc::SIGSTOP)).await;
     assert_at_the_lease_end(at, deadline);
     assert!(reason.contains("no answer"), "{reason}");
+}
+
+/// A fixed lease (no watchdog) is lost at its end by the timer, not at the next call; then a
+/// guarded write is stale and the release false, both without the server.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fixed_lease_is_lost_at_its_end_and_answers_without_the_server() {
+    let s = Server::start();
+    let sent = Instant::now();
+    let g = locker(&s).lock("k").ttl(TTL).watchdog(false).acquire();
+    let g = g.await.unwrap().unwrap();
+    let answered = Instant::now();
+    let reason = tokio::time::timeout(TTL * 2, g.lost()).await;
+    let at = Instant::now();
+    assert_eq!(reason.expect("lost by the timer"), "the fixed lease ended");
+    // The lease's end: the acquire's send time plus the ttl, between these two.
+    assert_at_the_lease_end(at, (sent + TTL, answered + TTL));
+    let (guards, releases) = (calls(&s, "lock.guard"), calls(&s, "lock.release"));
+    let write = g.run::<i64>(redis::cmd("INCR").arg("n")).await;
+    assert!(matches!(write, Err(Error::Stale(_))), "{write:?}");
+    assert!(
+        !g.release().await.unwrap(),
+        "a lost hold's release is false"
+    );
+    assert_eq!(calls(&s, "lock.guard"), guards, "no guarded write sent");
+    assert_eq!(calls(&s, "lock.release"), releases, "no release sent");
 }

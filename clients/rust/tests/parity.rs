@@ -9,19 +9,14 @@ use std::time::{Duration, Instant};
 use redis_lock_client::{redis, Error, Locker};
 use redis_lock_harness::*;
 
+mod common;
+use common::calls;
+
 /// "At once": nothing sent, or one round trip, on a loaded machine.
 const AT_ONCE: Duration = Duration::from_millis(300);
 
 fn locker(s: &Server) -> Locker {
     Locker::new(redis::Client::open(format!("redis://127.0.0.1:{}/", s.port)).unwrap())
-}
-
-/// How many times the server ran `command` (`INFO commandstats`; 0 before the first).
-fn calls(s: &Server, command: &str) -> u64 {
-    let field = format!("cmdstat_{command}");
-    let stats = try_info_field(&mut s.con(), "commandstats", &field).unwrap_or_default();
-    let calls = stats.split(',').find_map(|kv| kv.strip_prefix("calls="));
-    calls.map_or(0, |n| n.parse().unwrap())
 }
 
 /// Every command the server runs from now on is kept in its slow log.
@@ -170,4 +165,40 @@ async fn the_form_that_tries_once_is_wait_zero() {
     assert_eq!(sent.len(), 1, "{sent:?}");
     assert!(!sent[0].iter().any(|a| a == "WAIT"), "{sent:?}");
     assert!(holder.release().await.unwrap());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bound_of_zero_is_an_invalid_argument() {
+    let s = Server::start();
+    let l = locker(&s).unavailable_after(Duration::ZERO);
+    let waits = [Some(Duration::ZERO), Some(Duration::from_secs(1)), None];
+    for wait in waits {
+        let builder = l.lock("k");
+        let builder = match wait {
+            Some(d) => builder.wait(d),
+            None => builder.wait_forever(),
+        };
+        let refused = builder.acquire().await;
+        assert!(
+            matches!(refused, Err(Error::InvalidArgument(_))),
+            "{refused:?}"
+        );
+    }
+    assert_eq!(calls(&s, "lock.acquire"), 0, "nothing sent");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wait_of_1ms_or_less_on_a_free_lock_is_granted() {
+    let s = Server::start();
+    let l = locker(&s);
+    let waits = [
+        ("a", Duration::from_millis(1)),
+        ("b", Duration::from_nanos(1)),
+    ];
+    for (key, wait) in waits {
+        let g = l.lock(key).wait(wait).acquire().await.unwrap();
+        let g = g.unwrap_or_else(|| panic!("a wait of {wait:?} on a free lock: granted"));
+        assert!(g.release().await.unwrap());
+    }
+    assert_eq!(calls(&s, "lock.acquire"), 2, "one try each, always sent");
 }

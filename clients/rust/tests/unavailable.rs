@@ -4,11 +4,16 @@
 //! servers stopped (SIGKILL) and frozen (SIGSTOP) by PID, and tiny TCP services of the test's.
 
 use std::io::{Read, Write};
-use std::net::TcpListener;
+use std::net::{Shutdown, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use redis_lock_client::{redis, Error, Locker};
 use redis_lock_harness::*;
+
+mod common;
+use common::calls;
 
 /// The locker's unavailability bound in these tests (10 s by default).
 const BOUND: Duration = Duration::from_secs(1);
@@ -70,6 +75,92 @@ fn not_redis(reply: Option<&'static [u8]>) -> u16 {
     port
 }
 
+/// A TCP service that accepts each connection and closes it at once: how many it accepted.
+fn closing_at_once() -> (u16, Arc<AtomicUsize>) {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let accepted = Arc::new(AtomicUsize::new(0));
+    let counter = accepted.clone();
+    std::thread::spawn(move || {
+        for stream in listener.incoming().flatten() {
+            counter.fetch_add(1, SeqCst);
+            drop(stream);
+        }
+    });
+    (port, accepted)
+}
+
+/// What a `proxy` does to the first command that contains its word.
+#[derive(Clone, Copy)]
+enum Cut {
+    /// Forwarded to the server, then the client's link closes: the reply is lost.
+    AfterSending,
+    /// Never forwarded, never answered; the link stays open.
+    Swallow,
+}
+
+/// A TCP proxy to the server at `port` (two threads per connection, ending with the test
+/// process): every byte relayed both ways, but the first command containing `word` gets `cut`.
+fn proxy(port: u16, word: &'static [u8], cut: Cut) -> u16 {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let front = listener.local_addr().unwrap().port();
+    let done = Arc::new(AtomicBool::new(false));
+    std::thread::spawn(move || {
+        for client in listener.incoming().flatten() {
+            let server = TcpStream::connect(("127.0.0.1", port)).unwrap();
+            let reply_lost = Arc::new(AtomicBool::new(false));
+            let (from_server, to_client) =
+                (server.try_clone().unwrap(), client.try_clone().unwrap());
+            let lost = reply_lost.clone();
+            std::thread::spawn(move || {
+                relay(from_server, to_client, |_| match lost.load(SeqCst) {
+                    true => Step::Close,
+                    false => Step::Forward,
+                })
+            });
+            let done = done.clone();
+            std::thread::spawn(move || {
+                relay(client, server, |chunk| {
+                    let hit = chunk.windows(word.len()).any(|w| w == word);
+                    match cut {
+                        _ if !hit || done.swap(true, SeqCst) => Step::Forward,
+                        Cut::Swallow => Step::Drop,
+                        Cut::AfterSending => {
+                            reply_lost.store(true, SeqCst);
+                            Step::Forward
+                        }
+                    }
+                })
+            });
+        }
+    });
+    front
+}
+
+/// What `relay` does with a chunk.
+enum Step {
+    Forward,
+    Drop,
+    /// Close the link the chunk would go to, and stop.
+    Close,
+}
+
+/// Copies `from` to `to`, each chunk as `step` says, until either side closes.
+fn relay(mut from: TcpStream, mut to: TcpStream, mut step: impl FnMut(&[u8]) -> Step) {
+    let mut buf = [0u8; 16384];
+    while let Ok(n) = from.read(&mut buf) {
+        let forwarded = match (n, step(&buf[..n])) {
+            (0, _) | (_, Step::Close) => break,
+            (_, Step::Drop) => Ok(()),
+            (_, Step::Forward) => to.write_all(&buf[..n]),
+        };
+        if forwarded.is_err() {
+            break;
+        }
+    }
+    let _ = to.shutdown(Shutdown::Both);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_wrong_address_is_unavailable_within_the_bound() {
     let port = free_port(); // nothing listens there: connection refused
@@ -89,7 +180,7 @@ async fn a_wrong_address_is_unavailable_within_the_bound() {
         .wait(Duration::ZERO)
         .acquire()
         .await;
-    assert_unavailable(tried, port, started, AT_ONCE);
+    assert_unavailable(tried, port, started, AT_ONCE + MARGIN);
     let started = Instant::now();
     let short = locker_at(port).lock("k").wait(Duration::from_millis(300));
     let short = short.acquire().await;
@@ -179,8 +270,9 @@ async fn a_stopped_server_is_unavailable_to_a_holder_and_a_waiter() {
 async fn a_frozen_server_is_unavailable_to_a_holder_and_a_waiter() {
     let s = Server::start();
     let port = s.port;
-    // A 10 s lease: its renewal awaits the freeze (a few seconds) and lands after SIGCONT.
-    let g = locker_at(port).lock("k").ttl(Duration::from_secs(10));
+    // A 30 s lease: the freeze's four steps (up to 2 s each on a loaded machine) end before
+    // its first renewal is due (10 s), or that renewal awaits the freeze and lands after SIGCONT.
+    let g = locker_at(port).lock("k").ttl(Duration::from_secs(30));
     let g = g.acquire().await.unwrap().unwrap();
     let other = locker_at(port)
         .lock("other")
@@ -244,4 +336,162 @@ async fn unreachable_sentinels_are_unavailable_within_the_bound() {
         "{:?}",
         started.elapsed()
     );
+}
+
+/// The try-once form against a service that closes every link: unavailable at its first
+/// failure, after one attempt (one connection), not retried until the bound.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_try_once_form_is_unavailable_at_its_first_failure() {
+    let (port, accepted) = closing_at_once();
+    let started = Instant::now();
+    let tried = locker_at(port)
+        .lock("k")
+        .wait(Duration::ZERO)
+        .acquire()
+        .await;
+    assert_unavailable(tried, port, started, AT_ONCE + MARGIN);
+    assert_eq!(accepted.load(SeqCst), 1, "one attempt");
+}
+
+/// A wait whose deadline passes while the server is silent: unavailable at most min(1 s,
+/// bound) after the deadline, whatever the bound.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wait_whose_deadline_passes_on_a_silent_server_is_unavailable_soon_after() {
+    const WAIT: Duration = Duration::from_millis(300);
+    let port = not_redis(None);
+    for bound in [Duration::from_secs(4), Duration::from_millis(500)] {
+        let client = redis::Client::open(format!("redis://127.0.0.1:{port}/")).unwrap();
+        let locker = Locker::new(client).unavailable_after(bound);
+        let started = Instant::now();
+        let waited = locker.lock("k").wait(WAIT).acquire().await;
+        // 4 s bound: by 2.3 s (300 ms + 1 s + the margin), well before the bound.
+        let limit = WAIT + bound.min(Duration::from_secs(1)) + MARGIN;
+        assert_unavailable(waited, port, started, limit);
+    }
+}
+
+/// A try waits for a slow server's reply up to the bound, not a second: frozen for 1.5 s, then
+/// resumed, it answers and the try is granted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_try_waits_for_a_slow_servers_reply_up_to_the_bound() {
+    let s = Server::start();
+    let client = redis::Client::open(format!("redis://127.0.0.1:{}/", s.port)).unwrap();
+    let locker = Locker::new(client).unavailable_after(Duration::from_secs(5));
+    let warm = locker.lock("warm").wait(Duration::ZERO).acquire().await;
+    let warm = warm.unwrap().unwrap(); // the shared connection made while the server answers
+    s.signal(libc::SIGSTOP);
+    let pid = s.pid();
+    let thaw = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(1500));
+        signal_pid(pid, libc::SIGCONT);
+    });
+    let started = Instant::now();
+    let tried = locker.lock("k").wait(Duration::ZERO).acquire().await;
+    let waited = started.elapsed();
+    thaw.join().unwrap();
+    let g = tried.unwrap().expect("granted once the server answered");
+    eprintln!("granted after {waited:?}");
+    assert!(g.release().await.unwrap());
+    assert!(warm.release().await.unwrap());
+}
+
+/// A release whose link breaks after it was written (the proxy forwards it, then closes the
+/// client's link): unavailable, and not sent again (the server ran it once).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_whose_reply_is_lost_is_unavailable_and_not_sent_again() {
+    let s = Server::start();
+    let port = proxy(s.port, b"LOCK.RELEASE", Cut::AfterSending);
+    let g = locker_at(port).lock("k").acquire().await.unwrap().unwrap();
+    let started = Instant::now();
+    assert_unavailable(g.release().await, port, started, AT_ONCE + MARGIN);
+    tokio::time::sleep(Duration::from_millis(200)).await; // a second try would have come by now
+    assert_eq!(calls(&s, "lock.release"), 1, "sent once");
+    assert_eq!(ok(&mut s.con(), &["EXISTS", "k"]), Value::Int(0), "it ran");
+}
+
+/// A release while a renewal waits for a frozen server: the renewal is abandoned, and the
+/// release is unavailable within the bound (not after the renewal's wait, the lease's end).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_while_a_renewal_is_in_flight_abandons_the_renewal() {
+    let s = Server::start();
+    let port = s.port;
+    // A 9 s lease: the renewal due 3 s after the grant awaits the frozen server up to 9 s.
+    let g = locker_at(port).lock("k").ttl(Duration::from_secs(9));
+    let g = g.acquire().await.unwrap().unwrap();
+    let granted = Instant::now();
+    s.signal(libc::SIGSTOP);
+    tokio::time::sleep_until((granted + Duration::from_secs(4)).into()).await;
+    let started = Instant::now();
+    let released = g.release().await;
+    s.signal(libc::SIGCONT);
+    // By 6 s after the grant at the latest (bound + margin), 3 s before the renewal's end.
+    assert_unavailable(released, port, started, BOUND + MARGIN);
+}
+
+/// A durable grant whose `WAIT` gets no answer (swallowed), or whose link breaks after it was
+/// sent: unavailable within its timeout and min(1 s, bound), and the hold given back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_durable_grant_whose_wait_fails_is_unavailable_and_given_back() {
+    let s = Server::start();
+    const TIMEOUT: Duration = Duration::from_millis(500);
+    for cut in [Cut::Swallow, Cut::AfterSending] {
+        let port = proxy(s.port, b"*3\r\n$4\r\nWAIT\r\n", cut);
+        let started = Instant::now();
+        let wait = Duration::from_secs(5); // a wait: on a connection of its own
+        let durable = locker_at(port).lock("k").replicas(1, TIMEOUT).wait(wait);
+        let durable = durable.acquire().await;
+        assert_unavailable(durable, port, started, TIMEOUT + BOUND + MARGIN);
+        // Given back: free long before its 30 s lease ends.
+        let given_back = tokio::task::block_in_place(|| {
+            eventually(Duration::from_secs(3), || {
+                ok(&mut s.con(), &["EXISTS", "k"]) == Value::Int(0)
+            })
+        });
+        assert!(given_back, "the hold given back");
+    }
+}
+
+/// A shared connection whose link broke while idle (the server restarted since) is not an
+/// attempt: the try after the restart is sent on a new connection and granted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_try_after_a_restart_is_sent_on_a_new_connection() {
+    let mut s = Server::start();
+    let locker = locker_at(s.port);
+    let first = locker.lock("a").wait(Duration::ZERO).acquire().await;
+    assert!(first.unwrap().unwrap().release().await.unwrap());
+    tokio::task::block_in_place(|| s.restart());
+    tokio::time::sleep(Duration::from_millis(100)).await; // the old link's end seen by its driver
+    let tried = locker.lock("k").wait(Duration::ZERO).acquire().await;
+    let g = tried.unwrap().expect("granted on the restarted server");
+    assert!(g.release().await.unwrap());
+}
+
+/// A release on a shared connection whose link broke while idle (the server closed it): a
+/// `PING` finds that before the release is written, and the release goes on a new connection.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_after_the_shared_link_broke_while_idle_is_sent_on_a_new_one() {
+    let s = Server::start();
+    let g = locker_at(s.port)
+        .lock("k")
+        .acquire()
+        .await
+        .unwrap()
+        .unwrap();
+    let _: i64 = g.run(redis::cmd("INCR").arg("n")).await.unwrap(); // the shared connection
+    let mut con = s.con();
+    let Value::BulkString(clients) = ok(&mut con, &["CLIENT", "LIST"]) else {
+        panic!("CLIENT LIST")
+    };
+    let clients = String::from_utf8(clients).unwrap();
+    let shared = clients
+        .lines()
+        .find(|l| l.contains("cmd=lock.guard"))
+        .unwrap();
+    let id = shared
+        .split(' ')
+        .find_map(|f| f.strip_prefix("id="))
+        .unwrap();
+    ok(&mut con, &["CLIENT", "KILL", "ID", id]);
+    tokio::time::sleep(Duration::from_millis(100)).await; // the link's end seen by its driver
+    assert!(g.release().await.unwrap(), "released on a new connection");
 }
