@@ -23,13 +23,14 @@ type Lock struct {
 	// turn makes the watchdog's renewals and the release take turns: a renewal is sent only
 	// while phase is held, and the release moves it away from held, so none follows it.
 	turn sync.Mutex
-	// mu guards phase and err (read without waiting for a renewal).
-	mu    sync.Mutex
-	phase phase
-	err   error         // why the hold was lost
-	lost  chan struct{} // closed once, when the hold is lost
-	stop  chan struct{} // closed by the release: the watchdog ends
-	done  chan struct{} // closed when the watchdog has ended (nil: no watchdog)
+	// mu guards phase, err and abandon (read without waiting for a renewal).
+	mu      sync.Mutex
+	phase   phase
+	err     error              // why the hold was lost
+	abandon context.CancelFunc // ends the renewal in flight at once (closes its connection)
+	lost    chan struct{}      // closed once, when the hold is lost
+	stop    chan struct{}      // closed by the release: the watchdog ends
+	done    chan struct{}      // closed when the watchdog has ended (nil: no watchdog)
 }
 
 type phase int
@@ -144,20 +145,25 @@ func (l *Lock) Guard(ctx context.Context, args ...any) *redis.Cmd {
 // hold's connection is closed. When the server does not answer, the error matches
 // ErrUnavailable (and the hold is no longer renewed).
 func (l *Lock) Release(ctx context.Context) (bool, error) {
-	l.turn.Lock()
 	l.mu.Lock()
-	was := l.phase
+	was, abandon := l.phase, l.abandon
 	if was == held {
 		l.phase = released
 		close(l.stop)
 	}
 	l.mu.Unlock()
-	l.turn.Unlock()
 	if was != held {
 		return false, nil
 	}
-	// No renewal can start now (the phase is no longer held); the watchdog's goroutine ends
-	// while the release is on its way.
+	// A renewal in flight is abandoned, not awaited (the server may be silent): its connection
+	// closes, it fails at once and gives back the turn. No renewal starts after this (the
+	// phase is no longer held); the watchdog's goroutine ends while the release is on its way.
+	if abandon != nil {
+		abandon()
+	}
+	//lint:ignore SA2001 the empty turn waits for the renewal's end: nothing follows the release
+	l.turn.Lock()
+	l.turn.Unlock()
 	n, err := pooled(ctx, l.locker, l.key, func(ctx context.Context) (int64, error) {
 		return l.locker.client.Do(ctx, "LOCK.RELEASE", l.key, l.owner, "TOKEN", l.token).Int64()
 	})

@@ -293,3 +293,26 @@ func TestAnUnreachableServerAndCloseLogNothing(t *testing.T) {
 		t.Fatalf("go-redis logged %d lines: %q", len(lines), lines)
 	}
 }
+
+// Table: a release while a renewal is in flight to a frozen server abandons the renewal (its
+// reply would be awaited until the lease's end) and is unavailable within the bound.
+func TestAReleaseWhileARenewalIsInFlightAbandonsIt(t *testing.T) {
+	s := server(t)
+	const ttl = 9 * time.Second // renewed every 3 s, a renewal's reply awaited up to 3 s
+	obtained := time.Now()
+	holder := obtain(t, lockerAt(t, s.Addr()), "k", ttl)
+	s.Signal(syscall.SIGSTOP)
+	defer s.Signal(syscall.SIGCONT)
+	time.Sleep(time.Until(obtained.Add(ttl/3 + 300*time.Millisecond))) // the first renewal is on its way
+	started := time.Now()
+	held, err := holder.Release(ctx)
+	took := time.Since(started)
+	if held || !errors.Is(err, redislock.ErrUnavailable) {
+		t.Fatalf("Release = %v, %v; want false, ErrUnavailable", held, err)
+	}
+	// Awaiting the renewal would take 2.7 s more from here, then the bound.
+	if took > bound+margin {
+		t.Fatalf("Release took %v, want within %v", took, bound+margin)
+	}
+	t.Logf("Release after %v: %v", took, err)
+}
