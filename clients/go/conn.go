@@ -231,7 +231,15 @@ func isAny(err error, codes ...string) bool {
 	return false
 }
 
-// onceCmd is a command go-redis must not send twice (a guarded write may have run).
+// onceCmd is a command go-redis must not send twice (a guarded write or a release may have
+// run).
 type onceCmd struct{ *redis.Cmd }
 
 func (onceCmd) NoRetry() bool { return true }
+
+// once sends args through c as a onceCmd.
+func once(ctx context.Context, c redis.UniversalClient, args ...any) *redis.Cmd {
+	cmd := redis.NewCmd(ctx, args...)
+	_ = c.Process(ctx, onceCmd{cmd})
+	return cmd
+}

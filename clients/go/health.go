@@ -70,10 +70,10 @@ func (h *health) doubtful() bool {
 	return h.heard.IsZero() || !h.failing.IsZero()
 }
 
-// pooled runs do, a command through the caller's client (go-redis retries a broken link
-// itself), and answers within the Locker's bound: when the command has no answer by then, it
-// is left to end in the background (within the client's own timeouts) and the error matches
-// ErrUnavailable. When the node of key has not answered since its last failure (or ever), it
+// pooled runs do, one command through the caller's client and its pool (l.short), and answers
+// within the Locker's bound: when the command has no answer by then, it is left to end in the
+// background (within the bound's read timeout, or a cluster client's own timeouts) and the
+// error matches ErrUnavailable. When the node of key has not answered since its last failure (or ever), it
 // is sent PING first on a connection of its own: a node that is down is then answered as
 // unavailable without the caller's pool, which would log each failed dial.
 func pooled[T any](ctx context.Context, l *Locker, key string, do func(context.Context) (T, error)) (T, error) {
@@ -168,10 +168,6 @@ func (l *Locker) unavailableAt(addr string, cause error) error {
 // errNoModule: the server answers, but without the redis-lock module's commands.
 var errNoModule = errors.New("the redis-lock module is not loaded")
 
-// probeGrace is how long a PING may take to tell a wait that the caller's context ended
-// whether the server still answers (not granted) or not (unavailable).
-const probeGrace = 300 * time.Millisecond
-
 // ping sends PING to the node of base on a connection of its own, answered within timeout
 // (or ctx: then nothing is noted).
 func (l *Locker) ping(ctx context.Context, base *redis.Options, timeout time.Duration) error {
@@ -195,7 +191,7 @@ func (l *Locker) silent(ctx context.Context, base *redis.Options, start time.Tim
 	if l.health(base.Addr).lastHeard(start).After(start) {
 		return nil
 	}
-	err := l.ping(context.WithoutCancel(ctx), base, min(l.bound, probeGrace))
+	err := l.ping(context.WithoutCancel(ctx), base, l.grace())
 	if err == nil {
 		return nil
 	}

@@ -123,8 +123,8 @@ func (l *Lock) Guard(ctx context.Context, args ...any) *redis.Cmd {
 	}
 	// Sent as a command of its own: it may still end in the background after the bound.
 	sent, err := pooled(ctx, l.locker, l.key, func(ctx context.Context) (*redis.Cmd, error) {
-		c := redis.NewCmd(ctx, all...)
-		return c, l.locker.client.Process(ctx, onceCmd{c})
+		c := once(ctx, l.locker.short, all...)
+		return c, c.Err()
 	})
 	switch {
 	case isAny(err, "STALE"):
@@ -164,9 +164,7 @@ func (l *Lock) Release(ctx context.Context) (bool, error) {
 	//lint:ignore SA2001 the empty turn waits for the renewal's end: nothing follows the release
 	l.turn.Lock()
 	l.turn.Unlock()
-	n, err := pooled(ctx, l.locker, l.key, func(ctx context.Context) (int64, error) {
-		return l.locker.client.Do(ctx, "LOCK.RELEASE", l.key, l.owner, "TOKEN", l.token).Int64()
-	})
+	n, err := l.locker.release(ctx, l.key, l.owner, l.token)
 	if l.session != nil {
 		_ = l.session.Close()
 	}

@@ -191,3 +191,16 @@ func TestTheDefaultWaitIsWithoutLimitAndWithWait0TriesOnce(t *testing.T) {
 	}
 	release(t, got.lock, true)
 }
+
+// Table: a wait of 1 ms or less on a free lock is granted: one ask is always sent.
+func TestAWaitOf1msOrLessOnAFreeLockIsGranted(t *testing.T) {
+	r := client(t, server(t))
+	l := redislock.New(r)
+	for _, wait := range []time.Duration{time.Millisecond, time.Microsecond, time.Nanosecond} {
+		lock := obtain(t, l, "k", time.Second, redislock.WithWait(wait))
+		release(t, lock, true)
+	}
+	if n := calls(r, "lock.acquire"); n != 3 {
+		t.Fatalf("%d LOCK.ACQUIRE sent, want 3", n)
+	}
+}
