@@ -31,6 +31,7 @@ type Lock struct {
 	lost    chan struct{}      // closed once, when the hold is lost
 	stop    chan struct{}      // closed by the release: the watchdog ends
 	done    chan struct{}      // closed when the watchdog has ended (nil: no watchdog)
+	fixed   *time.Timer        // loses a fixed lease (no watchdog) at its end (nil: a watchdog)
 }
 
 type phase int
@@ -41,7 +42,8 @@ const (
 	lost
 )
 
-// hold starts the Lock of a grant whose lease began at start, and its watchdog.
+// hold starts the Lock of a grant whose lease began at start, and its watchdog; a fixed lease
+// (no watchdog) is lost at its end by a timer, after which release and guard answer at once.
 func (l *Locker) hold(key, owner string, token int64, ttl time.Duration, start time.Time, session *redis.Client, watchdog bool) *Lock {
 	lock := &Lock{
 		locker:  l,
@@ -55,6 +57,10 @@ func (l *Locker) hold(key, owner string, token int64, ttl time.Duration, start t
 	if watchdog {
 		lock.done = make(chan struct{})
 		go lock.watch(ttl, start)
+	} else {
+		lock.fixed = time.AfterFunc(time.Until(start.Add(ttl)), func() {
+			lock.lose("the lease ended (a fixed lease: no watchdog)", held)
+		})
 	}
 	return lock
 }
@@ -71,8 +77,9 @@ func (l *Lock) Token() int64 { return l.token }
 
 // Lost is closed when the hold is lost: a renewal found the lease gone (it ran out, or the
 // lock was force-released), the lease ended without a renewal getting through (the server
-// could not be reached: lost at the lease's end), the watchdog failed otherwise, or Release
-// found the lease already gone. Err then says why.
+// could not be reached: lost at the lease's end), a fixed lease (WithWatchdog(false)) reached
+// its end, the watchdog failed otherwise, or Release found the lease already gone. Err then
+// says why.
 func (l *Lock) Lost() <-chan struct{} { return l.lost }
 
 // Err is nil while the hold lives and after a release that found it live; once the hold is
@@ -160,6 +167,9 @@ func (l *Lock) Release(ctx context.Context) (bool, error) {
 	// phase is no longer held); the watchdog's goroutine ends while the release is on its way.
 	if abandon != nil {
 		abandon()
+	}
+	if l.fixed != nil {
+		l.fixed.Stop()
 	}
 	//lint:ignore SA2001 the empty turn waits for the renewal's end: nothing follows the release
 	l.turn.Lock()
