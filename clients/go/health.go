@@ -122,21 +122,37 @@ func (l *Locker) note(addr string, err error, sent time.Time) {
 }
 
 // isFailure reports whether err means that the node did not answer as Redis with the module
-// (the network, a timeout, a reply that is not RESP, an unknown LOCK command): an error reply
-// of the module or of Redis is an answer.
-func isFailure(err error) bool {
+// (see noAnswer).
+func isFailure(err error) bool { return classify(err) == noAnswer }
+
+// What an error says of the node it came from.
+type kind int
+
+const (
+	answer   kind = iota // nil, or an answer of the module or of Redis: the call's outcome
+	notHere              // an error reply: this node cannot serve the key now (demoted, loading, the slot moved)
+	noAnswer             // the network, a timeout, a reply that is not RESP, an unknown LOCK command
+)
+
+// classify is the one reading of errors: what err says of the node (see kind).
+func classify(err error) kind {
 	var unavailable *UnavailableError
 	var reply redis.Error
 	switch {
 	case err == nil, errors.Is(err, redis.Nil), errors.Is(err, ErrNotObtained),
 		errors.Is(err, ErrDeadlock), errors.Is(err, ErrStale), errors.Is(err, errUnsupported):
-		return false
+		return answer
 	case errors.As(err, &unavailable):
-		return true
+		return noAnswer
+	case errors.As(err, &reply) && isAny(err, "ERR unknown command"):
+		return noAnswer
+	case errors.As(err, &reply) && isAny(err, "READONLY", "UNBLOCKED", "LOADING", "MASTERDOWN",
+		"MOVED", "ASK", "TRYAGAIN", "CLUSTERDOWN"):
+		return notHere
 	case errors.As(err, &reply):
-		return isAny(err, "ERR unknown command")
+		return answer
 	}
-	return true
+	return noAnswer
 }
 
 // unavailable is err as the error of a service that did not answer, for a call whose

@@ -171,8 +171,8 @@ func (l *Lock) Release(ctx context.Context) (bool, error) {
 	if l.fixed != nil {
 		l.fixed.Stop()
 	}
-	//lint:ignore SA2001 the empty turn waits for the renewal's end: nothing follows the release
-	l.turn.Lock()
+	l.turn.Lock() // the renewal has ended: nothing it sends follows the release
+	//lint:ignore SA2001 taking the turn is the wait
 	l.turn.Unlock()
 	n, err := l.locker.release(ctx, l.key, l.owner, l.token)
 	if l.session != nil {
