@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"go.uber.org/goleak"
 
 	redislock "github.com/redis-lock/redis-lock/clients/go"
 	"github.com/redis-lock/redis-lock/clients/go/internal/testserver"
@@ -478,5 +479,31 @@ func TestTheTryOnceFormIsUnavailableAtItsFirstFailure(t *testing.T) {
 	// One attempt: one dial, which go-redis's pool repeats DialerRetries times by itself.
 	if n, one := counted.n.Load()-before, int64(c.Options().DialerRetries); n > one {
 		t.Fatalf("%d dials after the server stopped, want at most %d (one attempt)", n, one)
+	}
+}
+
+// Rule 14: a guarded write left unanswered by a frozen server is unavailable within the bound,
+// and the goroutine that sent it ends soon after, even when the application's client never
+// times out a read (ReadTimeout -1): nothing outlives the bound by more than a read of it.
+func TestAnUnansweredGuardDoesNotOutliveTheBound(t *testing.T) {
+	defer func(current goleak.Option) {
+		// Gives it 3 s; the client's own goroutines live until it is closed, after this.
+		if err := leaked(current, goleak.IgnoreTopFunction(
+			"github.com/redis/go-redis/v9/maintnotifications.(*CircuitBreakerManager).cleanupLoop")); err != nil {
+			t.Error(err)
+		}
+	}(goleak.IgnoreCurrent())
+	s := server(t)
+	c := client(t, s, func(o *redis.Options) { o.ReadTimeout = -1 })
+	l := redislock.New(c, redislock.WithUnavailableAfter(bound))
+	lock := obtain(t, l, "k", time.Minute, redislock.WithWatchdog(false))
+	s.Signal(syscall.SIGSTOP)
+	t.Cleanup(func() { s.Signal(syscall.SIGCONT) }) // after the goroutines are counted
+	started := time.Now()
+	if err := lock.Guard(ctx, "SET", "x", "1").Err(); !errors.Is(err, redislock.ErrUnavailable) {
+		t.Fatalf("Guard: %v", err)
+	}
+	if took := time.Since(started); took > bound+margin {
+		t.Fatalf("Guard took %v", took)
 	}
 }
