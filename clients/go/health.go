@@ -70,12 +70,12 @@ func (h *health) doubtful() bool {
 	return h.heard.IsZero() || !h.failing.IsZero()
 }
 
-// pooled runs do, one command through the caller's client and its pool (l.short), and answers
-// within the Locker's bound: when the command has no answer by then, it is left to end in the
-// background (within the bound's read timeout, or a cluster client's own timeouts) and the
-// error matches ErrUnavailable. When the node of key has not answered since its last failure (or ever), it
-// is sent PING first on a connection of its own: a node that is down is then answered as
-// unavailable without the caller's pool, which would log each failed dial.
+// pooled runs do, one command through the caller's client and its pool (l.short()), and
+// answers within the Locker's bound: when the command has no answer by then, it is left to end
+// in the background (within the bound's read timeout, or a cluster client's own timeouts) and
+// the error matches ErrUnavailable. When the node of key has not answered since its last
+// failure (or ever), it is sent PING first on a connection of its own: a node that is down is
+// then answered as unavailable without the caller's pool, which would log each failed dial.
 func pooled[T any](ctx context.Context, l *Locker, key string, do func(context.Context) (T, error)) (T, error) {
 	var zero T
 	sent := time.Now()

@@ -130,7 +130,7 @@ func (l *Lock) Guard(ctx context.Context, args ...any) *redis.Cmd {
 	}
 	// Sent as a command of its own: it may still end in the background after the bound.
 	sent, err := pooled(ctx, l.locker, l.key, func(ctx context.Context) (*redis.Cmd, error) {
-		c := once(ctx, l.locker.short, all...)
+		c := once(ctx, l.locker.short(), all...)
 		return c, c.Err()
 	})
 	switch {
