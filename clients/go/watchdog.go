@@ -50,8 +50,8 @@ func (l *Lock) watch(ttl time.Duration, granted time.Time) {
 }
 
 // renew sends one renewal, in its turn (a release abandons it and waits for its end), its
-// reply awaited no longer than the lease lasts; false when the watchdog is to end, and why the renewal did not
-// get through (failure, unchanged, when it did).
+// reply awaited no longer than the lease lasts; false when the watchdog is to end, and why the
+// renewal did not get through (failure, unchanged, when it did).
 func (l *Lock) renew(conn **redis.Client, ttl, interval time.Duration, leaseEnd *time.Time, failure error) (goOn bool, why error) {
 	l.turn.Lock()
 	defer l.turn.Unlock()
