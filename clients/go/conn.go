@@ -159,9 +159,8 @@ func (l *Locker) waitConn(ctx context.Context, key string, session bool) (*waitC
 // not granted, an error reply of this node) is kept for the next wait, up to the client's pool
 // size per node; any other is closed.
 func (l *Locker) done(c *waitConn, err error) {
-	var reply redis.Error
-	answered := err == nil || errors.Is(err, ErrNotObtained) && !errors.Is(err, context.Canceled) &&
-		!errors.Is(err, context.DeadlineExceeded) || errors.As(err, &reply) && !retryable(err)
+	answered := classify(err) == answer && !errors.Is(err, context.Canceled) &&
+		!errors.Is(err, context.DeadlineExceeded)
 	l.mu.Lock()
 	if answered && !l.closed && len(l.idle[c.base.Addr]) < c.base.PoolSize {
 		if l.idle == nil {
@@ -199,22 +198,13 @@ func (l *Locker) reconnect(ctx context.Context, err error) {
 	}
 }
 
-// retryable reports whether err means that the link broke or that this node cannot serve the
-// key now (it is down, was demoted, is loading, or the key's slot moved): then a wait asks
-// again, with the same owner, and the watchdog renews on a new connection. A server's other
-// error replies are answers.
+// retryable reports whether a new connection may get an answer where err came: the link
+// broke or the node did not answer (not a node without the module), or the node cannot serve
+// the key now (see notHere). Then a wait asks again, with the same owner, and the watchdog
+// renews on a new connection.
 func retryable(err error) bool {
-	if err == nil || errors.Is(err, redis.Nil) || errors.Is(err, ErrNotObtained) ||
-		errors.Is(err, ErrDeadlock) || errors.Is(err, ErrStale) || errors.Is(err, errUnsupported) ||
-		errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
-		return false
-	}
-	var reply redis.Error
-	if errors.As(err, &reply) {
-		return isAny(err, "READONLY", "UNBLOCKED", "LOADING", "MASTERDOWN",
-			"MOVED", "ASK", "TRYAGAIN", "CLUSTERDOWN")
-	}
-	return true // the network, a refused connection, no master known to the Sentinels yet
+	k := classify(err)
+	return k == notHere || k == noAnswer && !isAny(err, "ERR unknown command")
 }
 
 // isAny reports whether err is an error reply starting with one of the codes.
@@ -231,7 +221,15 @@ func isAny(err error, codes ...string) bool {
 	return false
 }
 
-// onceCmd is a command go-redis must not send twice (a guarded write may have run).
+// onceCmd is a command go-redis must not send twice (a guarded write or a release may have
+// run).
 type onceCmd struct{ *redis.Cmd }
 
 func (onceCmd) NoRetry() bool { return true }
+
+// once sends args through c as a onceCmd.
+func once(ctx context.Context, c redis.UniversalClient, args ...any) *redis.Cmd {
+	cmd := redis.NewCmd(ctx, args...)
+	_ = c.Process(ctx, onceCmd{cmd})
+	return cmd
+}

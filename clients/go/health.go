@@ -70,12 +70,12 @@ func (h *health) doubtful() bool {
 	return h.heard.IsZero() || !h.failing.IsZero()
 }
 
-// pooled runs do, a command through the caller's client (go-redis retries a broken link
-// itself), and answers within the Locker's bound: when the command has no answer by then, it
-// is left to end in the background (within the client's own timeouts) and the error matches
-// ErrUnavailable. When the node of key has not answered since its last failure (or ever), it
-// is sent PING first on a connection of its own: a node that is down is then answered as
-// unavailable without the caller's pool, which would log each failed dial.
+// pooled runs do, one command through the caller's client and its pool (l.short()), and
+// answers within the Locker's bound: when the command has no answer by then, it is left to end
+// in the background (within the bound's read timeout, or a cluster client's own timeouts) and
+// the error matches ErrUnavailable. When the node of key has not answered since its last
+// failure (or ever), it is sent PING first on a connection of its own: a node that is down is
+// then answered as unavailable without the caller's pool, which would log each failed dial.
 func pooled[T any](ctx context.Context, l *Locker, key string, do func(context.Context) (T, error)) (T, error) {
 	var zero T
 	sent := time.Now()
@@ -122,21 +122,37 @@ func (l *Locker) note(addr string, err error, sent time.Time) {
 }
 
 // isFailure reports whether err means that the node did not answer as Redis with the module
-// (the network, a timeout, a reply that is not RESP, an unknown LOCK command): an error reply
-// of the module or of Redis is an answer.
-func isFailure(err error) bool {
+// (see noAnswer).
+func isFailure(err error) bool { return classify(err) == noAnswer }
+
+// What an error says of the node it came from.
+type kind int
+
+const (
+	answer   kind = iota // nil, or an answer of the module or of Redis: the call's outcome
+	notHere              // an error reply: this node cannot serve the key now (demoted, loading, the slot moved)
+	noAnswer             // the network, a timeout, a reply that is not RESP, an unknown LOCK command
+)
+
+// classify is the one reading of errors: what err says of the node (see kind).
+func classify(err error) kind {
 	var unavailable *UnavailableError
 	var reply redis.Error
 	switch {
 	case err == nil, errors.Is(err, redis.Nil), errors.Is(err, ErrNotObtained),
 		errors.Is(err, ErrDeadlock), errors.Is(err, ErrStale), errors.Is(err, errUnsupported):
-		return false
+		return answer
 	case errors.As(err, &unavailable):
-		return true
+		return noAnswer
+	case errors.As(err, &reply) && isAny(err, "ERR unknown command"):
+		return noAnswer
+	case errors.As(err, &reply) && isAny(err, "READONLY", "UNBLOCKED", "LOADING", "MASTERDOWN",
+		"MOVED", "ASK", "TRYAGAIN", "CLUSTERDOWN"):
+		return notHere
 	case errors.As(err, &reply):
-		return isAny(err, "ERR unknown command")
+		return answer
 	}
-	return true
+	return noAnswer
 }
 
 // unavailable is err as the error of a service that did not answer, for a call whose
@@ -168,10 +184,6 @@ func (l *Locker) unavailableAt(addr string, cause error) error {
 // errNoModule: the server answers, but without the redis-lock module's commands.
 var errNoModule = errors.New("the redis-lock module is not loaded")
 
-// probeGrace is how long a PING may take to tell a wait that the caller's context ended
-// whether the server still answers (not granted) or not (unavailable).
-const probeGrace = 300 * time.Millisecond
-
 // ping sends PING to the node of base on a connection of its own, answered within timeout
 // (or ctx: then nothing is noted).
 func (l *Locker) ping(ctx context.Context, base *redis.Options, timeout time.Duration) error {
@@ -195,7 +207,7 @@ func (l *Locker) silent(ctx context.Context, base *redis.Options, start time.Tim
 	if l.health(base.Addr).lastHeard(start).After(start) {
 		return nil
 	}
-	err := l.ping(context.WithoutCancel(ctx), base, min(l.bound, probeGrace))
+	err := l.ping(context.WithoutCancel(ctx), base, l.grace())
 	if err == nil {
 		return nil
 	}

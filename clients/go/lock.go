@@ -23,13 +23,15 @@ type Lock struct {
 	// turn makes the watchdog's renewals and the release take turns: a renewal is sent only
 	// while phase is held, and the release moves it away from held, so none follows it.
 	turn sync.Mutex
-	// mu guards phase and err (read without waiting for a renewal).
-	mu    sync.Mutex
-	phase phase
-	err   error         // why the hold was lost
-	lost  chan struct{} // closed once, when the hold is lost
-	stop  chan struct{} // closed by the release: the watchdog ends
-	done  chan struct{} // closed when the watchdog has ended (nil: no watchdog)
+	// mu guards phase, err and abandon (read without waiting for a renewal).
+	mu      sync.Mutex
+	phase   phase
+	err     error              // why the hold was lost
+	abandon context.CancelFunc // ends the renewal in flight at once (closes its connection)
+	lost    chan struct{}      // closed once, when the hold is lost
+	stop    chan struct{}      // closed by the release: the watchdog ends
+	done    chan struct{}      // closed when the watchdog has ended (nil: no watchdog)
+	fixed   *time.Timer        // loses a fixed lease (no watchdog) at its end (nil: a watchdog)
 }
 
 type phase int
@@ -40,7 +42,8 @@ const (
 	lost
 )
 
-// hold starts the Lock of a grant whose lease began at start, and its watchdog.
+// hold starts the Lock of a grant whose lease began at start, and its watchdog; a fixed lease
+// (no watchdog) is lost at its end by a timer, after which release and guard answer at once.
 func (l *Locker) hold(key, owner string, token int64, ttl time.Duration, start time.Time, session *redis.Client, watchdog bool) *Lock {
 	lock := &Lock{
 		locker:  l,
@@ -54,6 +57,10 @@ func (l *Locker) hold(key, owner string, token int64, ttl time.Duration, start t
 	if watchdog {
 		lock.done = make(chan struct{})
 		go lock.watch(ttl, start)
+	} else {
+		lock.fixed = time.AfterFunc(time.Until(start.Add(ttl)), func() {
+			lock.lose("the lease ended (a fixed lease: no watchdog)", held)
+		})
 	}
 	return lock
 }
@@ -70,8 +77,9 @@ func (l *Lock) Token() int64 { return l.token }
 
 // Lost is closed when the hold is lost: a renewal found the lease gone (it ran out, or the
 // lock was force-released), the lease ended without a renewal getting through (the server
-// could not be reached: lost at the lease's end), the watchdog failed otherwise, or Release
-// found the lease already gone. Err then says why.
+// could not be reached: lost at the lease's end), a fixed lease (WithWatchdog(false)) reached
+// its end, the watchdog failed otherwise, or Release found the lease already gone. Err then
+// says why.
 func (l *Lock) Lost() <-chan struct{} { return l.lost }
 
 // Err is nil while the hold lives and after a release that found it live; once the hold is
@@ -122,8 +130,8 @@ func (l *Lock) Guard(ctx context.Context, args ...any) *redis.Cmd {
 	}
 	// Sent as a command of its own: it may still end in the background after the bound.
 	sent, err := pooled(ctx, l.locker, l.key, func(ctx context.Context) (*redis.Cmd, error) {
-		c := redis.NewCmd(ctx, all...)
-		return c, l.locker.client.Process(ctx, onceCmd{c})
+		c := once(ctx, l.locker.short(), all...)
+		return c, c.Err()
 	})
 	switch {
 	case isAny(err, "STALE"):
@@ -144,23 +152,29 @@ func (l *Lock) Guard(ctx context.Context, args ...any) *redis.Cmd {
 // hold's connection is closed. When the server does not answer, the error matches
 // ErrUnavailable (and the hold is no longer renewed).
 func (l *Lock) Release(ctx context.Context) (bool, error) {
-	l.turn.Lock()
 	l.mu.Lock()
-	was := l.phase
+	was, abandon := l.phase, l.abandon
 	if was == held {
 		l.phase = released
 		close(l.stop)
 	}
 	l.mu.Unlock()
-	l.turn.Unlock()
 	if was != held {
 		return false, nil
 	}
-	// No renewal can start now (the phase is no longer held); the watchdog's goroutine ends
-	// while the release is on its way.
-	n, err := pooled(ctx, l.locker, l.key, func(ctx context.Context) (int64, error) {
-		return l.locker.client.Do(ctx, "LOCK.RELEASE", l.key, l.owner, "TOKEN", l.token).Int64()
-	})
+	// A renewal in flight is abandoned, not awaited (the server may be silent): its connection
+	// closes, it fails at once and gives back the turn. No renewal starts after this (the
+	// phase is no longer held); the watchdog's goroutine ends while the release is on its way.
+	if abandon != nil {
+		abandon()
+	}
+	if l.fixed != nil {
+		l.fixed.Stop()
+	}
+	l.turn.Lock() // the renewal has ended: nothing it sends follows the release
+	//lint:ignore SA2001 taking the turn is the wait
+	l.turn.Unlock()
+	n, err := l.locker.release(ctx, l.key, l.owner, l.token)
 	if l.session != nil {
 		_ = l.session.Close()
 	}

@@ -40,12 +40,32 @@ func New(client redis.UniversalClient, opts ...LockerOption) *Locker {
 	return l
 }
 
+// short is the client for one short command (see pooled), sharing the caller's pool: for a
+// *redis.Client, with reads and writes bounded by the bound too, so that a command left to end
+// in the background after the bound does end (else within the client's own timeouts). Made
+// per command (about 6 µs): it has the hooks the caller's client has now.
+func (l *Locker) short() redis.UniversalClient {
+	c, ok := l.client.(*redis.Client)
+	if !ok {
+		return l.client
+	}
+	timeout := c.Options().ReadTimeout
+	if timeout <= 0 || timeout > l.bound {
+		timeout = l.bound
+	}
+	return c.WithTimeout(timeout)
+}
+
 // How long a wait pauses before it asks again after a broken link.
 const retryPause = 50 * time.Millisecond
 
-// How much longer than the server's own WAIT timeout a waiting read may take before the link
-// counts as broken.
-const readGrace = 2 * time.Second
+// replyGrace is how long after a deadline a reply may still come (a wait's, the server's own
+// WAIT timeout; a PING's, once the caller's context ended) before the server counts as
+// silent: then unavailable, at most min(replyGrace, bound) after the deadline.
+const replyGrace = time.Second
+
+// grace is the Locker's replyGrace: never longer than its bound.
+func (l *Locker) grace() time.Duration { return min(replyGrace, l.bound) }
 
 // Obtain takes a hold on key for ttl, renewed by a watchdog until Release (see the Option
 // functions for the other modes). It waits in the server's FIFO queue (LOCK.ACQUIRE ... WAIT)
@@ -101,17 +121,17 @@ func (l *Locker) acquire(ctx context.Context, key, owner string, ttl time.Durati
 	}
 	deadline, bounded, byCtx := o.deadline(ctx)
 	start := time.Now()
-	for {
+	for asked := false; ; asked = true {
 		wait, limit := int64(-1), time.Time{}
 		if waits {
 			wait = 0 // no limit: the context ends it
 			if bounded {
 				left := time.Until(deadline)
-				if left <= 0 {
+				if left <= 0 && asked { // one ask is always sent, however short the wait
 					return 0, nil, start, timedOut(ctx, byCtx)
 				}
-				// Rounded up: the server's wait never ends before the deadline.
-				wait, limit = (left + time.Millisecond - 1).Milliseconds(), deadline.Add(readGrace)
+				// Rounded up, at least 1 ms: the server's wait never ends before the deadline.
+				wait, limit = millis(left), deadline.Add(l.grace())
 			}
 		}
 		sent := time.Now()
@@ -155,11 +175,12 @@ func leaseStart(sent time.Time, waits bool) time.Time {
 	return sent
 }
 
-// try sends one LOCK.ACQUIRE without WAIT through the client's pool.
+// try sends one LOCK.ACQUIRE without WAIT through the client's pool, once: the try-once form
+// is unavailable at its first failure.
 func (l *Locker) try(ctx context.Context, key string, args []any) (int64, *waitConn, time.Time, error) {
 	sent := time.Now()
 	token, err := pooled(ctx, l, key, func(ctx context.Context) (int64, error) {
-		return parseToken(l.client.Do(ctx, args...))
+		return parseToken(once(ctx, l.short(), args...))
 	})
 	return token, nil, sent, err
 }
@@ -184,16 +205,34 @@ func (l *Locker) addr(base *redis.Options) string {
 	return l.where()
 }
 
-// errNoAnswer: a wait's reply did not come by the wait's deadline (plus readGrace): the link
+// errNoAnswer: a wait's reply did not come by the wait's deadline (plus the grace): the link
 // counts as broken.
 var errNoAnswer = errors.New("redislock: no reply by the end of the wait")
 
-// ask sends one LOCK.ACQUIRE on conn, while the server is watched (watchServer). If ctx ends
-// first (or limit passes, when not zero, or the server stops answering), conn is closed,
-// which takes it out of the server's queue; a grant whose reply was already on its way is
-// released again.
+// ask sends one LOCK.ACQUIRE on conn, watched (see watched): if ctx ends first (or limit
+// passes, when not zero, or the server stops answering), conn is closed, which takes it out of
+// the server's queue; a grant whose reply was already on its way is given back.
 func (l *Locker) ask(ctx context.Context, conn *waitConn, key, owner string, args []any, limit time.Time) (int64, error) {
 	start := time.Now()
+	var token int64
+	err, cut := l.watched(ctx, conn, start, limit, func(ctx context.Context) (err error) {
+		token, err = parseToken(conn.Do(ctx, args...))
+		return err
+	})
+	if cut == nil {
+		return token, err
+	}
+	if err == nil {
+		l.giveBack(ctx, key, owner, token)
+	}
+	return 0, l.cutShort(ctx, conn.base, start, cut)
+}
+
+// watched runs send, a command on conn that the server may hold (a wait, WAIT), while the
+// server is watched (watchServer). cut is nil when send's reply came first; else conn was
+// closed first (which ends send) and cut is why: ctx ended, limit passed (errNoAnswer, when
+// limit is not zero), or the watch's *UnavailableError.
+func (l *Locker) watched(ctx context.Context, conn *waitConn, start, limit time.Time, send func(context.Context) error) (err, cut error) {
 	watch, end := context.WithCancelCause(ctx)
 	defer end(nil)
 	if !limit.IsZero() {
@@ -207,41 +246,74 @@ func (l *Locker) ask(ctx context.Context, conn *waitConn, key, owner string, arg
 		conn.close()
 		close(closed)
 	})
-	token, err := parseToken(conn.Do(ctx, args...))
+	err = send(ctx)
 	if stop() {
 		l.note(conn.base.Addr, err, start)
-		return token, err
+		return err, nil
 	}
 	<-closed
 	if !isFailure(err) {
 		l.health(conn.base.Addr).answered()
 	}
-	if err == nil {
-		release := context.WithoutCancel(ctx)
-		_ = l.client.Do(release, "LOCK.RELEASE", key, owner, "TOKEN", token).Err()
-	}
+	return err, context.Cause(watch)
+}
+
+// cutShort is the error of a command sent at start that was cut (see watched): cut itself
+// while ctx lives; once ctx has ended, not obtained if the server has answered since start
+// (or answers a PING now), else unavailable.
+func (l *Locker) cutShort(ctx context.Context, base *redis.Options, start time.Time, cut error) error {
 	if ctx.Err() == nil {
-		return 0, context.Cause(watch) // errNoAnswer, or the watch's *UnavailableError
+		return cut
 	}
-	if err := l.silent(ctx, conn.base, start, nil); err != nil {
-		return 0, err
+	if err := l.silent(ctx, base, start, nil); err != nil {
+		return err
 	}
-	return 0, notObtained(ctx)
+	return notObtained(ctx)
 }
 
 // durable waits for o.replicas replicas to acknowledge the grant (WAIT on the connection that
-// received it); when fewer do in time, the hold is released and the lock not obtained.
+// received it), watched like a wait (see watched): when fewer do in time the lock is not
+// obtained; when the server does not answer it is unavailable within the bound. Either way the
+// grant is given back (in the background when the server is silent: it ends within the bound).
 func (l *Locker) durable(ctx context.Context, conn *waitConn, key, owner string, token int64, o *options) error {
-	acked, err := conn.Wait(ctx, o.replicas, o.replicasTimeout).Result()
-	if err == nil && acked >= int64(o.replicas) {
-		return nil
-	}
-	_ = conn.Do(context.WithoutCancel(ctx), "LOCK.RELEASE", key, owner, "TOKEN", token).Err()
-	if err != nil {
+	start := time.Now()
+	var acked int64
+	err, cut := l.watched(ctx, conn, start, time.Time{}, func(ctx context.Context) (err error) {
+		acked, err = conn.Wait(ctx, o.replicas, o.replicasTimeout).Result()
 		return err
+	})
+	switch {
+	case cut != nil:
+		err = l.cutShort(ctx, conn.base, start, cut)
+	case isFailure(err):
+		err = l.unavailableAt(conn.base.Addr, err)
+	case err == nil && acked >= int64(o.replicas):
+		return nil
+	case err == nil:
+		err = fmt.Errorf("%w: %d of %d replicas had the grant after %v", ErrNotObtained,
+			acked, o.replicas, o.replicasTimeout)
 	}
-	return fmt.Errorf("%w: %d of %d replicas had the grant after %v", ErrNotObtained,
-		acked, o.replicas, o.replicasTimeout)
+	if errors.Is(err, ErrUnavailable) {
+		go l.giveBack(ctx, key, owner, token)
+	} else {
+		l.giveBack(ctx, key, owner, token)
+	}
+	return err
+}
+
+// giveBack releases a grant the caller does not get, through the client's pool within the
+// bound (whatever ctx says): at worst its lease ends by itself.
+func (l *Locker) giveBack(ctx context.Context, key, owner string, token int64) {
+	_, _ = l.release(context.WithoutCancel(ctx), key, owner, token)
+}
+
+// release sends LOCK.RELEASE once through the client's pool (see pooled): a release that was
+// written may have run, so a broken link is not retried (a second one would answer 0, as if
+// the lease had gone) but answered as unavailable.
+func (l *Locker) release(ctx context.Context, key, owner string, token int64) (int64, error) {
+	return pooled(ctx, l, key, func(ctx context.Context) (int64, error) {
+		return once(ctx, l.short(), "LOCK.RELEASE", key, owner, "TOKEN", token).Int64()
+	})
 }
 
 // deadline is when the wait ends (WithWait's time or ctx's deadline, the earlier), whether

@@ -191,3 +191,49 @@ func TestTheDefaultWaitIsWithoutLimitAndWithWait0TriesOnce(t *testing.T) {
 	}
 	release(t, got.lock, true)
 }
+
+// Table: a wait of 1 ms or less on a free lock is granted: one ask is always sent.
+func TestAWaitOf1msOrLessOnAFreeLockIsGranted(t *testing.T) {
+	r := client(t, server(t))
+	l := redislock.New(r)
+	for _, wait := range []time.Duration{time.Millisecond, time.Microsecond, time.Nanosecond} {
+		lock := obtain(t, l, "k", time.Second, redislock.WithWait(wait))
+		release(t, lock, true)
+	}
+	if n := calls(r, "lock.acquire"); n != 3 {
+		t.Fatalf("%d LOCK.ACQUIRE sent, want 3", n)
+	}
+}
+
+// Table: a fixed lease (WithWatchdog(false)) is lost at its end, by a timer: Lost closes then
+// (not before the earliest end, within 10% of the ttl plus 100 ms after the latest), and
+// release and guard answer without the server.
+func TestAFixedLeaseIsLostAtItsEnd(t *testing.T) {
+	r := client(t, server(t))
+	const ttl = time.Second
+	called := time.Now()
+	lock := obtain(t, redislock.New(r), "k", ttl, redislock.WithWatchdog(false))
+	returned := time.Now()
+	select {
+	case <-lock.Lost():
+	case <-time.After(2 * ttl):
+		t.Fatalf("not lost %v after the lease", ttl)
+	}
+	lost := time.Now()
+	earliest, latest := called.Add(ttl), returned.Add(ttl+ttl/10+100*time.Millisecond)
+	if lost.Before(earliest) || lost.After(latest) {
+		t.Fatalf("lost %v after Obtain returned, want within [%v, %v]", lost.Sub(returned),
+			earliest.Sub(returned), latest.Sub(returned))
+	}
+	t.Logf("lost %v after Obtain returned: %v", lost.Sub(returned), lock.Err())
+	if err := lock.Err(); !errors.Is(err, redislock.ErrLost) {
+		t.Fatalf("Err: %v", err)
+	}
+	if err := lock.Guard(ctx, "SET", "x", "1").Err(); !errors.Is(err, redislock.ErrStale) {
+		t.Fatalf("Guard: %v", err)
+	}
+	release(t, lock, false)
+	if n := calls(r, "lock.guard") + calls(r, "lock.release"); n != 0 {
+		t.Fatalf("%d LOCK.GUARD or LOCK.RELEASE sent", n)
+	}
+}

@@ -13,11 +13,13 @@ import (
 	"net"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"go.uber.org/goleak"
 
 	redislock "github.com/redis-lock/redis-lock/clients/go"
 	"github.com/redis-lock/redis-lock/clients/go/internal/testserver"
@@ -155,7 +157,7 @@ func TestANonRedisServiceIsUnavailableWithinTheBound(t *testing.T) {
 	unavailableWithin(t, l, ctx, mute, bound+margin)
 	short, cancel = context.WithTimeout(ctx, bound/2)
 	defer cancel()
-	unavailableWithin(t, l, short, mute, bound/2+margin) // the deadline, then a PING of 300 ms
+	unavailableWithin(t, l, short, mute, bound/2+bound+margin) // the deadline, then a PING of min(1 s, bound)
 }
 
 // Rule 14: a server without the module answers, but is not the lock service.
@@ -225,7 +227,7 @@ func TestAFrozenServerLeavesNoWaiterHanging(t *testing.T) {
 	// A caller's deadline ending while the server is frozen: unavailable, not "not obtained".
 	short, cancel := context.WithTimeout(ctx, bound/2)
 	defer cancel()
-	unavailableWithin(t, waiter, short, s.Addr(), bound/2+margin)
+	unavailableWithin(t, waiter, short, s.Addr(), bound/2+bound+margin) // the deadline, then a PING of min(1 s, bound)
 	// The holder's guarded write and release: unavailable within the bound too.
 	started := time.Now()
 	if err := holder.Guard(ctx, "SET", "x", "1").Err(); !errors.Is(err, redislock.ErrUnavailable) {
@@ -291,5 +293,217 @@ func TestAnUnreachableServerAndCloseLogNothing(t *testing.T) {
 	time.Sleep(1500 * time.Millisecond) // go-redis's dial probes run once a second
 	if lines := logged.all(); len(lines) > 0 {
 		t.Fatalf("go-redis logged %d lines: %q", len(lines), lines)
+	}
+}
+
+// Table: a release while a renewal is in flight to a frozen server abandons the renewal (its
+// reply would be awaited until the lease's end) and is unavailable within the bound.
+func TestAReleaseWhileARenewalIsInFlightAbandonsIt(t *testing.T) {
+	s := server(t)
+	const ttl = 9 * time.Second // renewed every 3 s, a renewal's reply awaited up to 3 s
+	obtained := time.Now()
+	holder := obtain(t, lockerAt(t, s.Addr()), "k", ttl)
+	s.Signal(syscall.SIGSTOP)
+	defer s.Signal(syscall.SIGCONT)
+	time.Sleep(time.Until(obtained.Add(ttl/3 + 300*time.Millisecond))) // the first renewal is on its way
+	started := time.Now()
+	held, err := holder.Release(ctx)
+	took := time.Since(started)
+	if held || !errors.Is(err, redislock.ErrUnavailable) {
+		t.Fatalf("Release = %v, %v; want false, ErrUnavailable", held, err)
+	}
+	// Awaiting the renewal would take 2.7 s more from here, then the bound.
+	if took > bound+margin {
+		t.Fatalf("Release took %v, want within %v", took, bound+margin)
+	}
+	t.Logf("Release after %v: %v", took, err)
+}
+
+// Table: a durable grant whose WAIT gets no answer (the server frozen while WAIT waits for a
+// replica it does not have) or fails (the server stopped) is unavailable within the bound,
+// not a hang nor the raw error.
+func TestADurableGrantWhoseWaitFailsIsUnavailable(t *testing.T) {
+	for name, stop := range map[string]func(*testserver.Server){
+		"frozen": func(s *testserver.Server) {
+			s.Signal(syscall.SIGSTOP)
+			t.Cleanup(func() { s.Signal(syscall.SIGCONT) })
+		},
+		"stopped": func(s *testserver.Server) { s.Kill() },
+	} {
+		t.Run(name, func(t *testing.T) {
+			s := server(t)
+			r := client(t, s)
+			l := lockerAt(t, s.Addr())
+			got := make(chan error, 1)
+			go func() {
+				got <- unavailableErr(l.Obtain(ctx, "k", 10*time.Second, redislock.WithReplicas(1, 5*time.Second)))
+			}()
+			eventually(t, 2*time.Second, "WAIT waits", func() bool { return blocked(r) == "1" })
+			stop(s)
+			stopped := time.Now()
+			select {
+			case err := <-got:
+				var unavailable *redislock.UnavailableError
+				if !errors.As(err, &unavailable) || errors.Is(err, redislock.ErrNotObtained) {
+					t.Fatalf("Obtain: %v (%T), want an *UnavailableError", err, err)
+				}
+				if took := time.Since(stopped); took > bound+margin {
+					t.Fatalf("unavailable after %v, want within %v", took, bound+margin)
+				}
+				t.Logf("after %v: %v", time.Since(stopped), err)
+			case <-time.After(5*time.Second + bound + margin): // WAIT's own timeout, then the bound
+				t.Fatal("Obtain still waits")
+			}
+		})
+	}
+}
+
+// dropsReplyTo is a TCP proxy of the test to the server at to that forwards everything, except
+// that the first connection to send command (e.g. "LOCK.RELEASE") is cut once the command has
+// reached the server (which runs it), its reply not passed on.
+func dropsReplyTo(t *testing.T, to, command string) string {
+	var dropped sync.Once
+	return service(t, func(c net.Conn) {
+		s, err := net.Dial("tcp", to)
+		if err != nil {
+			return
+		}
+		defer s.Close()
+		var cut atomic.Bool
+		go func() { // the server's replies, until the cut
+			buf := make([]byte, 64<<10)
+			for {
+				n, err := s.Read(buf)
+				if err != nil || cut.Load() {
+					return
+				}
+				if _, err := c.Write(buf[:n]); err != nil {
+					return
+				}
+			}
+		}()
+		buf := make([]byte, 64<<10)
+		for {
+			n, err := c.Read(buf)
+			if err != nil {
+				return
+			}
+			if strings.Contains(string(buf[:n]), command) {
+				dropped.Do(func() { cut.Store(true) })
+			}
+			if _, err := s.Write(buf[:n]); err != nil {
+				return
+			}
+			if cut.Load() {
+				time.Sleep(200 * time.Millisecond) // the server runs it; then both ends close
+				return
+			}
+		}
+	})
+}
+
+// Table: a release whose link breaks after it was sent (the server ran it, its reply is lost)
+// is unavailable, and is not sent again (a second one would answer 0: as if the lease had gone).
+func TestAReleaseWhoseReplyIsLostIsUnavailableAndNotSentAgain(t *testing.T) {
+	s := server(t)
+	r := client(t, s)
+	proxy := dropsReplyTo(t, s.Addr(), "LOCK.RELEASE")
+	lock := obtain(t, lockerAt(t, proxy), "k", 30*time.Second) // no renewal during the test
+	held, err := lock.Release(ctx)
+	if held || !errors.Is(err, redislock.ErrUnavailable) {
+		t.Fatalf("Release = %v, %v; want false, ErrUnavailable", held, err)
+	}
+	if n := calls(r, "lock.release"); n != 1 {
+		t.Fatalf("%d LOCK.RELEASE ran, want 1 (never sent again)", n)
+	}
+	if m := info(t, r, "k"); m != nil {
+		t.Fatalf("the lock is still held: %v", m)
+	}
+	select {
+	case <-lock.Lost():
+		t.Fatalf("the hold is reported lost: %v", lock.Err())
+	default:
+	}
+	t.Logf("Release: %v", err)
+}
+
+// Table: the caller's deadline (the context's, or WithWait's) passes while the server is
+// silent (frozen; a service that never answers): unavailable at most min(1 s, bound) after it,
+// not at the bound (5 s here).
+func TestACallersDeadlineWhileTheServerIsSilentIsUnavailable(t *testing.T) {
+	s := server(t)
+	s.Signal(syscall.SIGSTOP)
+	defer s.Signal(syscall.SIGCONT)
+	for _, addr := range []string{s.Addr(), service(t, neverAnswers)} {
+		c := redis.NewClient(&redis.Options{Addr: addr})
+		l := redislock.New(c, redislock.WithUnavailableAfter(5*time.Second))
+		t.Cleanup(func() {
+			_ = l.Close()
+			_ = c.Close()
+		})
+		const deadline = 300 * time.Millisecond
+		short, cancel := context.WithTimeout(ctx, deadline)
+		defer cancel()
+		limit := deadline + time.Second + margin // min(1 s, bound) after the deadline
+		unavailableWithin(t, l, short, addr, limit)
+		unavailableWithin(t, l, ctx, addr, limit, redislock.WithWait(deadline))
+	}
+}
+
+// dials counts the connections a go-redis client dials (a dial hook).
+type dials struct{ n atomic.Int64 }
+
+func (d *dials) DialHook(next redis.DialHook) redis.DialHook {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		d.n.Add(1)
+		return next(ctx, network, addr)
+	}
+}
+func (*dials) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+func (*dials) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// Table: the try-once form (WithWait(0)) on a server that stopped is unavailable at its first
+// failure: one attempt (one dial of the client's pool), not go-redis's retries of the command.
+func TestTheTryOnceFormIsUnavailableAtItsFirstFailure(t *testing.T) {
+	s := server(t)
+	c := client(t, s)
+	counted := &dials{}
+	c.AddHook(counted)
+	l := redislock.New(c, redislock.WithUnavailableAfter(5*time.Second))
+	release(t, obtain(t, l, "k", time.Second, redislock.WithWait(0), redislock.WithWatchdog(false)), true)
+	s.Kill()
+	before := counted.n.Load()
+	unavailableWithin(t, l, ctx, s.Addr(), margin, redislock.WithWait(0))
+	// One attempt: one dial, which go-redis's pool repeats DialerRetries times by itself.
+	if n, one := counted.n.Load()-before, int64(c.Options().DialerRetries); n > one {
+		t.Fatalf("%d dials after the server stopped, want at most %d (one attempt)", n, one)
+	}
+}
+
+// Rule 14: a guarded write left unanswered by a frozen server is unavailable within the bound,
+// and the goroutine that sent it ends soon after, even when the application's client never
+// times out a read (ReadTimeout -1): nothing outlives the bound by more than a read of it.
+func TestAnUnansweredGuardDoesNotOutliveTheBound(t *testing.T) {
+	defer func(current goleak.Option) {
+		// Gives it 3 s; the client's own goroutines live until it is closed, after this.
+		if err := leaked(current, goleak.IgnoreTopFunction(
+			"github.com/redis/go-redis/v9/maintnotifications.(*CircuitBreakerManager).cleanupLoop")); err != nil {
+			t.Error(err)
+		}
+	}(goleak.IgnoreCurrent())
+	s := server(t)
+	c := client(t, s, func(o *redis.Options) { o.ReadTimeout = -1 })
+	l := redislock.New(c, redislock.WithUnavailableAfter(bound))
+	lock := obtain(t, l, "k", time.Minute, redislock.WithWatchdog(false))
+	s.Signal(syscall.SIGSTOP)
+	t.Cleanup(func() { s.Signal(syscall.SIGCONT) }) // after the goroutines are counted
+	started := time.Now()
+	if err := lock.Guard(ctx, "SET", "x", "1").Err(); !errors.Is(err, redislock.ErrUnavailable) {
+		t.Fatalf("Guard: %v", err)
+	}
+	if took := time.Since(started); took > bound+margin {
+		t.Fatalf("Guard took %v", took)
 	}
 }

@@ -49,9 +49,9 @@ func (l *Lock) watch(ttl time.Duration, granted time.Time) {
 	}
 }
 
-// renew sends one renewal, in its turn (a release waits for it to end), its reply awaited no
-// longer than the lease lasts; false when the watchdog is to end, and why the renewal did not
-// get through (failure, unchanged, when it did).
+// renew sends one renewal, in its turn (a release abandons it and waits for its end), its
+// reply awaited no longer than the lease lasts; false when the watchdog is to end, and why the
+// renewal did not get through (failure, unchanged, when it did).
 func (l *Lock) renew(conn **redis.Client, ttl, interval time.Duration, leaseEnd *time.Time, failure error) (goOn bool, why error) {
 	l.turn.Lock()
 	defer l.turn.Unlock()
@@ -61,19 +61,22 @@ func (l *Lock) renew(conn **redis.Client, ttl, interval time.Duration, leaseEnd 
 			goOn = false
 		}
 	}()
-	if !l.live() {
-		return false, failure
-	}
 	sent := time.Now()
 	ctx, cancel := context.WithDeadline(context.Background(), *leaseEnd)
 	defer cancel()
+	if !l.inFlight(cancel) {
+		return false, failure
+	}
 	var err error
 	if *conn == nil {
 		*conn, _, err = l.locker.dedicated(ctx, l.key, interval)
 	}
 	var n int64
 	if err == nil {
-		n, err = (*conn).Do(ctx, "LOCK.EXTEND", l.key, l.owner, millis(ttl), "TOKEN", l.token).Int64()
+		c := *conn
+		abandoned := context.AfterFunc(ctx, func() { _ = c.Close() }) // go-redis reads on past a cancel
+		n, err = c.Do(ctx, "LOCK.EXTEND", l.key, l.owner, millis(ttl), "TOKEN", l.token).Int64()
+		abandoned()
 	}
 	switch {
 	case err == nil && n == 1:
@@ -92,4 +95,16 @@ func (l *Lock) renew(conn **redis.Client, ttl, interval time.Duration, leaseEnd 
 		l.lose("renewal refused: "+err.Error(), held)
 	}
 	return false, err
+}
+
+// inFlight makes cancel the way a release abandons the renewal about to be sent; false when
+// the hold is no longer held (then nothing is sent).
+func (l *Lock) inFlight(cancel context.CancelFunc) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.phase != held {
+		return false
+	}
+	l.abandon = cancel
+	return true
 }
