@@ -207,6 +207,11 @@ public final class RedisLocks implements AutoCloseable {
         return cause instanceof RuntimeException re ? re : new RedisLockException(String.valueOf(cause), cause);
     }
 
+    /** The failure a future completed with: {@link CompletionException}'s cause. */
+    static Throwable causeOf(Throwable error) {
+        return error instanceof CompletionException && error.getCause() != null ? error.getCause() : error;
+    }
+
     /**
      * Whether {@code error} says the service could not be reached or did not answer as Redis with
      * the module (rule 14): anything but the server's own error reply, and "unknown command".
@@ -239,8 +244,9 @@ public final class RedisLocks implements AutoCloseable {
      */
     CompletableFuture<Long> releaseAsync(String key, String owner, long token, Duration bound) {
         try {
-            return bounded(commands(bound).call(new IntegerOutput<>(StringCodec.UTF8), "LOCK.RELEASE", key, owner, "TOKEN", token)
-                    .toCompletableFuture(), bound);
+            // Never sent again once written: a second LOCK.RELEASE would answer 0 (rule 14's table).
+            return bounded(commands(bound).callOnce(new IntegerOutput<>(StringCodec.UTF8), "LOCK.RELEASE", key, owner, "TOKEN", token),
+                    bound);
         } catch (RuntimeException e) {
             return CompletableFuture.failedFuture(e);
         }
@@ -250,7 +256,7 @@ public final class RedisLocks implements AutoCloseable {
     <T> CompletableFuture<T> bounded(CompletableFuture<T> f, Duration bound) {
         CompletableFuture<T> out = new CompletableFuture<>();
         f.whenComplete((v, e) -> {
-            Throwable c = e instanceof CompletionException && e.getCause() != null ? e.getCause() : e;
+            Throwable c = causeOf(e);
             if (c == null) {
                 out.complete(v);
             } else {
@@ -418,7 +424,7 @@ public final class RedisLocks implements AutoCloseable {
      * is closed and reopened off the watchdog's thread; reconnecting asks Lettuce (and through it a
      * Sentinel) for the current master (rule 11).
      */
-    void failover(Link seen) {
+    void failover(Link seen, Duration bound) {
         synchronized (this) {
             if (closed || !watchdog.forget(seen)) {
                 return;
@@ -427,7 +433,7 @@ public final class RedisLocks implements AutoCloseable {
         seen.close();
         CompletableFuture.runAsync(() -> {
             try {
-                watchdog(LockOptions.UNAVAILABLE_AFTER);
+                watchdog(bound); // the hold's bound, not the default
             } catch (RuntimeException e) {
                 // the next renewal asks again
             }
