@@ -161,7 +161,7 @@ public final class Hold implements AutoCloseable {
         }
         Long reply;
         try {
-            reply = locks.await(f, bound); // unanswered: thrown, and the watchdog goes on as before
+            reply = locks.await(pending, bound); // unanswered: thrown, and the watchdog goes on as before
         } finally {
             synchronized (this) {
                 if (inFlight == pending) {

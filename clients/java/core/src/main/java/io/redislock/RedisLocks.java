@@ -21,6 +21,7 @@ import java.util.concurrent.ExecutorService;
 import java.util.concurrent.Executors;
 import java.util.concurrent.Future;
 import java.util.concurrent.ScheduledExecutorService;
+import java.util.concurrent.ScheduledFuture;
 import java.util.concurrent.ScheduledThreadPoolExecutor;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.TimeoutException;
@@ -263,11 +264,12 @@ public final class RedisLocks implements AutoCloseable {
                 out.completeExceptionally(isUnavailability(c) ? unavailable(c) : c);
             }
         });
-        scheduler.schedule(() -> {
+        ScheduledFuture<?> timer = scheduler.schedule(() -> {
             if (out.completeExceptionally(unavailable(noAnswerWithin(bound)))) {
                 f.cancel(false); // not sent later, if still queued while the link reconnects
             }
         }, bound.toNanos(), TimeUnit.NANOSECONDS);
+        out.whenComplete((v, e) -> timer.cancel(false)); // answered: the timer leaves the queue
         return out;
     }
 
@@ -445,14 +447,13 @@ public final class RedisLocks implements AutoCloseable {
      * it does not come within {@code bound} (the command is then cancelled) or the link fails; the
      * server's error reply as it is.
      */
-    <T> T await(Future<T> f, Duration bound) {
+    <T> T await(CompletableFuture<T> f, Duration bound) {
+        CompletableFuture<T> out = bounded(f, bound);
         try {
-            return uninterruptibly(f, bound);
+            // bounded() completes within the bound: the second backstops a timer that could not run.
+            return uninterruptibly(out, bound.multipliedBy(2));
         } catch (ExecutionException e) {
             Throwable c = e.getCause();
-            if (isUnavailability(c)) {
-                throw unavailable(c);
-            }
             throw c instanceof RuntimeException re ? re : new RedisLockException(String.valueOf(c), c);
         } catch (TimeoutException e) {
             f.cancel(false);
