@@ -66,7 +66,7 @@ class UnavailableTest extends OnServer {
         return l;
     }
 
-    /** Every form of acquire fails as unavailable, retried until the bound (no earlier: rule 4) and not much after. */
+    /** Every form of acquire fails as unavailable, within the bound and its margin. */
     void assertEveryAcquireUnavailable(int port) {
         String address = "127.0.0.1:" + port;
         RedisLocks l = locksOn(port);
@@ -76,7 +76,7 @@ class UnavailableTest extends OnServer {
                 () -> l.acquire("k", OPTIONS), // the default wait: without limit
                 lock::lock,
                 () -> lock.tryLock(30, TimeUnit.SECONDS),
-                lock::tryLock, // tries once: connection errors retried within the bound all the same
+                lock::tryLock, // tries once: unavailable at its first failure
                 () -> l.tryAcquire("k", OPTIONS),
                 () -> l.acquireAsync("k", Duration.ofSeconds(30), OPTIONS).join());
         // All at once, each on a thread of its own, each timed on its own.
