@@ -7,7 +7,6 @@ import java.time.Duration;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.concurrent.CompletableFuture;
-import java.util.concurrent.CompletionException;
 import java.util.concurrent.RejectedExecutionException;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.TimeoutException;
@@ -24,8 +23,8 @@ import java.util.concurrent.TimeoutException;
  * answering the {@code PING}s sent on another link.
  */
 final class Acquisition {
-    /** How long past the server's own wait a reply may take before the wait counts as cut off. */
-    private static final long GRACE_MS = 2000;
+    /** How long past the server's own wait a reply may take before the wait counts as cut off: min(this, bound). */
+    private static final long GRACE_MS = 1000;
     /** The pause between retries after a connection error (rule 4). */
     private static final long RETRY_MS = 50;
     /** A wait without limit, as the client's command timeout sees it. */
@@ -42,6 +41,10 @@ final class Acquisition {
     private final long end;
     /** The unavailability bound (rule 14), in ns. */
     private final long boundNs;
+    /** How long past its deadline a silent server is waited for (rule 14: min(1 s, bound)). */
+    private final Duration grace;
+    /** Whether an attempt was sent: the first is, however short the wait (rule 17). */
+    private boolean tried;
     /** The link of the call in flight when it is this acquisition's own (a wait, a session, a WAIT). */
     private Link ownLink; // guarded by this
     /** The first connection failure since the server last answered (0: none), and the last one. */
@@ -62,6 +65,7 @@ final class Acquisition {
         this.waitMs = waitMs == 0 ? -1 : waitMs >= FOREVER.toMillis() ? Long.MAX_VALUE : waitMs;
         this.end = this.waitMs == Long.MAX_VALUE ? Long.MAX_VALUE : asked + TimeUnit.MILLISECONDS.toNanos(Math.max(0, waitMs));
         this.boundNs = o.unavailableAfter.toNanos();
+        this.grace = o.unavailableAfter.compareTo(Duration.ofMillis(GRACE_MS)) < 0 ? o.unavailableAfter : Duration.ofMillis(GRACE_MS);
         result.whenComplete((h, e) -> {
             // Cancelled, timed out (orTimeout) or completed by the caller, or its RedisLocks closed:
             // the wait ends early and leaves the server's queue (rule 3). The acquisition's own
@@ -91,25 +95,22 @@ final class Acquisition {
         if (result.isDone()) {
             return;
         }
-        long serverWait = -1; // the WAIT argument: none, 0 (without limit) or the ms left
-        if (forever()) {
-            serverWait = 0;
-        } else if (waitMs > 0) {
-            serverWait = TimeUnit.NANOSECONDS.toMillis(end - System.nanoTime());
-            if (serverWait <= 0) {
-                waitEnded();
-                return;
-            }
+        long serverWait = serverWait(); // the WAIT argument: none (-1), 0 (without limit) or the ms left
+        if (serverWait < -1) {
+            waitEnded();
+            return;
         }
+        tried = true;
         boolean own = serverWait >= 0 || o.session || o.replicas > 0;
         attemptStart = System.nanoTime();
+        Duration connectWithin = connectWithin();
         Link link;
         try {
-            Link commands = locks.commands(o.unavailableAfter); // what the hold needs, connected here
+            Link commands = locks.commands(connectWithin); // what the hold needs, connected here
             if (o.watchdog) {
-                locks.watchdog(o.unavailableAfter);
+                locks.watchdog(connectWithin);
             }
-            link = own ? locks.waitLink(o.unavailableAfter) : commands;
+            link = own ? locks.waitLink(connectWithin) : commands;
         } catch (IllegalStateException e) { // closed
             result.completeExceptionally(e);
             return;
@@ -128,20 +129,50 @@ final class Acquisition {
                 closeOwnLink();
                 return;
             }
-            link.timeout(serverWait == 0 ? FOREVER : Duration.ofMillis(Math.max(0, serverWait) + GRACE_MS));
+            link.timeout(serverWait == 0 ? FOREVER : serverWait > 0 ? grace.plusMillis(serverWait) : o.unavailableAfter);
         }
         long sent = System.nanoTime(); // a lease granted at once starts no earlier than this
         boolean waited = serverWait >= 0;
-        link.call(new IntegerOutput<>(StringCodec.UTF8), "LOCK.ACQUIRE", key, args(serverWait))
-                .whenComplete((token, error) -> {
-                    if (error != null) {
-                        retryOrFail(link, error);
-                    } else {
-                        answered();
-                        // A waiter's lease starts when it is granted, which its reply tells.
-                        replied(link, token, waited ? System.nanoTime() : sent);
-                    }
-                });
+        CompletableFuture<Long> reply = link.call(new IntegerOutput<>(StringCodec.UTF8), "LOCK.ACQUIRE", key, args(serverWait))
+                .toCompletableFuture();
+        // The shared command link keeps the client's own timeout: a try's reply is awaited for the bound.
+        (own ? reply : locks.bounded(reply, o.unavailableAfter)).whenComplete((token, error) -> {
+            if (error != null) {
+                retryOrFail(link, error);
+            } else {
+                answered();
+                // A waiter's lease starts when it is granted, which its reply tells.
+                replied(link, token, waited ? System.nanoTime() : sent);
+            }
+        });
+    }
+
+    /**
+     * The WAIT argument of the next attempt: -1 (none: one try), 0 (without limit) or the ms left,
+     * rounded up (rule 17); -2 when the caller's deadline has passed. The first attempt is always
+     * sent: a wait of 1 ms or less tries once (WAIT 0 would wait without limit).
+     */
+    private long serverWait() {
+        if (forever()) {
+            return 0;
+        }
+        if (waitMs < 0) {
+            return -1;
+        }
+        long leftNs = end - System.nanoTime();
+        if (leftNs <= 0) {
+            return tried ? -2 : -1;
+        }
+        return LockOptions.ceilMillis(Duration.ofNanos(leftNs));
+    }
+
+    /** How long a connect may take: the bound, or less when the caller's deadline comes first (rule 14). */
+    private Duration connectWithin() {
+        if (waitMs < 0 || forever()) {
+            return o.unavailableAfter;
+        }
+        Duration left = Duration.ofNanos(Math.max(0, end - System.nanoTime())).plus(grace);
+        return left.compareTo(o.unavailableAfter) < 0 ? left : o.unavailableAfter;
     }
 
     private Object[] args(long serverWait) {
@@ -166,17 +197,32 @@ final class Acquisition {
         }
     }
 
-    /** A durable grant: kept only when {@code WAIT} reports its replicas; else released, not granted. */
+    /**
+     * A durable grant: kept only when {@code WAIT} reports its replicas; else given back and not
+     * granted. A {@code WAIT} that fails or gets no answer within its timeout and the grace is
+     * unavailable (rule 14); the grant is given back when the server answers.
+     */
     private void awaitReplicas(Link link, long token, long grantedAt) {
-        link.timeout(o.replicaTimeout.plusMillis(GRACE_MS));
-        link.callOnNodeOf(key, new IntegerOutput<>(StringCodec.UTF8), "WAIT", o.replicas, o.replicaTimeout.toMillis())
+        link.timeout(grace.plus(o.replicaTimeout));
+        link.callOnNodeOf(key, new IntegerOutput<>(StringCodec.UTF8), "WAIT", o.replicas, ceilMillisOrZero(o.replicaTimeout))
                 .whenComplete((acked, error) -> {
                     if (error == null && acked != null && acked >= o.replicas) {
                         granted(link, token, grantedAt);
                         return;
                     }
-                    locks.releaseAsync(key, owner, token, o.unavailableAfter).whenComplete((r, e) -> done(link, null));
+                    locks.releaseAsync(key, owner, token, o.unavailableAfter);
+                    if (error == null) {
+                        done(link, null);
+                    } else {
+                        closeOwnLink();
+                        Throwable cause = RedisLocks.causeOf(error);
+                        result.completeExceptionally(RedisLocks.isUnavailability(cause) ? locks.unavailable(cause) : cause);
+                    }
                 });
+    }
+
+    private static long ceilMillisOrZero(Duration d) {
+        return d.isZero() ? 0 : LockOptions.ceilMillis(d);
     }
 
     private void granted(Link link, long token, long grantedAt) {
@@ -289,7 +335,7 @@ final class Acquisition {
      * the same owner asks again while the wait lasts (rule 4). Anything else is the caller's error.
      */
     private void retryOrFail(Link link, Throwable error) {
-        Throwable cause = error instanceof CompletionException && error.getCause() != null ? error.getCause() : error;
+        Throwable cause = RedisLocks.causeOf(error);
         boolean refused = cause instanceof RedisCommandExecutionException rce && !RedisLocks.isRetryable(rce);
         boolean mine;
         synchronized (this) {
@@ -321,9 +367,9 @@ final class Acquisition {
             lastFailure = cause;
             boundLeft = now - firstFailure < boundNs;
         }
-        // Retried until the bound or the caller's deadline, whichever is first (the form that
-        // tries once has no deadline of its own here: the bound).
-        if (!boundLeft || (waitMs > 0 && !forever() && now >= end)) {
+        // Retried until the bound or the caller's deadline, whichever is first; the form that
+        // tries once makes one attempt.
+        if (!boundLeft || waitMs < 0 || (!forever() && now >= end)) {
             result.completeExceptionally(locks.unavailable(cause));
             return;
         }

@@ -20,8 +20,6 @@ import java.util.concurrent.TimeUnit;
  * lost, so the work done under it can be rolled back.
  */
 public final class Hold implements AutoCloseable {
-    /** How long a release waits for a renewal in flight to be answered. */
-    private static final Duration SETTLE = Duration.ofSeconds(2);
     private final RedisLocks locks;
     private final String key;
     private final String owner;
@@ -61,9 +59,11 @@ public final class Hold implements AutoCloseable {
         if (options.onLost != null) {
             listeners.add(options.onLost);
         }
-        if (watchdog) { // its link was connected by the acquisition, on the caller's thread
-            synchronized (this) {
+        synchronized (this) {
+            if (watchdog) { // its link was connected by the acquisition, on the caller's thread
                 schedule(period());
+            } else { // a fixed lease is lost at its end all the same (rule 15)
+                armDeadline();
             }
         }
     }
@@ -123,7 +123,8 @@ public final class Hold implements AutoCloseable {
         args[0] = token;
         System.arraycopy(command, 0, args, 1, command.length);
         try {
-            return locks.await(locks.commands(bound).call(new AnyOutput(), "LOCK.GUARD", key, args), bound);
+            // Never sent twice: a guarded write is not idempotent.
+            return locks.await(locks.commands(bound).callOnce(new AnyOutput(), "LOCK.GUARD", key, args), bound);
         } catch (RedisCommandExecutionException e) {
             if (e.getMessage() != null && e.getMessage().startsWith("STALE")) {
                 throw new StaleTokenException(e.getMessage());
@@ -160,7 +161,7 @@ public final class Hold implements AutoCloseable {
         }
         Long reply;
         try {
-            reply = locks.await(f, bound); // unanswered: thrown, and the watchdog goes on as before
+            reply = locks.await(pending, bound); // unanswered: thrown, and the watchdog goes on as before
         } finally {
             synchronized (this) {
                 if (inFlight == pending) {
@@ -189,6 +190,8 @@ public final class Hold implements AutoCloseable {
         }
         if (watchdog) {
             schedule(period());
+        } else {
+            armDeadline();
         }
     }
 
@@ -197,8 +200,8 @@ public final class Hold implements AutoCloseable {
      * watchdog stops first, in the same step: no renewal is sent after this (rule 7).
      */
     public boolean release() {
-        // releaseAsync() ends within the bound and the wait for a renewal in flight; this is a backstop.
-        return locks.await(releaseAsync(), bound.plus(SETTLE).plusSeconds(1));
+        // releaseAsync() ends within the bound; this is a backstop.
+        return locks.await(releaseAsync(), bound.plusSeconds(1));
     }
 
     /**
@@ -206,7 +209,6 @@ public final class Hold implements AutoCloseable {
      * completes once the server answered, with true if the hold was still live.
      */
     public CompletableFuture<Boolean> releaseAsync() {
-        CompletableFuture<Long> pending;
         boolean lost;
         synchronized (this) {
             if (released) { // a second release: false, nothing sent (rule 16)
@@ -214,7 +216,6 @@ public final class Hold implements AutoCloseable {
             }
             released = true;
             cancelTimers();
-            pending = inFlight;
             lost = lostReason != null;
         }
         if (lost) { // known lost: false at once, nothing sent (rule 16)
@@ -227,25 +228,18 @@ public final class Hold implements AutoCloseable {
             closeSession();
             return CompletableFuture.failedFuture(e);
         }
-        // A renewal in flight is let finish (its outcome no longer matters), so none follows the release.
-        CompletableFuture<Object> settled = pending == null ? CompletableFuture.completedFuture(null)
-                : pending.handle((r, e) -> (Object) null).completeOnTimeout(null, SETTLE.toMillis(), TimeUnit.MILLISECONDS);
-        return settled.thenCompose(x -> {
-            if (isLost()) {
-                closeSession();
-                return CompletableFuture.completedFuture(false);
+        // A renewal in flight is abandoned: its answer changes nothing now, and if it reaches the
+        // server after the release its token matches no hold.
+        return locks.releaseAsync(key, owner, token, bound).handle((reply, error) -> {
+            closeSession();
+            if (error != null) {
+                throw error instanceof CompletionException ce ? ce : new CompletionException(error);
             }
-            return locks.releaseAsync(key, owner, token, bound).handle((reply, error) -> {
-                closeSession();
-                if (error != null) {
-                    throw error instanceof CompletionException ce ? ce : new CompletionException(error);
-                }
-                if (reply == null || reply != 1) {
-                    lose("the hold had already ended when it was released (its lease ran out or it was force-released)", true);
-                    return false;
-                }
-                return true;
-            });
+            if (reply == null || reply != 1) {
+                lose("the hold had already ended when it was released (its lease ran out or it was force-released)", true);
+                return false;
+            }
+            return true;
         });
     }
 
@@ -275,6 +269,11 @@ public final class Hold implements AutoCloseable {
             next.cancel(false); // one renewal chain, also when an extend and a renewal both answer
         }
         next = locks.scheduler.schedule(this::renew, delayMs, TimeUnit.MILLISECONDS);
+        armDeadline();
+    }
+
+    // Called with this locked: the timer that loses the hold at its lease's end (rule 15).
+    private void armDeadline() {
         if (deadline != null) {
             deadline.cancel(false);
         }
@@ -304,7 +303,8 @@ public final class Hold implements AutoCloseable {
             }
             why = renewalError;
         }
-        lose("no renewal was answered before the lease ended" + (why == null ? "" : ": " + why), false);
+        lose(watchdog ? "no renewal was answered before the lease ended" + (why == null ? "" : ": " + why)
+                : "the lease ended: a fixed lease, with no watchdog to renew it", false);
     }
 
     private void renew() {
@@ -335,11 +335,12 @@ public final class Hold implements AutoCloseable {
     }
 
     private void renewed(Link link, CompletableFuture<Long> f, long sentAt, long ttl, Long reply, Throwable error) {
-        Throwable cause = error != null && error.getCause() != null && error instanceof java.util.concurrent.CompletionException
-                ? error.getCause() : error;
-        if (cause instanceof RedisCommandExecutionException rce && RedisLocks.isRetryable(rce)) {
-            locks.failover(link);
-            error = new io.lettuce.core.RedisException(rce.getMessage()); // a failover: retried until the lease ends
+        Throwable cause = RedisLocks.causeOf(error);
+        // The server's refusal loses the hold; no answer, or a failover's refusal, is asked again until the lease ends.
+        boolean refused = cause instanceof RedisCommandExecutionException;
+        if (refused && RedisLocks.isRetryable((RedisCommandExecutionException) cause)) {
+            locks.failover(link, bound);
+            refused = false;
         }
         synchronized (this) {
             if (inFlight == f) {
@@ -348,25 +349,22 @@ public final class Hold implements AutoCloseable {
             if (released || lostReason != null) {
                 return;
             }
-            if (error == null && reply != null && reply == 1) {
+            if (cause == null && reply != null && reply == 1) {
                 renewedLease(sentAt, ttl);
                 return;
             }
-            if (error == null || error.getCause() instanceof RedisCommandExecutionException
-                    || error instanceof RedisCommandExecutionException) {
-                // handled below, outside the lock
-            } else if (System.nanoTime() < leaseEnd) {
-                renewalError = error;
+            if (cause != null && !refused && System.nanoTime() < leaseEnd) {
+                renewalError = cause;
                 schedule(Math.max(1, Math.min(period(), ttlMs / 10)));
                 return;
             }
         }
-        if (error == null) {
+        if (cause == null) {
             lose("a renewal answered 0: the lease had ended or the lock was force-released", false);
-        } else if (error instanceof RedisCommandExecutionException || error.getCause() instanceof RedisCommandExecutionException) {
-            lose("a renewal failed: " + error.getMessage(), false);
+        } else if (refused) {
+            lose("a renewal failed: " + cause.getMessage(), false);
         } else {
-            lose("no renewal was answered before the lease ended: " + error, false);
+            lose("no renewal was answered before the lease ended: " + cause, false);
         }
     }
 

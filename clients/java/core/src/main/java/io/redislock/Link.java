@@ -14,7 +14,13 @@ import io.lettuce.core.cluster.api.StatefulRedisClusterConnection;
 import io.lettuce.core.cluster.models.partitions.RedisClusterNode;
 import io.lettuce.core.codec.StringCodec;
 import io.lettuce.core.output.CommandOutput;
+import io.lettuce.core.RedisConnectionException;
+import io.lettuce.core.protocol.AsyncCommand;
+import io.lettuce.core.protocol.Command;
 import io.lettuce.core.protocol.CommandArgs;
+import io.lettuce.core.protocol.DemandAware;
+import io.lettuce.core.protocol.RedisCommand;
+import io.netty.buffer.ByteBuf;
 import io.lettuce.core.protocol.ProtocolKeyword;
 import java.lang.reflect.Field;
 import java.lang.reflect.Modifier;
@@ -113,6 +119,25 @@ final class Link implements AutoCloseable {
 
     /** Sends {@code command key args...}. */
     <T> RedisFuture<T> call(CommandOutput<String, String, T> output, String command, String key, Object... args) {
+        return async.dispatch(new Name(command), output, args(key, args));
+    }
+
+    /**
+     * {@link #call} for a command that must not run twice (a release, a guarded write, a WAIT):
+     * once written, it is never written again. Lettuce sends again what was in flight when a
+     * connection dropped (at least once); this one fails instead, its outcome unknown (rule 14).
+     */
+    <T> CompletableFuture<T> callOnce(CommandOutput<String, String, T> output, String command, String key, Object... args) {
+        return once(new Command<>(new Name(command), output, args(key, args)));
+    }
+
+    private <T> CompletableFuture<T> once(RedisCommand<String, String, T> command) {
+        Once<T> c = new Once<>(command);
+        connection.dispatch(c);
+        return c;
+    }
+
+    private static CommandArgs<String, String> args(String key, Object... args) {
         CommandArgs<String, String> a = new CommandArgs<>(StringCodec.UTF8).addKey(key);
         for (Object arg : args) {
             if (arg instanceof Long || arg instanceof Integer) {
@@ -121,7 +146,46 @@ final class Link implements AutoCloseable {
                 a.add(String.valueOf(arg));
             }
         }
-        return async.dispatch(new Name(command), output, a);
+        return a;
+    }
+
+    /**
+     * A command written at most once. Lettuce hands the commands in flight on a connection that
+     * dropped to {@link #removeSource} before it queues them to be sent again on reconnect; a
+     * written one fails there, and a failed command is never written. (Not on a cluster
+     * connection, whose commands Lettuce wraps, nor when the client records command latencies:
+     * then it is cancelled when its bound ends.)
+     */
+    private static final class Once<T> extends AsyncCommand<String, String, T> implements DemandAware.Sink {
+        private volatile boolean written;
+
+        Once(RedisCommand<String, String, T> command) {
+            super(command);
+        }
+
+        @Override
+        public void encode(ByteBuf buf) {
+            written = true;
+            super.encode(buf);
+        }
+
+        @Override
+        public void removeSource() {
+            if (written) {
+                completeExceptionally(new RedisConnectionException(
+                        "the connection dropped after " + getType() + " was sent: its reply is lost, and it is not sent again"));
+            }
+        }
+
+        @Override
+        public boolean hasDemand() {
+            return true;
+        }
+
+        @Override
+        public void setSource(DemandAware.Source source) {
+            // a reply of one integer or value needs no back-pressure
+        }
     }
 
     /**
@@ -142,7 +206,7 @@ final class Link implements AutoCloseable {
             return c.getConnectionAsync(master.getUri().getHost(), master.getUri().getPort())
                     .thenCompose(n -> n.async().dispatch(new Name(command), output, a).toCompletableFuture());
         }
-        return async.dispatch(new Name(command), output, a).toCompletableFuture();
+        return once(new Command<>(new Name(command), output, a));
     }
 
     /** Lifts the client's own command timeout for a wait of this long (rule 2). */

@@ -84,7 +84,7 @@ public final class RedisLock implements Lock {
 
     @Override
     public boolean tryLock(long time, TimeUnit unit) throws InterruptedException {
-        return tryLock(Duration.ofMillis(unit.toMillis(time)), options.ttl);
+        return tryLock(Duration.ofNanos(unit.toNanos(time)), options.ttl); // sub-ms kept: rounded up below
     }
 
     /** {@link #tryLock(long, TimeUnit)} with a lease of {@code ttl} for this hold, as {@link #lock(Duration)}. */
@@ -93,7 +93,8 @@ public final class RedisLock implements Lock {
         if (Thread.interrupted()) {
             throw new InterruptedException();
         }
-        return enter(Math.max(0, wait.toMillis()), true, o);
+        // In whole ms, rounded up (rule 17); time <= 0 tries once, as java.util.concurrent.locks.Lock.
+        return enter(wait.isNegative() || wait.isZero() ? 0 : LockOptions.ceilMillis(wait), true, o);
     }
 
     private boolean enter(long waitMs, boolean interruptible, LockOptions o) throws InterruptedException {

@@ -21,6 +21,7 @@ import java.util.concurrent.ExecutorService;
 import java.util.concurrent.Executors;
 import java.util.concurrent.Future;
 import java.util.concurrent.ScheduledExecutorService;
+import java.util.concurrent.ScheduledFuture;
 import java.util.concurrent.ScheduledThreadPoolExecutor;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.TimeoutException;
@@ -207,6 +208,11 @@ public final class RedisLocks implements AutoCloseable {
         return cause instanceof RuntimeException re ? re : new RedisLockException(String.valueOf(cause), cause);
     }
 
+    /** The failure a future completed with: {@link CompletionException}'s cause. */
+    static Throwable causeOf(Throwable error) {
+        return error instanceof CompletionException && error.getCause() != null ? error.getCause() : error;
+    }
+
     /**
      * Whether {@code error} says the service could not be reached or did not answer as Redis with
      * the module (rule 14): anything but the server's own error reply, and "unknown command".
@@ -239,8 +245,9 @@ public final class RedisLocks implements AutoCloseable {
      */
     CompletableFuture<Long> releaseAsync(String key, String owner, long token, Duration bound) {
         try {
-            return bounded(commands(bound).call(new IntegerOutput<>(StringCodec.UTF8), "LOCK.RELEASE", key, owner, "TOKEN", token)
-                    .toCompletableFuture(), bound);
+            // Never sent again once written: a second LOCK.RELEASE would answer 0 (rule 14's table).
+            return bounded(commands(bound).callOnce(new IntegerOutput<>(StringCodec.UTF8), "LOCK.RELEASE", key, owner, "TOKEN", token),
+                    bound);
         } catch (RuntimeException e) {
             return CompletableFuture.failedFuture(e);
         }
@@ -250,18 +257,19 @@ public final class RedisLocks implements AutoCloseable {
     <T> CompletableFuture<T> bounded(CompletableFuture<T> f, Duration bound) {
         CompletableFuture<T> out = new CompletableFuture<>();
         f.whenComplete((v, e) -> {
-            Throwable c = e instanceof CompletionException && e.getCause() != null ? e.getCause() : e;
+            Throwable c = causeOf(e);
             if (c == null) {
                 out.complete(v);
             } else {
                 out.completeExceptionally(isUnavailability(c) ? unavailable(c) : c);
             }
         });
-        scheduler.schedule(() -> {
+        ScheduledFuture<?> timer = scheduler.schedule(() -> {
             if (out.completeExceptionally(unavailable(noAnswerWithin(bound)))) {
                 f.cancel(false); // not sent later, if still queued while the link reconnects
             }
         }, bound.toNanos(), TimeUnit.NANOSECONDS);
+        out.whenComplete((v, e) -> timer.cancel(false)); // answered: the timer leaves the queue
         return out;
     }
 
@@ -418,7 +426,7 @@ public final class RedisLocks implements AutoCloseable {
      * is closed and reopened off the watchdog's thread; reconnecting asks Lettuce (and through it a
      * Sentinel) for the current master (rule 11).
      */
-    void failover(Link seen) {
+    void failover(Link seen, Duration bound) {
         synchronized (this) {
             if (closed || !watchdog.forget(seen)) {
                 return;
@@ -427,7 +435,7 @@ public final class RedisLocks implements AutoCloseable {
         seen.close();
         CompletableFuture.runAsync(() -> {
             try {
-                watchdog(LockOptions.UNAVAILABLE_AFTER);
+                watchdog(bound); // the hold's bound, not the default
             } catch (RuntimeException e) {
                 // the next renewal asks again
             }
@@ -439,14 +447,13 @@ public final class RedisLocks implements AutoCloseable {
      * it does not come within {@code bound} (the command is then cancelled) or the link fails; the
      * server's error reply as it is.
      */
-    <T> T await(Future<T> f, Duration bound) {
+    <T> T await(CompletableFuture<T> f, Duration bound) {
+        CompletableFuture<T> out = bounded(f, bound);
         try {
-            return uninterruptibly(f, bound);
+            // bounded() completes within the bound: the second backstops a timer that could not run.
+            return uninterruptibly(out, bound.multipliedBy(2));
         } catch (ExecutionException e) {
             Throwable c = e.getCause();
-            if (isUnavailability(c)) {
-                throw unavailable(c);
-            }
             throw c instanceof RuntimeException re ? re : new RedisLockException(String.valueOf(c), c);
         } catch (TimeoutException e) {
             f.cancel(false);

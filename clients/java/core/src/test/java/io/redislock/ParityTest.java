@@ -147,6 +147,43 @@ class ParityTest extends OnServer {
     }
 
     @Test
+    void aWaitOfOneMsOrLessOnAFreeLock_isGranted_oneTryIsAlwaysSent() throws Exception {
+        RedisLock lock = locks.lock("k");
+        assertTrue(lock.tryLock(1, TimeUnit.MILLISECONDS));
+        lock.unlock();
+        assertTrue(lock.tryLock(500, TimeUnit.MICROSECONDS), "sub-ms: rounded up to 1 ms");
+        lock.unlock();
+        assertTrue(lock.tryLock(1, TimeUnit.NANOSECONDS));
+        lock.unlock();
+        for (Duration wait : List.of(Duration.ofMillis(1), Duration.ofNanos(1), Duration.ofNanos(999_999))) {
+            assertTrue(locks.acquire("k", wait).release(), wait.toString());
+            assertTrue(locks.acquireAsync("k", wait, LockOptions.defaults()).get(10, TimeUnit.SECONDS).release(), wait.toString());
+        }
+    }
+
+    @Test
+    void aFixedLeaseReachesItsEnd_lostThenByTheTimer_releaseAndGuardAnswerWithoutTheServer() throws Exception {
+        long ttlMs = 500;
+        List<Long> lostAt = new CopyOnWriteArrayList<>();
+        Hold h = locks.acquire("k", Duration.ZERO, LockOptions.defaults().ttl(Duration.ofMillis(ttlMs)).watchdog(false)
+                .onLost((x, r) -> {
+                    lostAt.add(System.nanoTime());
+                    reasons.add(r);
+                }));
+        assertTrue(TestServer.eventually(() -> !lostAt.isEmpty(), ttlMs + 3000), "lost");
+        long lateMs = (lostAt.get(0) - h.leaseEnd()) / 1_000_000;
+        assertTrue(lostAt.get(0) - h.leaseEnd() >= 0, "not before its end");
+        assertTrue(lateMs <= ttlMs / 10 + 100, "lost " + lateMs + " ms after its end (rule 15: 10% of the ttl + 100 ms)");
+        assertTrue(reasons.get(0).startsWith("the lease ended: a fixed lease"), reasons.get(0));
+        long releases = server.calls("lock.release");
+        long guards = server.calls("lock.guard");
+        assertThrows(StaleTokenException.class, () -> h.guard("SET", "x", "1"));
+        assertFalse(h.release());
+        assertEquals(releases, server.calls("lock.release"), "no LOCK.RELEASE sent");
+        assertEquals(guards, server.calls("lock.guard"), "no LOCK.GUARD sent");
+    }
+
+    @Test
     void aNegativeWait_tryLockTriesOnce_acquireIsIllegalArgumentException() throws Exception {
         RedisLock lock = locks.lock("k");
         assertTrue(lock.tryLock(-1, TimeUnit.SECONDS), "tryLock(t <= 0): one try, as java.util.concurrent.locks.Lock");

@@ -1,0 +1,121 @@
+package io.redislock;
+
+import java.io.IOException;
+import java.io.InputStream;
+import java.io.OutputStream;
+import java.net.InetAddress;
+import java.net.ServerSocket;
+import java.net.Socket;
+import java.nio.charset.StandardCharsets;
+import java.util.List;
+import java.util.concurrent.CopyOnWriteArrayList;
+
+/**
+ * A TCP proxy of the test's own in front of a real server: it forwards both ways until {@link
+ * #cutAfter} (or {@link #stallAfter}) names a command; the next connection that sends it gets it
+ * forwarded to the server, which runs it, and then the connection is dropped (or its replies are
+ * swallowed from then on) instead of the reply. Later connections are forwarded as before.
+ */
+final class CuttingProxy implements AutoCloseable {
+    private final ServerSocket listening;
+    private final int target;
+    private final List<Socket> sockets = new CopyOnWriteArrayList<>();
+    private volatile String word;
+    private volatile boolean stall;
+
+    CuttingProxy(int target) throws IOException {
+        this.target = target;
+        this.listening = new ServerSocket(0, 50, InetAddress.getLoopbackAddress());
+        daemon(this::accept);
+    }
+
+    int port() {
+        return listening.getLocalPort();
+    }
+
+    /** The next connection to send {@code command} is dropped once the server has run it. */
+    void cutAfter(String command) {
+        stall = false;
+        word = command;
+    }
+
+    /** The next connection to send {@code command} gets no reply from then on, and stays open. */
+    void stallAfter(String command) {
+        stall = true;
+        word = command;
+    }
+
+    private void accept() {
+        while (!listening.isClosed()) {
+            try {
+                Socket client = listening.accept();
+                Socket server = new Socket(InetAddress.getLoopbackAddress(), target);
+                sockets.add(client);
+                sockets.add(server);
+                boolean[] hit = {false};
+                daemon(() -> pump(client, server, hit, true));
+                daemon(() -> pump(server, client, hit, false));
+            } catch (IOException e) {
+                return;
+            }
+        }
+    }
+
+    /** Copies {@code from} to {@code to}; towards the server it looks for the word, back it acts on a hit. */
+    private void pump(Socket from, Socket to, boolean[] hit, boolean toServer) {
+        byte[] buf = new byte[16384];
+        try (InputStream in = from.getInputStream(); OutputStream out = to.getOutputStream()) {
+            for (int n; (n = in.read(buf)) >= 0;) {
+                String w = word;
+                if (toServer && w != null && new String(buf, 0, n, StandardCharsets.ISO_8859_1).contains(w)) {
+                    word = null;
+                    synchronized (hit) {
+                        hit[0] = true;
+                    }
+                }
+                boolean drop;
+                synchronized (hit) {
+                    drop = !toServer && hit[0];
+                }
+                if (drop && !stall) { // the server ran it: the reply is lost with the connection
+                    from.close();
+                    to.close();
+                    return;
+                }
+                if (!drop) {
+                    out.write(buf, 0, n);
+                    out.flush();
+                }
+            }
+        } catch (IOException e) {
+            // one side closed
+        } finally {
+            if (!stall) {
+                close(from);
+                close(to);
+            }
+        }
+    }
+
+    private static void close(Socket s) {
+        try {
+            s.close();
+        } catch (IOException e) {
+            // closed already
+        }
+    }
+
+    private static void daemon(Runnable r) {
+        Thread t = new Thread(r, "cutting-proxy");
+        t.setDaemon(true);
+        t.start();
+    }
+
+    @Override
+    public void close() throws IOException {
+        listening.close();
+        for (Socket s : sockets) {
+            close(s);
+        }
+    }
+}
