@@ -4,7 +4,7 @@
  * an aborted wait's connection is closed (which takes it out of the server's queue), never reused.
  */
 import { randomUUID } from "node:crypto";
-import { LinkTimeout, adapt, noop, within, type Adapter, type Connection } from "./adapter.js";
+import { CONNECT_TIMEOUT, LinkTimeout, adapt, noop, within, type Adapter, type Connection } from "./adapter.js";
 import { LockError, LockLostError, NotAcquiredError, UnavailableError } from "./errors.js";
 import { Hold } from "./hold.js";
 import {
@@ -65,8 +65,6 @@ export interface LocksOptions {
 }
 
 const DEFAULT_TTL = 30_000;
-/** How long making a wait's connection may take (ms), at most (the bound, if shorter). */
-const CONNECT_TIMEOUT = 5000;
 /** How long past a wait's end its reply is awaited before the server counts as silent (ms). */
 const REPLY_GRACE = 1000;
 
@@ -193,7 +191,11 @@ export class Locks {
   #ask(key: string, o: AcquireOptions, wait: number): Ask {
     if (!(wait >= 0)) throw new RangeError("wait must be a number of ms >= 0 (Infinity: without limit)");
     const ttl = o.ttl ?? DEFAULT_TTL;
-    if (!(ttl >= 1)) throw new RangeError("ttl must be a number of ms >= 1");
+    if (!(ttl >= 1 && ttl < Infinity)) throw new RangeError("ttl must be a finite number of ms >= 1");
+    if (o.replicas !== undefined && !(Number.isInteger(o.replicas) && o.replicas >= 0))
+      throw new RangeError("replicas must be an integer >= 0");
+    if (o.replicasTimeout !== undefined && !(o.replicasTimeout >= 0 && o.replicasTimeout < Infinity))
+      throw new RangeError("replicasTimeout must be a finite number of ms >= 0");
     const mode: Mode = o.semaphore
       ? { limit: o.semaphore.limit, permits: o.semaphore.permits ?? 1 }
       : { shared: !!o.shared };

@@ -4,19 +4,16 @@
  * failures, silence and a server without the module into `UnavailableError`s, naming the address
  * and the cause.
  */
-import { LinkTimeout, isReplyError, noop, why, within, type Adapter } from "./adapter.js";
+import { LinkTimeout, MAX_TIMER, isLinkError, isReplyError, noop, why, within, type Adapter } from "./adapter.js";
 import { LockError, UnavailableError, moduleMissing, translate } from "./errors.js";
 import { RETRY_PAUSE, movedAway, type Arg } from "./protocol.js";
-
-/** The longest delay a Node timer takes (ms). */
-const MAX_TIMER = 2 ** 31 - 1;
 
 /** The default bound (ms): a server silent or unreachable this long is unavailable. */
 export const UNAVAILABLE_AFTER = 10_000;
 
 /** A link failure (broken, timed out, not made) or a server that no longer serves the key:
- * worth asking again; any other error is the server's answer. */
-export const linkFailure = (e: unknown): boolean => !isReplyError(e) || movedAway(e);
+ * worth asking again; any other error is the server's answer, or a bad argument or a bug. */
+export const linkFailure = (e: unknown): boolean => isLinkError(e) || movedAway(e);
 
 /** A timer that does not keep the process alive. */
 export const pause = (ms: number): Promise<void> =>
