@@ -20,6 +20,10 @@ export const pause = (ms: number): Promise<void> =>
   new Promise((resolve) => setTimeout(resolve, Math.max(0, ms)).unref());
 
 export class Reach {
+  /** The PING in flight per route, shared by every watch on it: while the server is down, one
+   * waits in the client's offline queue, not one per watch and half bound. */
+  #pings = new Map<string, Promise<unknown>>();
+
   constructor(
     readonly adapter: Adapter,
     /** ms: link failures and silence are retried or awaited this long, then unavailable. */
@@ -72,7 +76,7 @@ export class Reach {
         await pause(Math.min(this.bound / 2, answered + this.bound - performance.now()));
         if (stopped) return;
         try {
-          await within(this.adapter.send(key, ["PING"]), answered + this.bound - performance.now(), noop);
+          await within(this.#ping(key), answered + this.bound - performance.now(), noop);
           answered = performance.now();
         } catch (e) {
           if (isReplyError(e))
@@ -87,5 +91,17 @@ export class Reach {
     };
     void probe();
     return () => (stopped = true);
+  }
+
+  /** A `PING` to `key`'s server: the one in flight, if any, else a new one. */
+  #ping(key: string): Promise<unknown> {
+    const route = this.adapter.route(key);
+    let ping = this.#pings.get(route);
+    if (!ping) {
+      ping = this.adapter.send(key, ["PING"]).finally(() => this.#pings.delete(route));
+      ping.catch(noop); // its watchers see the failure; none may be left to
+      this.#pings.set(route, ping);
+    }
+    return ping;
   }
 }

@@ -8,13 +8,23 @@ import assert from "node:assert/strict";
 import { describe, test } from "node:test";
 import { Redis } from "ioredis";
 import { createClient } from "redis";
-import { LockError, LockLostError, Locks, UnavailableError, adapt, type Arg, type Hold } from "redis-lock-client";
+import {
+  LockError,
+  LockLostError,
+  Locks,
+  UnavailableError,
+  adapt,
+  type Adapter,
+  type Arg,
+  type Hold,
+} from "redis-lock-client";
 import {
   Clients,
   FLAVOURS,
   FakeService,
   ReplyDropper,
   Server,
+  eventually,
   freePort,
   recording,
   sleep,
@@ -328,6 +338,40 @@ for (const flavour of FLAVOURS) {
         await clients.close();
         server.stop();
       }
+    });
+
+    test("rule 14: waiters on a frozen server share one PING at a time", async () => {
+      await withHold(flavour, 30_000, async ({ server }) => {
+        const clients = new Clients(flavour);
+        const real = adapt(await clients.client(server.port));
+        let inFlight = 0;
+        let most = 0;
+        const adapter: Adapter = {
+          ...real,
+          route: (key) => real.route(key),
+          connect: (key, options) => real.connect(key, options),
+          send: async (key, args) => {
+            if (args[0] !== "PING") return real.send(key, args);
+            most = Math.max(most, ++inFlight);
+            try {
+              return await real.send(key, args);
+            } finally {
+              inFlight--;
+            }
+          },
+        };
+        const locks = new Locks(adapter, { unavailableAfter: BOUND });
+        try {
+          const waits = [1, 2, 3].map(() => locks.acquire("k")); // queued behind the hold
+          assert.ok(await eventually(async () => (await server.waiters("k")) === 3));
+          server.signal("SIGSTOP"); // their connections stay open: only the watches' PINGs can tell
+          await Promise.all(waits.map((w) => unavailableWithin(w, server.port)));
+          assert.equal(most, 1, "one PING in flight at most, not one per waiter");
+        } finally {
+          locks.close();
+          await clients.close();
+        }
+      });
     });
 
     test("rule 14: unavailableAfter is checked", async () => {
