@@ -277,7 +277,16 @@ export class Locks {
   async #durable(c: Connection, ask: Ask, token: number): Promise<boolean> {
     const timeout = ask.o.replicasTimeout ?? 1000;
     const bound = this.#reach.bound;
-    const acked = int(await within(c.send(waitArgs(ask.o.replicas!, timeout)), timeout + bound, () => c.close()));
+    let acked: number;
+    try {
+      acked = int(await within(c.send(waitArgs(ask.o.replicas!, timeout)), timeout + bound, () => c.close()));
+    } catch (e) {
+      if (!linkFailure(e)) throw e;
+      // Unavailable now, not asked again (a retry's grant could meet this give-back): the grant
+      // is given back on the application's client, run once the server answers.
+      void this.#reach.send(ask.key, releaseArgs(ask.key, ask.owner, token), false).catch(noop);
+      throw this.#reach.unavailable(ask.key, e);
+    }
     if (acked >= ask.o.replicas!) return true;
     await within(c.send(releaseArgs(ask.key, ask.owner, token)), bound, () => c.close());
     return false;

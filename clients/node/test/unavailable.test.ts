@@ -332,6 +332,9 @@ for (const flavour of FLAVOURS) {
           server.port,
           replicasTimeout + BOUND,
         );
+        server.signal("SIGCONT");
+        // given back once the server answers, not held for its 30 s lease
+        assert.ok(await eventually(async () => (await server.cmd("EXISTS", "k")) === 0), "the grant was given back");
       } finally {
         server.signal("SIGCONT");
         locks.close();
