@@ -14,12 +14,21 @@ mkdir -p "$clone" "$app"
 readme=$clone/clients/node/README.md
 export npm_config_audit=false npm_config_fund=false npm_config_update_notifier=false
 
+# The README names the tarball npm pack makes: it must carry package.json's version.
+version=$(node -p 'require(process.argv[1]).version' "$clone/clients/node/package.json")
+for block in build install; do
+    grep -q "redis-lock-client-$version\.tgz" <<<"$(readme_block "$readme" "$block")" ||
+        fail "the README's $block lines do not name redis-lock-client-$version.tgz (package.json's version)"
+done
+
 (cd "$clone" && bash -euo pipefail -c "$(readme_block "$readme" build)") || fail "the build lines failed"
+[ -f "$clone/redis-lock-client-$version.tgz" ] || fail "npm pack made no redis-lock-client-$version.tgz"
 cd "$app"
 npm init -y >/dev/null
-bash -euo pipefail -c "$(readme_block "$readme" install | sed "s|/path/to/redis-lock|$clone|g")" ||
-    fail "the install lines failed"
-npm install ioredis >/dev/null || fail "npm install ioredis failed"
+for block in install install-ioredis; do
+    bash -euo pipefail -c "$(readme_block "$readme" "$block" | sed "s|/path/to/redis-lock|$clone|g")" ||
+        fail "the $block lines failed"
+done
 
 start_server
 for example in example example-ioredis; do

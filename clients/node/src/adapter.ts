@@ -18,9 +18,15 @@ export interface Connection {
 }
 
 export interface ConnectOptions {
-  /** Bounds connecting (ms); undefined: the library's own default. */
+  /** Bounds connecting (ms); undefined: the library's own default, `CONNECT_TIMEOUT`. */
   timeout?: number;
 }
+
+/** How long making a connection of the library's own may take (ms), unless bounded shorter. */
+export const CONNECT_TIMEOUT = 5000;
+
+/** The longest delay a Node timer takes (ms): 2^31-1 (24.8 days); a longer one fires at once. */
+export const MAX_TIMER = 2 ** 31 - 1;
 
 export interface Adapter {
   /** Which library, for messages. */
@@ -70,6 +76,23 @@ export function isReplyError(err: unknown): boolean {
     if (name === "ErrorReply" || name === "ReplyError") return true; // node-redis
   }
   return false;
+}
+
+/**
+ * Whether `err` is a link failure (broken, timed out, not made, or the client closed or offline)
+ * rather than the server's answer or a fault of the caller or of this code. The Redis libraries
+ * raise link failures as plain `Error`s or classes of their own, told apart by message only; the
+ * JavaScript errors a bad argument or a bug raises (`RangeError`, `TypeError`, ...) never come
+ * from a link, so they are what is excluded.
+ */
+export function isLinkError(err: unknown): boolean {
+  if (isReplyError(err)) return false;
+  return !(
+    err instanceof RangeError ||
+    err instanceof TypeError ||
+    err instanceof ReferenceError ||
+    err instanceof SyntaxError
+  );
 }
 
 /** A link that did not answer in time. */

@@ -3,7 +3,7 @@
  * the release that stops the watchdog in the same step.
  */
 import { EventEmitter } from "node:events";
-import { isReplyError, why, within, type Connection } from "./adapter.js";
+import { MAX_TIMER, isReplyError, why, within, type Connection } from "./adapter.js";
 import "./dispose.js";
 import { LockLostError, StaleError } from "./errors.js";
 import {
@@ -45,9 +45,6 @@ type Phase = "held" | "lost" | "released";
 
 const no = (): boolean => false;
 
-/** The longest delay a Node timer takes (ms). */
-const MAX_TIMER = 2 ** 31 - 1;
-
 export interface HoldEvents {
   lost: [reason: string];
 }
@@ -74,7 +71,6 @@ export class Hold extends EventEmitter<HoldEvents> implements AsyncDisposable {
   #timer: NodeJS.Timeout | undefined;
   /** Fires at the lease's end (rule 15): the hold is lost then unless renewed meanwhile. */
   #leaseTimer: NodeJS.Timeout | undefined;
-  #renewing: Promise<void> | undefined;
   #conn: Connection | undefined;
   #released: Promise<boolean> | undefined;
 
@@ -116,13 +112,13 @@ export class Hold extends EventEmitter<HoldEvents> implements AsyncDisposable {
   /** Set the lease to `ttl` ms from now (default: the acquire's ttl); whether the hold was
    * still live. For fixed leases (`watchdog: false`); the watchdog renews by itself. */
   async extend(ttl: number = this.#grant.ttl): Promise<boolean> {
-    if (!(ttl >= 1)) throw new RangeError("ttl must be a number of ms >= 1");
+    if (!(ttl >= 1 && ttl < Infinity)) throw new RangeError("ttl must be a finite number of ms >= 1");
     if (this.#phase !== "held") return false;
     const sent = performance.now();
     const reply = await this.#grant.reach.send(this.key, extendArgs(this.key, this.owner, ttl, this.token), true);
     if (int(reply) === 1) {
       this.#renewals.leaseEnd = Math.max(this.#renewals.leaseEnd, sent + ttl);
-      this.#armLease();
+      if (this.#phase === "held") this.#armLease(); // not after a release meanwhile
       return true;
     }
     this.#lose(LEASE_RAN_OUT);
@@ -134,7 +130,9 @@ export class Hold extends EventEmitter<HoldEvents> implements AsyncDisposable {
    * first, and the work done under it may have overlapped another holder's). The watchdog
    * stops in the same step: no renewal is sent after this call. A hold known lost answers
    * false at once, and so does a second call: neither sends anything. A server that cannot be
-   * reached within the bound rejects with `UnavailableError`.
+   * reached within the bound rejects with `UnavailableError`, and so does a release whose link
+   * broke after it was written: it is never sent again (a second one would find the hold gone
+   * and answer false, lost, for a hold that was released).
    */
   release(): Promise<boolean> {
     if (this.#released) return this.#released.then(no, no);
@@ -150,16 +148,14 @@ export class Hold extends EventEmitter<HoldEvents> implements AsyncDisposable {
       this.#grant.session?.close();
       return false; // known lost: answered at once, nothing sent
     }
-    // A renewal already on the wire ends first (it is bounded by its timeout), so the server
-    // sees it before the release; its answer is ignored.
-    await this.#renewing;
-    this.#conn?.close();
-    this.#conn = undefined;
+    // A renewal in flight is abandoned (its connection closed), not awaited: against a silent
+    // server it would hold the release up to its own timeout. It carries the token: reaching the
+    // server after the release, it finds nothing of this hold to extend.
+    this.#closeWatchdog();
     let released: boolean;
     try {
-      // Safe to retry: the release carries its token.
       const args = releaseArgs(this.key, this.owner, this.token);
-      released = int(await this.#grant.reach.send(this.key, args, true)) === 1;
+      released = int(await this.#grant.reach.send(this.key, args, false)) === 1;
     } finally {
       this.#grant.session?.close(); // closing it ends the session hold in any case
     }
@@ -181,12 +177,7 @@ export class Hold extends EventEmitter<HoldEvents> implements AsyncDisposable {
   #schedule(lastSent?: number): void {
     const wait =
       lastSent === undefined ? this.#renewals.interval : lastSent + this.#renewals.interval - performance.now();
-    this.#timer = setTimeout(
-      () => {
-        this.#renewing = this.#renew().finally(() => (this.#renewing = undefined));
-      },
-      Math.max(RETRY_PAUSE, wait),
-    );
+    this.#timer = setTimeout(() => void this.#renew(), Math.max(RETRY_PAUSE, wait));
     this.#timer.unref(); // a hold never keeps the process alive by itself
   }
 
@@ -197,11 +188,15 @@ export class Hold extends EventEmitter<HoldEvents> implements AsyncDisposable {
     const reason = (): string =>
       this.#grant.watchdog ? renewals.unreachable(renewals.lastFailure ?? "no answer") : FIXED_LEASE_ENDED;
     const left = renewals.leaseEnd - performance.now();
-    // A Node timer takes at most 2^31-1 ms (24.8 days; longer ones fire at once): a longer
-    // lease is looked at again then.
+    // A lease longer than a Node timer takes is looked at again then.
     const end = left > MAX_TIMER ? () => this.#armLease() : () => this.#lose(reason());
     this.#leaseTimer = setTimeout(end, Math.min(left, MAX_TIMER));
     this.#leaseTimer.unref();
+  }
+
+  #closeWatchdog(): void {
+    this.#conn?.close();
+    this.#conn = undefined;
   }
 
   #stopTimers(): void {
@@ -224,8 +219,10 @@ export class Hold extends EventEmitter<HoldEvents> implements AsyncDisposable {
       let broken = false;
       try {
         if (!this.#conn) {
-          this.#conn = await reach.adapter.connect(key, { timeout });
-          this.#conn.ref(false);
+          const made = await reach.adapter.connect(key, { timeout });
+          made.ref(false);
+          if (this.#phase !== "held") return made.close(); // released (or lost) while connecting
+          this.#conn = made;
         }
         const conn = this.#conn;
         reply = await within(conn.send(args), timeout - (performance.now() - sent), () => conn.close());
@@ -236,12 +233,12 @@ export class Hold extends EventEmitter<HoldEvents> implements AsyncDisposable {
           // The link broke, timed out or could not be made, or this server no longer serves
           // the key: asked again on a new connection (through Sentinel or the cluster's map)
           // until the lease would have ended.
-          this.#conn?.close();
-          this.#conn = undefined;
+          this.#closeWatchdog();
           renewals.lastFailure = why(e);
           broken = true;
         }
       }
+      if (this.#phase !== "held") return; // released (or lost) meanwhile: nothing to say or arm
       if (broken) reason = renewals.broken();
       else if (reason === undefined) {
         reason = renewals.answered(sent, reply);
@@ -260,12 +257,12 @@ export class Hold extends EventEmitter<HoldEvents> implements AsyncDisposable {
   /** Mark the hold lost with `reason` and announce it, once. */
   #lose(reason: string, atRelease = false): void {
     if (this.#reason !== undefined) return;
+    if (this.#phase === "released" && !atRelease) return; // a timer or reply late for a release: not lost
     this.#reason = reason;
     if (!atRelease) {
       this.#phase = "lost";
       this.#stopTimers();
-      this.#conn?.close();
-      this.#conn = undefined;
+      this.#closeWatchdog();
     }
     this.#announce(reason);
     try {

@@ -2,7 +2,7 @@
  * ioredis (v5 and later): a `Redis` (standalone, or Sentinel with `sentinels` and `name`) or a
  * `Cluster`. Typed structurally, so this package imports nothing of it.
  */
-import { connecting, noop, type Adapter, type Connection, type ConnectOptions } from "./adapter.js";
+import { CONNECT_TIMEOUT, connecting, noop, type Adapter, type Connection, type ConnectOptions } from "./adapter.js";
 import { movedAway, slotOf, type Arg } from "./protocol.js";
 
 interface IoRedis {
@@ -34,8 +34,6 @@ const isRedis = (x: unknown): x is IoRedis => has(x, "call", "duplicate", "disco
 export function isIoredis(x: unknown): boolean {
   return isCluster(x) || isRedis(x);
 }
-
-const CONNECT_TIMEOUT = 5000;
 
 function addressOf(client: IoRedis): string {
   const o = client.options;

@@ -4,7 +4,7 @@
  * an aborted wait's connection is closed (which takes it out of the server's queue), never reused.
  */
 import { randomUUID } from "node:crypto";
-import { LinkTimeout, adapt, noop, within, type Adapter, type Connection } from "./adapter.js";
+import { CONNECT_TIMEOUT, LinkTimeout, adapt, noop, within, type Adapter, type Connection } from "./adapter.js";
 import { LockError, LockLostError, NotAcquiredError, UnavailableError } from "./errors.js";
 import { Hold } from "./hold.js";
 import {
@@ -65,8 +65,6 @@ export interface LocksOptions {
 }
 
 const DEFAULT_TTL = 30_000;
-/** How long making a wait's connection may take (ms), at most (the bound, if shorter). */
-const CONNECT_TIMEOUT = 5000;
 /** How long past a wait's end its reply is awaited before the server counts as silent (ms). */
 const REPLY_GRACE = 1000;
 
@@ -193,7 +191,11 @@ export class Locks {
   #ask(key: string, o: AcquireOptions, wait: number): Ask {
     if (!(wait >= 0)) throw new RangeError("wait must be a number of ms >= 0 (Infinity: without limit)");
     const ttl = o.ttl ?? DEFAULT_TTL;
-    if (!(ttl >= 1)) throw new RangeError("ttl must be a number of ms >= 1");
+    if (!(ttl >= 1 && ttl < Infinity)) throw new RangeError("ttl must be a finite number of ms >= 1");
+    if (o.replicas !== undefined && !(Number.isInteger(o.replicas) && o.replicas >= 0))
+      throw new RangeError("replicas must be an integer >= 0");
+    if (o.replicasTimeout !== undefined && !(o.replicasTimeout >= 0 && o.replicasTimeout < Infinity))
+      throw new RangeError("replicasTimeout must be a finite number of ms >= 0");
     const mode: Mode = o.semaphore
       ? { limit: o.semaphore.limit, permits: o.semaphore.permits ?? 1 }
       : { shared: !!o.shared };
@@ -275,7 +277,16 @@ export class Locks {
   async #durable(c: Connection, ask: Ask, token: number): Promise<boolean> {
     const timeout = ask.o.replicasTimeout ?? 1000;
     const bound = this.#reach.bound;
-    const acked = int(await within(c.send(waitArgs(ask.o.replicas!, timeout)), timeout + bound, () => c.close()));
+    let acked: number;
+    try {
+      acked = int(await within(c.send(waitArgs(ask.o.replicas!, timeout)), timeout + bound, () => c.close()));
+    } catch (e) {
+      if (!linkFailure(e)) throw e;
+      // Unavailable now, not asked again (a retry's grant could meet this give-back): the grant
+      // is given back on the application's client, run once the server answers.
+      void this.#reach.send(ask.key, releaseArgs(ask.key, ask.owner, token), false).catch(noop);
+      throw this.#reach.unavailable(ask.key, e);
+    }
     if (acked >= ask.o.replicas!) return true;
     await within(c.send(releaseArgs(ask.key, ask.owner, token)), bound, () => c.close());
     return false;

@@ -2,7 +2,7 @@
  * node-redis (`redis` / `@redis/client`, v4 and later): a client, a cluster (`createCluster`) or a
  * Sentinel (`createSentinel`). Typed structurally, so this package imports nothing of it.
  */
-import { connecting, noop, type Adapter, type Connection, type ConnectOptions } from "./adapter.js";
+import { CONNECT_TIMEOUT, connecting, noop, type Adapter, type Connection, type ConnectOptions } from "./adapter.js";
 import { slotOf, type Arg } from "./protocol.js";
 
 type Args = (string | Buffer)[];
@@ -51,9 +51,6 @@ export function isNodeRedis(x: unknown): boolean {
 }
 
 const strings = (args: readonly Arg[]): Args => args.map((a) => (typeof a === "number" ? String(a) : a));
-
-/** How long connecting may take when the caller sets no bound. */
-const CONNECT_TIMEOUT = 5000;
 
 /** A duplicate of `client` of this library's own: no reconnects (a broken link is this
  * library's to retry), no socket or command timeout (a wait takes as long as the server does). */

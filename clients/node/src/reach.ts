@@ -4,25 +4,26 @@
  * failures, silence and a server without the module into `UnavailableError`s, naming the address
  * and the cause.
  */
-import { LinkTimeout, isReplyError, noop, why, within, type Adapter } from "./adapter.js";
+import { LinkTimeout, MAX_TIMER, isLinkError, isReplyError, noop, why, within, type Adapter } from "./adapter.js";
 import { LockError, UnavailableError, moduleMissing, translate } from "./errors.js";
 import { RETRY_PAUSE, movedAway, type Arg } from "./protocol.js";
-
-/** The longest delay a Node timer takes (ms). */
-const MAX_TIMER = 2 ** 31 - 1;
 
 /** The default bound (ms): a server silent or unreachable this long is unavailable. */
 export const UNAVAILABLE_AFTER = 10_000;
 
 /** A link failure (broken, timed out, not made) or a server that no longer serves the key:
- * worth asking again; any other error is the server's answer. */
-export const linkFailure = (e: unknown): boolean => !isReplyError(e) || movedAway(e);
+ * worth asking again; any other error is the server's answer, or a bad argument or a bug. */
+export const linkFailure = (e: unknown): boolean => isLinkError(e) || movedAway(e);
 
 /** A timer that does not keep the process alive. */
 export const pause = (ms: number): Promise<void> =>
   new Promise((resolve) => setTimeout(resolve, Math.max(0, ms)).unref());
 
 export class Reach {
+  /** The PING in flight per route, shared by every watch on it: while the server is down, one
+   * waits in the client's offline queue, not one per watch and half bound. */
+  #pings = new Map<string, Promise<unknown>>();
+
   constructor(
     readonly adapter: Adapter,
     /** ms: link failures and silence are retried or awaited this long, then unavailable. */
@@ -75,7 +76,7 @@ export class Reach {
         await pause(Math.min(this.bound / 2, answered + this.bound - performance.now()));
         if (stopped) return;
         try {
-          await within(this.adapter.send(key, ["PING"]), answered + this.bound - performance.now(), noop);
+          await within(this.#ping(key), answered + this.bound - performance.now(), noop);
           answered = performance.now();
         } catch (e) {
           if (isReplyError(e))
@@ -90,5 +91,17 @@ export class Reach {
     };
     void probe();
     return () => (stopped = true);
+  }
+
+  /** A `PING` to `key`'s server: the one in flight, if any, else a new one. */
+  #ping(key: string): Promise<unknown> {
+    const route = this.adapter.route(key);
+    let ping = this.#pings.get(route);
+    if (!ping) {
+      ping = this.adapter.send(key, ["PING"]).finally(() => this.#pings.delete(route));
+      ping.catch(noop); // its watchers see the failure; none may be left to
+      this.#pings.set(route, ping);
+    }
+    return ping;
   }
 }

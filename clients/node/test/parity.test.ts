@@ -6,8 +6,10 @@
  */
 import assert from "node:assert/strict";
 import { describe, test } from "node:test";
-import { Locks, StaleError, adapt, type Adapter, type Arg, type Hold } from "redis-lock-client";
-import { Clients, FLAVOURS, Server, eventually, sleep, type Flavour } from "./support.js";
+import { Locks, StaleError, adapt, type AcquireOptions, type Arg, type Hold } from "redis-lock-client";
+import { Clients, FLAVOURS, Server, eventually, recording, sleep, type Flavour } from "./support.js";
+
+type Hooks = Parameters<typeof recording>[2];
 
 interface Ctx {
   server: Server;
@@ -17,36 +19,13 @@ interface Ctx {
   other(): Promise<Locks>;
 }
 
-/** The real adapter, with every command it sends (on the client or its own connections) noted. */
-function recording(real: Adapter, sent: Arg[][]): Adapter {
-  return {
-    name: real.name,
-    route: (key) => real.route(key),
-    address: (key) => real.address?.(key) ?? real.name,
-    send: (key, args) => {
-      sent.push([...args]);
-      return real.send(key, args);
-    },
-    connect: async (key, options) => {
-      const conn = await real.connect(key, options);
-      return {
-        ...conn,
-        send: (args) => {
-          sent.push([...args]);
-          return conn.send(args);
-        },
-      };
-    },
-  };
-}
-
-async function run(flavour: Flavour, body: (ctx: Ctx) => Promise<void>): Promise<void> {
+async function run(flavour: Flavour, body: (ctx: Ctx) => Promise<void>, hooks?: Hooks): Promise<void> {
   const server = await Server.start();
   const clients = new Clients(flavour);
   const made: Locks[] = [];
   try {
     const sent: Arg[][] = [];
-    const locks = new Locks(recording(adapt(await clients.client(server.port)), sent));
+    const locks = new Locks(recording(adapt(await clients.client(server.port)), sent, hooks));
     made.push(locks);
     const other = async (): Promise<Locks> => {
       const l = new Locks(await clients.client(server.port));
@@ -70,8 +49,8 @@ async function knownLost(locks: Locks, server: Server): Promise<Hold> {
 }
 
 for (const flavour of FLAVOURS) {
-  const it = (name: string, body: (ctx: Ctx) => Promise<void>): void => {
-    test(name, () => run(flavour, body));
+  const it = (name: string, body: (ctx: Ctx) => Promise<void>, hooks?: Hooks): void => {
+    test(name, () => run(flavour, body, hooks));
   };
 
   describe(flavour.name, () => {
@@ -156,6 +135,104 @@ for (const flavour of FLAVOURS) {
       assert.equal(out.status, 0, out.stderr);
       assert.equal(out.stdout, "done\n");
       assert.equal(out.stderr, "");
+    });
+
+    {
+      // The watchdog's renewal (200 ms in) reaches the server and answers 1, but its reply is
+      // held back until the release has begun: a release in time, then no lost signal.
+      let renewing!: () => void;
+      const renewalSent = new Promise<void>((resolve) => (renewing = resolve));
+      let answer!: () => void;
+      const replyHeld = new Promise<void>((resolve) => (answer = resolve));
+      const afterReply = async (args: readonly Arg[]): Promise<void> => {
+        if (args[0] !== "LOCK.EXTEND") return;
+        renewing();
+        await replyHeld;
+      };
+      it(
+        "a release while a renewal is in flight: true, and no lost signal after",
+        async ({ locks, server }) => {
+          const ttl = 600;
+          const lost: string[] = [];
+          const hold = await locks.acquire("k", { ttl, onLost: (r) => lost.push(r) });
+          hold.on("lost", (r) => lost.push(r));
+          await renewalSent;
+          const released = hold.release();
+          answer();
+          assert.equal(await released, true);
+          // past the end of the lease the renewal would have set (timers fire in order)
+          await sleep(ttl + 300);
+          assert.deepEqual(lost, []);
+          assert.equal(hold.lostReason, undefined);
+          assert.equal(await server.cmd("EXISTS", "k"), 0);
+          await hold[Symbol.asyncDispose](); // a release in time: the scope's exit throws nothing
+        },
+        { afterReply },
+      );
+    }
+
+    it("table: non-finite numbers: NaN or infinite ttl RangeError at once; an infinite wait without limit", async ({
+      locks,
+      sent,
+      server,
+      other,
+    }) => {
+      const bad: AcquireOptions[] = [
+        { ttl: Infinity },
+        { ttl: Number.NaN },
+        { replicas: 1, replicasTimeout: Infinity },
+        { replicas: 1, replicasTimeout: Number.NaN },
+        { replicas: Infinity },
+        { wait: Number.NaN },
+      ];
+      for (const o of bad) {
+        const started = performance.now();
+        await assert.rejects(locks.acquire("k", o), RangeError, JSON.stringify(o));
+        await assert.rejects(locks.tryAcquire("k", o), RangeError, JSON.stringify(o));
+        const ms = performance.now() - started;
+        assert.ok(ms < 500, `${ms.toFixed(0)} ms (500 ms margin): at once, not retried as a link failure`);
+      }
+      assert.equal(sent.length, 0, "nothing sent");
+      const hold = await locks.acquire("k", { ttl: 1000, watchdog: false });
+      await assert.rejects(hold.extend(Infinity), RangeError);
+      await assert.rejects(hold.extend(Number.NaN), RangeError);
+      assert.equal(await hold.release(), true);
+      const first = await (await other()).acquire("k");
+      const waiting = locks.acquire("k", { wait: Infinity });
+      assert.ok(await eventually(async () => (await server.waiters("k")) === 1));
+      assert.deepEqual(sent[sent.length - 1]?.slice(-2), ["WAIT", 0], "WAIT 0: the server's wait without limit");
+      assert.equal(await first.release(), true);
+      assert.equal(await (await waiting).release(), true);
+    });
+
+    it("table: a wait of 1 ms or less on a free lock: granted (one try is always sent)", async ({ locks, sent }) => {
+      for (const wait of [1, 0.5, Number.MIN_VALUE]) {
+        const hold = await locks.acquire("k", { wait });
+        assert.equal(await hold.release(), true, `wait ${wait}`);
+        const tried = await locks.tryAcquire("k", { wait });
+        assert.ok(tried, `tryAcquire wait ${wait}`);
+        assert.equal(await tried.release(), true);
+      }
+      assert.ok(
+        sent.filter((c) => c[0] === "LOCK.ACQUIRE").every((c) => c[c.length - 1] === 1),
+        "WAIT 1: the shortest",
+      );
+    });
+
+    it("table: a fixed lease reaches its end: lost then, release and guard answer without the server", async ({
+      locks,
+      server,
+    }) => {
+      const ttl = 300;
+      const before = performance.now();
+      const hold = await locks.acquire("k", { ttl, watchdog: false });
+      assert.match(await hold.lost, /fixed lease/);
+      // no earlier than the lease's end (20 ms for timer rounding)
+      assert.ok(performance.now() >= before + ttl - 20);
+      await assert.rejects(hold.guard("SET", "x", 1), StaleError);
+      assert.equal(await hold.release(), false);
+      assert.equal(await server.calls("lock.guard"), 0, "no LOCK.GUARD reached the server");
+      assert.equal(await server.calls("lock.release"), 0, "no LOCK.RELEASE reached the server");
     });
 
     it("table: negative wait: RangeError, nothing sent", async ({ locks, sent }) => {

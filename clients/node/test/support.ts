@@ -7,12 +7,13 @@
  */
 import { spawn, type ChildProcess } from "node:child_process";
 import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
-import { createServer, type Socket } from "node:net";
+import { connect, createServer, type Socket } from "node:net";
 import { tmpdir } from "node:os";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 import { Redis, Cluster } from "ioredis";
 import { createClient, createCluster, createSentinel } from "redis";
+import type { Adapter, Arg } from "redis-lock-client";
 
 export const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), "../../../..");
 export const MODULE = process.env.LOCK_MODULE ?? join(ROOT, "target/debug/libredis_lock.so");
@@ -434,4 +435,78 @@ export function unconnected(flavour: Flavour, port: number): unknown {
   c.on("error", () => undefined);
   void c.connect().catch(() => undefined);
   return c;
+}
+
+/** The real adapter, with every command it sends (on the client or its own connections) noted
+ * in `sent`; `onSend` runs before each is sent, and `afterReply` may hold a reply back. */
+export function recording(
+  real: Adapter,
+  sent: Arg[][],
+  hooks: { onSend?: (args: readonly Arg[]) => void; afterReply?: (args: readonly Arg[]) => Promise<void> } = {},
+): Adapter {
+  const send = async (args: readonly Arg[], real: (args: readonly Arg[]) => Promise<unknown>): Promise<unknown> => {
+    sent.push([...args]);
+    hooks.onSend?.(args);
+    const reply = await real(args);
+    await hooks.afterReply?.(args);
+    return reply;
+  };
+  return {
+    name: real.name,
+    route: (key) => real.route(key),
+    address: (key) => real.address?.(key) ?? real.name,
+    send: (key, args) => send(args, (a) => real.send(key, a)),
+    connect: async (key, options) => {
+      const conn = await real.connect(key, options);
+      return { send: (args) => send(args, (a) => conn.send(a)), close: () => conn.close(), ref: (k) => conn.ref(k) };
+    },
+  };
+}
+
+/** A TCP proxy on loopback to `target` that forwards everything, except the reply to the first
+ * command containing `word`: the server runs it, and the proxy closes the client's link instead
+ * of passing its reply on (a reply lost with the link). */
+export class ReplyDropper {
+  readonly #sockets = new Set<Socket>();
+  dropped = false;
+  readonly #server = createServer((client) => {
+    const upstream = connect(this.target, "127.0.0.1");
+    let dropNext = false;
+    for (const s of [client, upstream]) {
+      this.#sockets.add(s);
+      s.on("error", () => undefined);
+      s.on("close", () => {
+        this.#sockets.delete(s);
+        client.destroy();
+        upstream.destroy();
+      });
+    }
+    client.on("data", (d: Buffer) => {
+      if (!this.dropped && d.includes(this.word)) dropNext = true;
+      upstream.write(d);
+    });
+    upstream.on("data", (d: Buffer) => {
+      if (!dropNext) return void client.write(d);
+      this.dropped = true;
+      client.destroy();
+      upstream.destroy();
+    });
+  });
+  port = 0;
+  constructor(
+    readonly target: number,
+    readonly word: string,
+  ) {}
+
+  static async start(target: number, word: string): Promise<ReplyDropper> {
+    const p = new ReplyDropper(target, word);
+    await new Promise<void>((resolve) => p.#server.listen(0, "127.0.0.1", resolve));
+    p.port = (p.#server.address() as { port: number }).port;
+    return p;
+  }
+
+  stop(): void {
+    for (const socket of this.#sockets) socket.destroy();
+    this.#server.close();
+  }
 }

@@ -6,8 +6,31 @@
  */
 import assert from "node:assert/strict";
 import { describe, test } from "node:test";
-import { LockError, LockLostError, Locks, UnavailableError, type Hold } from "redis-lock-client";
-import { Clients, FLAVOURS, FakeService, Server, freePort, sleep, unconnected, type Flavour } from "./support.js";
+import { Redis } from "ioredis";
+import { createClient } from "redis";
+import {
+  LockError,
+  LockLostError,
+  Locks,
+  UnavailableError,
+  adapt,
+  type Adapter,
+  type Arg,
+  type Hold,
+} from "redis-lock-client";
+import {
+  Clients,
+  FLAVOURS,
+  FakeService,
+  ReplyDropper,
+  Server,
+  eventually,
+  freePort,
+  recording,
+  sleep,
+  unconnected,
+  type Flavour,
+} from "./support.js";
 
 /** The bound these tests configure (ms). */
 const BOUND = 1000;
@@ -34,6 +57,20 @@ async function unavailableWithin(work: Promise<unknown>, port: number, bound = B
   assert.equal(error.address, `127.0.0.1:${port}`);
   assert.ok(ms < bound + MARGIN, `${ms.toFixed(0)} ms: over the bound ${bound} ms + ${MARGIN} ms of margin`);
   return error;
+}
+
+/** A client of `flavour` for `port` without an offline queue: a command fails at once while
+ * the client is not connected. */
+function failingAtOnce(flavour: Flavour, port: number): unknown {
+  if (flavour.name === "ioredis") {
+    const c = new Redis({ host: "127.0.0.1", port, enableOfflineQueue: false });
+    c.on("error", () => undefined);
+    return c;
+  }
+  const c = createClient({ socket: { host: "127.0.0.1", port }, disableOfflineQueue: true });
+  c.on("error", () => undefined);
+  void c.connect().catch(() => undefined);
+  return c;
 }
 
 /** A `Locks` on a client of `flavour` for `port`, with the short bound; its clients closed after `body`. */
@@ -180,6 +217,163 @@ for (const flavour of FLAVOURS) {
         await sleep(100);
         assert.equal(hold.held, true, hold.lostReason);
         assert.equal(await hold.release(), true);
+      });
+    });
+
+    test("table: the try-once form, server unreachable: unavailable, one attempt", async () => {
+      const port = await freePort();
+      const clients = new Clients(flavour);
+      const sent: Arg[][] = [];
+      // A client without an offline queue fails the command at once (the default one holds it
+      // until the bound): one attempt, its failure the answer.
+      const adapter = recording(adapt(clients.track(failingAtOnce(flavour, port))), sent);
+      const locks = new Locks(adapter, { unavailableAfter: BOUND });
+      try {
+        const e = await unavailableWithin(locks.tryAcquire("k"), port, 0);
+        assert.equal(sent.length, 1, `one LOCK.ACQUIRE, not retried: ${e.message}`);
+      } finally {
+        locks.close();
+        await clients.close();
+      }
+    });
+
+    test("table: the caller's deadline passes, server silent: unavailable at most 1 s after it", async () => {
+      const bound = 3000; // longer than 1 s: the deadline's grace, not the bound, ends the wait
+      const server = await Server.start();
+      const clients = new Clients(flavour);
+      const locks = new Locks(await clients.client(server.port), { unavailableAfter: bound });
+      try {
+        await (await locks.acquire("k")).release(); // a wait connection made before the freeze
+        server.signal("SIGSTOP");
+        const { ms, error } = await timed(locks.acquire("k", { wait: 500 }));
+        assert.ok(error instanceof UnavailableError, String(error));
+        // deadline 500 ms + 1 s, and 500 ms of margin: still short of the bound (3 s)
+        assert.ok(ms >= 500 && ms < 500 + 1000 + 500, `${ms.toFixed(0)} ms`);
+      } finally {
+        server.signal("SIGCONT");
+        locks.close();
+        await clients.close();
+        server.stop();
+      }
+    });
+
+    test("table: release while a renewal is in flight, server frozen: the release is unavailable within the bound", async () => {
+      const ttl = 6000; // the renewal, 2 s in, may wait 2 s for its reply: longer than bound + margin
+      const server = await Server.start();
+      const clients = new Clients(flavour);
+      let renewing!: () => void;
+      const renewal = new Promise<void>((resolve) => (renewing = resolve));
+      // The renewal's connection is made before the freeze (connecting to a frozen server hangs):
+      // the server is frozen as the renewal is sent, so it is on the wire, unanswered.
+      const adapter = recording(adapt(await clients.client(server.port)), [], {
+        onSend: (args) => {
+          if (args[0] !== "LOCK.EXTEND") return;
+          server.signal("SIGSTOP");
+          renewing();
+        },
+      });
+      const locks = new Locks(adapter, { unavailableAfter: BOUND });
+      try {
+        const hold = await locks.acquire("k", { ttl });
+        await renewal;
+        await sleep(50);
+        await unavailableWithin(hold.release(), server.port);
+      } finally {
+        server.signal("SIGCONT");
+        locks.close();
+        await clients.close();
+        server.stop();
+      }
+    });
+
+    test("table: a release whose reply is lost: unavailable, never sent again", async () => {
+      const server = await Server.start();
+      const proxy = await ReplyDropper.start(server.port, "LOCK.RELEASE");
+      const clients = new Clients(flavour);
+      // ioredis's client re-sends a command written before its link broke once it reconnects
+      // (`autoResendUnfulfilledCommands`, on by default): the application's setting, not this
+      // library's; the test turns it off to see that the library itself never sends it again.
+      const ioredis = (): Redis => {
+        const c = new Redis({ host: "127.0.0.1", port: proxy.port, autoResendUnfulfilledCommands: false });
+        c.on("error", () => undefined);
+        return c;
+      };
+      const client = flavour.name === "ioredis" ? clients.track(ioredis()) : await clients.client(proxy.port);
+      const locks = new Locks(client, { unavailableAfter: BOUND });
+      try {
+        const hold = await locks.acquire("k");
+        const e = await unavailableWithin(hold.release(), proxy.port);
+        assert.ok(proxy.dropped, `the release's reply was not dropped: ${e.message}`);
+        await sleep(500); // time for a resend (the client reconnects to the proxy at once)
+        assert.equal(await server.calls("lock.release"), 1, "LOCK.RELEASE sent once");
+        assert.equal(await server.cmd("EXISTS", "k"), 0, "the one release was run");
+        assert.equal(hold.lostReason, undefined, "not reported lost: the release was run");
+      } finally {
+        locks.close();
+        await clients.close();
+        proxy.stop();
+        server.stop();
+      }
+    });
+
+    test("table: a durable grant whose WAIT gets no answer: unavailable within the bound", async () => {
+      const server = await Server.start();
+      const clients = new Clients(flavour);
+      const adapter = recording(adapt(await clients.client(server.port)), [], {
+        onSend: (args) => {
+          if (args[0] === "WAIT") server.signal("SIGSTOP"); // the grant arrived; WAIT goes unanswered
+        },
+      });
+      const locks = new Locks(adapter, { unavailableAfter: BOUND });
+      try {
+        const replicasTimeout = 200;
+        await unavailableWithin(
+          locks.acquire("k", { replicas: 1, replicasTimeout }),
+          server.port,
+          replicasTimeout + BOUND,
+        );
+        server.signal("SIGCONT");
+        // given back once the server answers, not held for its 30 s lease
+        assert.ok(await eventually(async () => (await server.cmd("EXISTS", "k")) === 0), "the grant was given back");
+      } finally {
+        server.signal("SIGCONT");
+        locks.close();
+        await clients.close();
+        server.stop();
+      }
+    });
+
+    test("rule 14: waiters on a frozen server share one PING at a time", async () => {
+      await withHold(flavour, 30_000, async ({ server }) => {
+        const clients = new Clients(flavour);
+        const real = adapt(await clients.client(server.port));
+        let inFlight = 0;
+        let most = 0;
+        const adapter: Adapter = {
+          ...real,
+          route: (key) => real.route(key),
+          connect: (key, options) => real.connect(key, options),
+          send: async (key, args) => {
+            if (args[0] !== "PING") return real.send(key, args);
+            most = Math.max(most, ++inFlight);
+            try {
+              return await real.send(key, args);
+            } finally {
+              inFlight--;
+            }
+          },
+        };
+        const locks = new Locks(adapter, { unavailableAfter: BOUND });
+        try {
+          const waits = [1, 2, 3].map(() => locks.acquire("k")); // queued behind the hold
+          assert.ok(await eventually(async () => (await server.waiters("k")) === 3));
+          server.signal("SIGSTOP"); // their connections stay open: only the watches' PINGs can tell
+          await Promise.all(waits.map((w) => unavailableWithin(w, server.port)));
+          assert.equal(most, 1, "one PING in flight at most, not one per waiter");
+        } finally {
+          locks.close();
+          await clients.close();
+        }
       });
     });
 
