@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use redis_lock_client::{redis, Error, Locker};
+use redis_lock_client::{redis, Error, LockGuard, Locker};
 use redis_lock_harness::*;
 
 mod common;
@@ -220,15 +220,19 @@ async fn a_service_that_never_answers_is_unavailable_within_the_bound() {
     assert_unavailable(tried, port, started, BOUND + MARGIN);
 }
 
-/// The server killed while one client holds and another waits (the default wait): the
-/// waiter, a guarded write and a live hold's release see unavailable within the bound. Once the hold's lease has ended, the client knows it lost:
-/// a guarded write is stale and the release false, at once, without the server.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_stopped_server_is_unavailable_to_a_holder_and_a_waiter() {
-    let mut s = Server::start();
+type Waiter = tokio::task::JoinHandle<(Result<Option<LockGuard>, Error>, Instant)>;
+
+/// `k` held for `ttl`, `other` held too (for a live hold's release), and a waiter for `k` with
+/// the default wait, queued in the server before this returns.
+async fn hold_and_queue_a_waiter(s: &Server, ttl: Duration) -> (LockGuard, LockGuard, Waiter) {
     let port = s.port;
-    let g = locker_at(port).lock("k").ttl(Duration::from_secs(3));
-    let g = g.acquire().await.unwrap().unwrap();
+    let g = locker_at(port)
+        .lock("k")
+        .ttl(ttl)
+        .acquire()
+        .await
+        .unwrap()
+        .unwrap();
     let other = locker_at(port)
         .lock("other")
         .acquire()
@@ -240,6 +244,17 @@ async fn a_stopped_server_is_unavailable_to_a_holder_and_a_waiter() {
         (waited, Instant::now())
     });
     tokio::task::block_in_place(|| wait_blocked(&mut s.con(), 1));
+    (g, other, waiter)
+}
+
+/// The server killed while one client holds and another waits (the default wait): the
+/// waiter, a guarded write and a live hold's release see unavailable within the bound. Once the hold's lease has ended, the client knows it lost:
+/// a guarded write is stale and the release false, at once, without the server.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stopped_server_is_unavailable_to_a_holder_and_a_waiter() {
+    let mut s = Server::start();
+    let port = s.port;
+    let (g, other, waiter) = hold_and_queue_a_waiter(&s, Duration::from_secs(3)).await;
     let stopped = Instant::now();
     s.kill9();
     let (waited, at) = waiter.await.unwrap();
@@ -272,19 +287,7 @@ async fn a_frozen_server_is_unavailable_to_a_holder_and_a_waiter() {
     let port = s.port;
     // A 30 s lease: the freeze's four steps (up to 2 s each on a loaded machine) end before
     // its first renewal is due (10 s), or that renewal awaits the freeze and lands after SIGCONT.
-    let g = locker_at(port).lock("k").ttl(Duration::from_secs(30));
-    let g = g.acquire().await.unwrap().unwrap();
-    let other = locker_at(port)
-        .lock("other")
-        .acquire()
-        .await
-        .unwrap()
-        .unwrap();
-    let waiter = tokio::spawn(async move {
-        let waited = locker_at(port).lock("k").acquire().await;
-        (waited, Instant::now())
-    });
-    tokio::task::block_in_place(|| wait_blocked(&mut s.con(), 1));
+    let (g, other, waiter) = hold_and_queue_a_waiter(&s, Duration::from_secs(30)).await;
     let frozen = Instant::now();
     s.signal(libc::SIGSTOP);
     let started = Instant::now();
