@@ -22,7 +22,7 @@ TEST_THREADS   ?= 2
 .PHONY: all deps build-deps build release run test test-soak test-install unit test-redis test-valkey \
 	test-python pyvenv node-check test-node test-java bench-node test-go go-check test-faults \
 	test-matrix test-upgrade servers \
-	valkey dist dist-check test-dist test-aarch64 deb test-deb bench bench-go bench-java bench-baseline \
+	valkey dist dist-check test-dist test-aarch64 deb test-deb bench bench-go bench-java bench-baseline bench-renewals \
 	clippy fmt clean
 
 all: build
@@ -257,6 +257,13 @@ bench-java: release deps
 bench-go: release deps
 	@scripts/check-go.sh
 	cd clients/go/bench && $(ON_REDIS_RELEASE) go run . -seconds 3
+
+## One renewal loop per client (docs/clients.md rule 6): each client keeps HOLDS holds alive for
+## 30 s with 3 s leases on a server of its own; connections added, holds lost, renewal lag,
+## LOCK.EXTEND's cost (scripts/bench_renewals.py; CLIENTS="go rust" picks some).
+HOLDS ?= 1000
+bench-renewals: release deps pyvenv
+	$(ON_REDIS_RELEASE) scripts/bench_renewals.py --holds $(HOLDS) $(CLIENTS)
 
 ## Section 8b of the bench against an older build of the module, for a change's cost:
 ## make bench-baseline BASELINE=/path/to/old/libredis_lock.so
