@@ -153,6 +153,23 @@ fn unsafe_lives_only_in_ffi_and_says_why() {
 }
 
 /// Whether a line of code (comments cut off) names `word`.
+/// `ffi/` reads and hands over: what a setting allows is decided in `core` (a trampoline that
+/// reads a `lock.*` limit is deciding something a unit test of `core` could cover).
+#[test]
+fn the_boundary_reads_no_limit() {
+    for (module, code) in sources() {
+        if !module.starts_with("ffi::") || module == "ffi::config" {
+            continue;
+        }
+        for word in ["config::max_", "Limits", "config::Limits"] {
+            assert!(
+                !code.contains(word),
+                "{module} reads a lock.* limit ({word}): decide in core, hand over in ffi"
+            );
+        }
+    }
+}
+
 fn names(line: &str, word: &str) -> bool {
     line.split("//").next().unwrap_or("").contains(word)
 }

@@ -4,10 +4,13 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::charts::Series;
+use crate::report::Report;
 use crate::stats::{jain, micros, poll, process_cpu, quantile};
 use crate::uncontended::CAD_SCRIPT;
 use redis::Connection;
 use redis_lock_harness::Server;
+use std::collections::HashMap;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Mode {
@@ -34,6 +37,9 @@ struct Grant {
     granted: Instant,
     released: Instant,
 }
+
+/// Section 2's runs by client loop, client count and hold (ms).
+pub type Contended = HashMap<(Mode, usize, u64), Result>;
 
 pub struct Result {
     pub grants_per_sec: f64,
@@ -204,4 +210,97 @@ fn summarize(per_client: Vec<Vec<Grant>>, wall: Duration, cpu: Duration) -> Resu
         server_cpu_us_per_grant: micros(cpu) / total as f64,
         handoff_samples: handoffs,
     }
+}
+
+/// Section 2: K clients looping on one lock, blocking against polling. Returns the handoff
+/// latencies of each client loop with 32 clients and 1 ms holds, for a chart.
+pub fn section(report: &mut Report, server: &Server, quick: bool, dur: Duration) -> Series {
+    let mut rows = Vec::new();
+    let mut handoff_series = Vec::new();
+    let mut at = Contended::new();
+    let client_counts: &[usize] = if quick { &[8, 32] } else { &[8, 32, 128] };
+    for &clients in client_counts {
+        for hold_ms in [0u64, 1] {
+            for mode in [
+                Mode::Wait,
+                Mode::Poll(Duration::from_millis(1)),
+                Mode::Poll(Duration::from_millis(100)),
+            ] {
+                let hold = Duration::from_millis(hold_ms);
+                let r = run(server, mode, clients, hold, dur);
+                rows.push(format!(
+                    "| {} | {} | {} | {:.0} | {} | {:.1}% | {:.0} | {:.0} | {:.0} | {:.3} | {:.1} |",
+                    mode.label(),
+                    clients,
+                    hold_ms,
+                    r.grants_per_sec,
+                    if hold_ms > 0 { format!("{:.3}", r.utilization) } else { "-".into() },
+                    r.self_handoff * 100.0,
+                    r.handoff_p50_us,
+                    r.handoff_p99_us,
+                    r.wait_p99_us,
+                    r.jain,
+                    r.server_cpu_us_per_grant,
+                ));
+                if clients == 32 && hold_ms == 1 {
+                    handoff_series.push((
+                        format!("{} (32 clients, 1 ms hold)", mode.label()),
+                        r.handoff_samples.clone(),
+                    ));
+                }
+                at.insert((mode, clients, hold_ms), r);
+            }
+        }
+    }
+    report.section(
+        "2. Contended handoff (K clients loop on one lock)",
+        "| client loop | K | hold ms | grants/s | utilization | back to releaser | handoff p50 µs | handoff p99 µs | wait p99 µs | Jain | server CPU µs/grant |",
+        rows,
+    );
+    checks(report, &at);
+    handoff_series
+}
+
+/// Section 2's targets, on 32 clients.
+fn checks(report: &mut Report, at: &Contended) {
+    let wait32 = &at[&(Mode::Wait, 32, 1)];
+    report.check(
+        "32 clients, 1 ms hold: utilization",
+        format!("{:.3}", wait32.utilization),
+        ">= 0.85",
+        wait32.utilization >= 0.85,
+    );
+    report.check(
+        "32 clients, 1 ms hold: grants back to the releaser",
+        format!("{:.1}%", wait32.self_handoff * 100.0),
+        "0%",
+        wait32.self_handoff == 0.0,
+    );
+    report.check(
+        "32 clients, 1 ms hold: Jain fairness",
+        format!("{:.4}", wait32.jain),
+        ">= 0.99",
+        wait32.jain >= 0.99,
+    );
+    report.check(
+        "32 clients, 1 ms hold: cross-client handoff p99",
+        format!("{:.0} µs", wait32.handoff_p99_us),
+        "<= 1000 µs",
+        wait32.handoff_p99_us <= 1000.0,
+    );
+    let bound = 1.5 * 32.0 * (1000.0 + wait32.handoff_p50_us);
+    report.check(
+        "32 clients, 1 ms hold: wait p99",
+        format!("{:.0} µs", wait32.wait_p99_us),
+        &format!("<= 1.5 x 32 x (hold + handoff) = {bound:.0} µs"),
+        wait32.wait_p99_us <= bound,
+    );
+    let wait0 = at[&(Mode::Wait, 32, 0)].grants_per_sec;
+    let poll0 = at[&(Mode::Poll(Duration::from_millis(1)), 32, 0)].grants_per_sec;
+    report.check(
+        "32 clients, no hold: grants/s vs 1 ms polling",
+        format!("{:.1}x ({wait0:.0} vs {poll0:.0})", wait0 / poll0.max(1.0)),
+        ">= 10x",
+        wait0 / poll0.max(1.0) >= 10.0,
+    );
 }

@@ -2,6 +2,7 @@
 
 use std::time::Duration;
 
+use crate::report::Report;
 use crate::stats::{quantile, unix_us};
 use redis_lock_harness::Server;
 
@@ -55,4 +56,27 @@ pub fn run(server: &Server, rounds: usize) -> Result {
         p99_us: quantile(&mut sorted, 0.99),
         samples,
     }
+}
+
+/// Section 3: how soon after an abandoned lease's deadline its waiter is granted. Returns those
+/// latencies, for a chart.
+pub fn section(report: &mut Report, server: &Server, quick: bool) -> Vec<f64> {
+    let e = run(server, if quick { 30 } else { 100 });
+    report.section(
+        "3. Expiry handoff (holder never releases, one waiter)",
+        "| samples | p50 µs after the deadline | p99 µs after the deadline |",
+        vec![format!(
+            "| {} | {:.0} | {:.0} |",
+            e.samples.len(),
+            e.p50_us,
+            e.p99_us
+        )],
+    );
+    report.check(
+        "expiry handoff p99",
+        format!("{:.2} ms", e.p99_us / 1000.0),
+        "<= 5 ms",
+        e.p99_us <= 5000.0,
+    );
+    e.samples
 }

@@ -6,6 +6,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use crate::report::Report;
 use crate::stats::{jain, micros, poll, quantile};
 use redis::Connection;
 use redis_lock_harness::Server;
@@ -335,4 +336,100 @@ fn peak_holds(server: &Server) -> i64 {
         .find_map(|l| l.strip_prefix("lock_semaphore_holds_peak:"))
         .and_then(|v| v.trim().parse().ok())
         .unwrap_or(-1)
+}
+
+/// Section 6: the read-write lock and the semaphore against their Lua baselines.
+pub fn section(report: &mut Report, server: &Server, dur: Duration) {
+    let rw: Vec<_> = [Impl::Module, Impl::Lua]
+        .into_iter()
+        .map(|which| (which, read_write(server, which, 32, dur)))
+        .collect();
+    let sem: Vec<_> = [Impl::Module, Impl::Lua]
+        .into_iter()
+        .map(|which| (which, semaphore(server, which, 10, 64, dur)))
+        .collect();
+    report.section(
+        "6a. Read-mostly read-write lock (90% shared, 10% exclusive, 1 ms holds)",
+        "| client loop | clients | ops/s | reader wait p99 µs | writer wait p99 µs | writes |",
+        rw.iter()
+            .map(|(which, r)| {
+                format!(
+                    "| {} | 32 | {:.0} | {:.0} | {:.0} | {} |",
+                    which.label("SHARED / exclusive"),
+                    r.ops_per_sec,
+                    r.reader_wait_p99_us,
+                    r.writer_wait_p99_us,
+                    r.writes
+                )
+            })
+            .collect(),
+    );
+    report.section(
+        "6b. Semaphore of 10 permits (1 ms holds)",
+        "| client loop | clients | grants/s | wait p99 µs | Jain | most permits held at once |",
+        sem.iter()
+            .map(|(which, r)| {
+                format!(
+                    "| {} | 64 | {:.0} | {:.0} | {:.4} | {} |",
+                    which.label("LIMIT 10"),
+                    r.grants_per_sec,
+                    r.wait_p99_us,
+                    r.jain,
+                    if r.max_in_use >= 0 {
+                        r.max_in_use.to_string()
+                    } else {
+                        "-".into()
+                    }
+                )
+            })
+            .collect(),
+    );
+    checks(report, (&rw[0].1, &rw[1].1), (&sem[0].1, &sem[1].1));
+}
+
+/// Section 6's targets, each as (module, Lua).
+fn checks(
+    report: &mut Report,
+    (module_rw, lua_rw): (&RwResult, &RwResult),
+    (module_sem, lua_sem): (&SemResult, &SemResult),
+) {
+    report.check(
+        "read-mostly RW lock: writers' wait p99 vs readers' p99",
+        format!(
+            "{:.2}x ({:.0} vs {:.0} µs)",
+            module_rw.writer_wait_p99_us / module_rw.reader_wait_p99_us.max(1.0),
+            module_rw.writer_wait_p99_us,
+            module_rw.reader_wait_p99_us
+        ),
+        "<= 2x",
+        module_rw.writer_wait_p99_us <= 2.0 * module_rw.reader_wait_p99_us.max(1.0),
+    );
+    report.check(
+        "read-mostly RW lock: throughput vs the Lua RW lock",
+        format!(
+            "{:.2}x ({:.0} vs {:.0} ops/s)",
+            module_rw.ops_per_sec / lua_rw.ops_per_sec.max(1.0),
+            module_rw.ops_per_sec,
+            lua_rw.ops_per_sec
+        ),
+        ">= 1x",
+        module_rw.ops_per_sec >= lua_rw.ops_per_sec,
+    );
+    report.check(
+        "semaphore, 10 permits, 64 clients: Jain fairness",
+        format!("{:.4}", module_sem.jain),
+        ">= 0.99",
+        module_sem.jain >= 0.99,
+    );
+    report.check(
+        "semaphore, 10 permits, 64 clients: grants/s vs Lua/ZSET",
+        format!(
+            "{:.2}x ({:.0} vs {:.0})",
+            module_sem.grants_per_sec / lua_sem.grants_per_sec.max(1.0),
+            module_sem.grants_per_sec,
+            lua_sem.grants_per_sec
+        ),
+        "report",
+        true,
+    );
 }

@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use crate::report::Report;
 use crate::words;
 
 /// Requests per measurement: enough that the few setup commands do not show.
@@ -147,4 +148,107 @@ fn stop(child: &mut Child) -> bool {
     let _ = child.kill();
     let _ = child.wait();
     false
+}
+
+/// Section 8b: the same comparisons counted in instructions (callgrind), where valgrind is.
+pub fn section(report: &mut Report) {
+    if !available() {
+        eprintln!("8b. instruction counts skipped: no valgrind");
+        return;
+    }
+    let server = redis_lock_harness::server_binary();
+    let module = redis_lock_harness::module_path();
+    let m = Some(module.as_path());
+    let runs = [
+        ("GET, server without the module", None, GET),
+        ("GET, with the module loaded", m, GET),
+        ("SET, server without the module", None, SET),
+        ("SET, with the module loaded", m, SET),
+        ("SET NX PX of fresh keys", m, SET_NX_PX),
+        ("LOCK.ACQUIRE of fresh keys", m, ACQUIRE),
+        ("SET NX PX + DEL of fresh keys (per command)", m, SET_DEL),
+        (
+            "LOCK.ACQUIRE + LOCK.RELEASE of fresh keys (per command)",
+            m,
+            CYCLE,
+        ),
+    ];
+    let counts: Vec<Option<f64>> = runs
+        .iter()
+        .map(|&(_, module, words)| per_request(&server, module, words))
+        .collect();
+    let Some(c) = counts.iter().copied().collect::<Option<Vec<f64>>>() else {
+        eprintln!("8b. instruction counts skipped: a callgrind run failed");
+        return;
+    };
+    report.section(
+        "8b. Instructions per request, reading it to buffering its reply (callgrind; deterministic)",
+        "| load | instructions/request |",
+        runs.iter()
+            .zip(&c)
+            .map(|((what, _, _), n)| format!("| {what} | {n:.0} |"))
+            .collect(),
+    );
+    for (name, without, with) in [("GET", c[0], c[1]), ("SET", c[2], c[3])] {
+        report.check(
+            &format!("{name}: instructions added by loading the module"),
+            format!(
+                "{:+.1}% ({without:.0} -> {with:.0})",
+                (with / without - 1.0) * 100.0
+            ),
+            "<= 2%",
+            with <= 1.02 * without,
+        );
+    }
+    report.check(
+        "LOCK.ACQUIRE vs SET NX PX, instructions per request (fresh keys)",
+        format!("{:.2}x ({:.0} vs {:.0})", c[5] / c[4], c[5], c[4]),
+        "report",
+        true,
+    );
+    report.check(
+        "acquire + release vs SET NX PX + DEL, instructions per command",
+        format!("{:.2}x ({:.0} vs {:.0})", c[7] / c[6], c[7], c[6]),
+        "report",
+        true,
+    );
+    if let Some(baseline) = std::env::var_os("LOCK_BASELINE_MODULE") {
+        against_baseline(report, &server, std::path::Path::new(&baseline), c[5], c[7]);
+    }
+}
+
+/// Section 8b's acquire path counted on `baseline` (an older build of the module), next to
+/// this build's `acquire` and `cycle` counts.
+fn against_baseline(
+    report: &mut Report,
+    server: &str,
+    baseline: &std::path::Path,
+    acquire: f64,
+    cycle: f64,
+) {
+    let (Some(before_acquire), Some(before_cycle)) = (
+        per_request(server, Some(baseline), ACQUIRE),
+        per_request(server, Some(baseline), CYCLE),
+    ) else {
+        eprintln!("8b. baseline skipped: a callgrind run failed");
+        return;
+    };
+    for (what, before, after) in [
+        ("LOCK.ACQUIRE of fresh keys", before_acquire, acquire),
+        (
+            "LOCK.ACQUIRE + LOCK.RELEASE (per command)",
+            before_cycle,
+            cycle,
+        ),
+    ] {
+        report.check(
+            &format!("{what}: instructions, baseline module -> this build"),
+            format!(
+                "{:+.1}% ({before:.0} -> {after:.0})",
+                (after / before - 1.0) * 100.0
+            ),
+            "report",
+            true,
+        );
+    }
 }

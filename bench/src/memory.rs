@@ -5,6 +5,7 @@ use std::io::Write;
 use std::net::TcpStream;
 use std::time::Duration;
 
+use crate::report::Report;
 use redis_lock_harness::{blocked_clients, eventually, info_field, Connection, Server};
 
 /// Owner shapes people use: the canonical UUID redislock and most clients send, 32 hex digits
@@ -227,4 +228,92 @@ pub fn run(server: &Server, n: usize, waiters_n: usize) -> Result {
         baseline,
         after_release,
     }
+}
+
+/// Section 4: the memory of held locks against SET NX PX strings, and of waiters.
+pub fn section(report: &mut Report, server: &Server, quick: bool) {
+    let m = run(server, if quick { 20_000 } else { 100_000 }, 1000);
+    report.section(
+        "4. Memory (used_memory deltas; owners as values of the SET NX PX strings)",
+        "| measure | bytes |",
+        rows(&m),
+    );
+    for (shape, lock, string) in &m.shapes {
+        report.check(
+            &format!("memory per held lock vs SET NX PX string, owner {shape}"),
+            format!("{:.2}x ({lock:.0} vs {string:.0} B)", lock / string),
+            "<= 1.10x",
+            *lock <= 1.10 * string,
+        );
+    }
+    report.check(
+        "memory per waiter held by the module",
+        format!("{:.0} B", m.waiter.module),
+        "<= 256 B",
+        m.waiter.module <= 256.0,
+    );
+    report.check(
+        "memory per waiter beyond a BLPOP-blocked connection (the server's module-blocking cost)",
+        format!("{:.0} B", m.waiter.total - m.waiter.blpop),
+        "report",
+        true,
+    );
+    report.check(
+        "memory after release returns to baseline",
+        format!("{:+} B", m.after_release - m.baseline),
+        "within 64 KiB",
+        (m.after_release - m.baseline).abs() <= 65_536,
+    );
+}
+
+/// Section 4's table rows.
+fn rows(m: &Result) -> Vec<String> {
+    vec![
+        format!("| per held lock | {:.1} |", m.bytes_per_lock),
+        format!(
+            "| per SET NX PX string (same key and value) | {:.1} |",
+            m.bytes_per_string
+        ),
+        m.shapes
+            .iter()
+            .map(|(shape, lock, string)| {
+                format!("| per held lock / per string, owner {shape} | {lock:.1} / {string:.1} |")
+            })
+            .collect::<Vec<_>>()
+            .join("\n"),
+        format!(
+            "| per waiter (LOCK.ACQUIRE WAIT-blocked connection with a timeout, beyond idle) | {:.1} |",
+            m.waiter.total
+        ),
+        format!(
+            "| of that, held by the module (queue entry, index entry) | {:.1} |",
+            m.waiter.module
+        ),
+        format!(
+            "| of that, held by the server (blocked-client record, two temporary clients, timer) | {:.1} |",
+            m.waiter.server()
+        ),
+        format!(
+            "| per BLPOP-blocked connection, beyond idle (yardstick) | {:.1} |",
+            m.waiter.blpop
+        ),
+        format!(
+            "| used_memory at start / after everything was released | {} / {} |",
+            m.baseline, m.after_release
+        ),
+    ]
+}
+
+/// `--waiters N`: only the memory of N lock waiters against N BLPOP waiters.
+pub fn waiters_only(server: &Server, n: usize) {
+    let w = waiters(server, n);
+    println!(
+        "{} waiters on {}: {:.0} B each ({:.0} B the module's, {:.0} B the server's); a BLPOP waiter {:.0} B",
+        n,
+        redis_lock_harness::server_binary(),
+        w.total,
+        w.module,
+        w.server(),
+        w.blpop
+    );
 }

@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use redis_lock_harness::Server;
 
+use crate::report::Report;
 use crate::stats::process_cpu;
 use crate::words;
 
@@ -101,4 +102,60 @@ fn fill(server: &Server) {
         p.cmd("SET").arg(format!("k:{i}")).arg("v").ignore();
     }
     let _: () = p.query(&mut server.con()).expect("fill");
+}
+
+/// Section 8: GET and SET on the same server binary without the module and with it (its
+/// command filter sees every command), and LOCK.ACQUIRE of fresh keys against SET NX PX.
+pub fn section(report: &mut Report, server: &redis_lock_harness::Server, dur: Duration) {
+    let plain = redis_lock_harness::Server::builder()
+        .without_module()
+        .start();
+    let r = compare(
+        &[
+            (&plain, GET),
+            (server, GET),
+            (&plain, SET),
+            (server, SET),
+            (server, SET_NX_PX),
+            (server, ACQUIRE),
+        ],
+        dur,
+    );
+    let row =
+        |what: &str, rate: Rate| format!("| {what} | {:.0} | {:.2} |", rate.per_sec, rate.cpu_us);
+    report.section(
+        "8. The module's own cost (pipelined by 32, 8 connections; best of 3 alternating rounds)",
+        "| load | requests/s | server CPU µs/request |",
+        vec![
+            row("GET, server without the module", r[0]),
+            row("GET, with the module loaded", r[1]),
+            row("SET, server without the module", r[2]),
+            row("SET, with the module loaded", r[3]),
+            row("SET NX PX of fresh keys", r[4]),
+            row("LOCK.ACQUIRE of fresh keys", r[5]),
+        ],
+    );
+    for (name, without, with) in [("GET", r[0], r[1]), ("SET", r[2], r[3])] {
+        let cost = 1.0 - with.per_sec / without.per_sec;
+        report.check(
+            &format!("{name} throughput lost by loading the module"),
+            format!(
+                "{:.1}% (server CPU per request {:+.1}%)",
+                cost * 100.0,
+                (with.cpu_us / without.cpu_us - 1.0) * 100.0
+            ),
+            "<= 2%",
+            cost <= 0.02,
+        );
+    }
+    report.check(
+        "LOCK.ACQUIRE vs SET NX PX (pipelined, fresh keys)",
+        format!(
+            "{:.2}x requests/s; server CPU per request {:.2}x",
+            r[5].per_sec / r[4].per_sec,
+            r[5].cpu_us / r[4].cpu_us
+        ),
+        ">= 0.9x",
+        r[5].per_sec >= 0.9 * r[4].per_sec,
+    );
 }

@@ -1,5 +1,7 @@
 //! The printed table: each target with its measured value, its baseline and pass/short.
 
+use std::path::Path;
+
 pub struct Check {
     pub name: String,
     pub measured: String,
@@ -53,4 +55,19 @@ impl Report {
 fn separator(header: &str) -> String {
     let cols = header.matches('|').count().saturating_sub(1);
     format!("|{}", "---|".repeat(cols))
+}
+
+/// The report on stdout and into `out/results.md`, and the tally of targets on stderr.
+pub fn write_results(report: &Report, out: &Path) {
+    let md = report.markdown();
+    println!("{md}");
+    std::fs::write(out.join("results.md"), &md).expect("write results.md");
+    let short = report.checks.iter().filter(|c| !c.pass).count();
+    eprintln!(
+        "{} targets, {} pass, {} short; results in {}",
+        report.checks.len(),
+        report.checks.len() - short,
+        short,
+        out.display()
+    );
 }

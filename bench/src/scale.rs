@@ -4,6 +4,7 @@
 use std::time::Instant;
 
 use crate::memory::block_waiters;
+use crate::report::Report;
 use crate::stats::{micros, quantile};
 use redis_lock_harness::Server;
 
@@ -97,4 +98,57 @@ pub fn waiters(server: &Server, sizes: &[usize], probes: usize) -> Vec<Point> {
         let _: () = redis::cmd("FLUSHALL").query(&mut c).expect("flush");
     }
     points
+}
+
+/// Section 5: one operation's round trip with many locks held, and a release's handoff with
+/// many waiters queued.
+pub fn section(report: &mut Report, server: &Server, quick: bool) {
+    let held_sizes: &[usize] = if quick {
+        &[1_000, 100_000]
+    } else {
+        &[1_000, 100_000, 1_000_000]
+    };
+    let held = locks_held(server, held_sizes, 2000);
+    let waiter_sizes: &[usize] = if quick {
+        &[10, 1_000]
+    } else {
+        &[10, 1_000, 10_000]
+    };
+    let queued = waiters(server, waiter_sizes, 200);
+    let mut rows: Vec<String> = held
+        .iter()
+        .map(|p| {
+            format!(
+                "| acquire or release, {} locks held | {:.1} | {:.1} |",
+                p.size, p.p50_us, p.p99_us
+            )
+        })
+        .collect();
+    rows.extend(queued.iter().map(|p| {
+        format!(
+            "| release with handoff, {} waiters | {:.1} | {:.1} |",
+            p.size, p.p50_us, p.p99_us
+        )
+    }));
+    report.section(
+        "5. Scale (per-operation round trip)",
+        "| operation | p50 µs | p99 µs |",
+        rows,
+    );
+    if let (Some(small), Some(big)) = (queued.first(), queued.last()) {
+        report.check(
+            &format!(
+                "release with handoff p99, {} vs {} waiters",
+                big.size, small.size
+            ),
+            format!(
+                "{:.2}x ({:.0} vs {:.0} µs)",
+                big.p99_us / small.p99_us.max(1.0),
+                big.p99_us,
+                small.p99_us
+            ),
+            "<= 2x",
+            big.p99_us <= 2.0 * small.p99_us.max(1.0),
+        );
+    }
 }

@@ -2,6 +2,8 @@
 
 use std::time::{Duration, Instant};
 
+use crate::charts::Series;
+use crate::report::Report;
 use crate::stats::{micros, quantile};
 use redis_lock_harness::Server;
 
@@ -131,4 +133,58 @@ pub fn run(
         p99_us: p99,
         samples: if pipeline == 1 { samples } else { Vec::new() },
     }
+}
+
+/// Section 1: acquire + release cycles of distinct keys against the baselines, unpipelined and
+/// pipelined. Returns the unpipelined cycle latencies of each variant, for a chart.
+pub fn section(report: &mut Report, server: &Server, dur: Duration) -> Series {
+    let threads = 8;
+    let mut rows = Vec::new();
+    let mut by = std::collections::HashMap::new();
+    let mut cdf_series = Vec::new();
+    for pipeline in [1, 32] {
+        for v in Variant::ALL {
+            let r = run(server, v, threads, pipeline, dur);
+            rows.push(format!(
+                "| {} | {} | {:.0} | {:.1} | {:.1} |",
+                v.label(),
+                pipeline,
+                r.cycles_per_sec,
+                r.p50_us,
+                r.p99_us
+            ));
+            if pipeline == 1 {
+                cdf_series.push((v.label().to_string(), r.samples.clone()));
+            }
+            by.insert((v, pipeline), r.cycles_per_sec);
+        }
+    }
+    report.section(
+        &format!("1. Uncontended acquire + release cycles ({threads} connections, distinct keys)"),
+        "| variant | pipeline | cycles/s | p50 µs/cycle | p99 µs/cycle |",
+        rows,
+    );
+    for pipeline in [1, 32] {
+        let lock = by[&(Variant::Lock, pipeline)];
+        let lua = by[&(Variant::LuaRelease, pipeline)];
+        let unsafe_del = by[&(Variant::UnsafeDel, pipeline)];
+        let tag = if pipeline == 1 {
+            "unpipelined"
+        } else {
+            "pipelined"
+        };
+        report.check(
+            &format!("cycle throughput vs SET NX PX + EVALSHA ({tag})"),
+            format!("{:.2}x", lock / lua),
+            if pipeline == 1 { "report" } else { ">= 1.3x" },
+            pipeline == 1 || lock / lua >= 1.3,
+        );
+        report.check(
+            &format!("cycle throughput vs unsafe SET NX + DEL ({tag})"),
+            format!("{:.2}x", lock / unsafe_del),
+            ">= 0.9x",
+            lock / unsafe_del >= 0.9,
+        );
+    }
+    cdf_series
 }

@@ -191,6 +191,18 @@ impl LockState {
         self.holds().map(|(h, _)| h.deadline).max().unwrap_or(0)
     }
 
+    /// The bytes a value takes (MEMORY USAGE): the state, its holds' vector, and owners kept
+    /// on the heap.
+    pub fn heap_size(&self) -> usize {
+        let holds = match self {
+            LockState::Exclusive(_) => 0,
+            LockState::Shared(v) => v.capacity() * std::mem::size_of::<Holder>(),
+            LockState::Semaphore { holds, .. } => holds.capacity() * std::mem::size_of::<Permit>(),
+        };
+        let owners: usize = self.holds().map(|(h, _)| h.owner.heap_size()).sum();
+        std::mem::size_of::<LockState>() + holds + owners
+    }
+
     /// Permits held by live holds (1 per hold for locks).
     pub fn permits_in_use(&self, now: Millis) -> u32 {
         self.holds()

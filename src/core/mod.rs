@@ -13,6 +13,7 @@ pub mod metrics;
 pub mod owner;
 pub mod queue;
 pub mod registry;
+pub mod restore;
 pub mod schedule;
 pub mod settle;
 pub mod slot;

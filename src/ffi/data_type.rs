@@ -3,12 +3,8 @@
 //! (the shell's `unlinked` handler). Every callback contains panics (`panics`); the value's
 //! layout is `core::codec`'s.
 //!
-//! What a load accepts: a token outside 1..=2^53-1 is always refused (it would poison the token
-//! source, see `fencing`). A value restored by a client (`RESTORE`, and `MIGRATE` into this node)
-//! must also respect this server's `lock.max-owner-length` and `lock.max-ttl`, like a grant
-//! would; values the server loads itself (RDB at start, AOF, a full sync from the master, DEBUG
-//! RELOAD) are state it already accepted once, and keep their lease even if the limits have
-//! been lowered since.
+//! What a load accepts is `core::restore`'s decision; what a new value means (its tokens seen,
+//! its counts, its leases watched) is the shell's `arrived` handler.
 
 use std::ffi::CString;
 use std::os::raw::{c_char, c_int, c_void};
@@ -17,12 +13,12 @@ use redis_module::native_types::RedisType;
 use redis_module::{raw, RedisString};
 
 use crate::core::codec::{self, Reader, Refused, Writer};
-use crate::core::config;
 use crate::core::fencing;
 use crate::core::lock::LockState;
 use crate::core::metrics::STATS;
+use crate::core::restore::{self, Origin};
 use crate::ffi::clock;
-use crate::ffi::handlers;
+use crate::ffi::handlers::{self, Place};
 use crate::ffi::panics;
 use crate::ffi::server;
 
@@ -123,31 +119,21 @@ impl Writer for DigestWriter {
 fn load_state(rdb: *mut raw::RedisModuleIO, encver: c_int) -> Result<LockState, &'static str> {
     let state =
         codec::decode(&mut RdbReader(rdb), encver, clock::clocks()).map_err(Refused::message)?;
-    if restored_by_a_client(rdb) {
-        if state
-            .holds()
-            .any(|(h, _)| h.owner.bytes().len() > config::max_owner_length())
-        {
-            return Err("refusing a restored lock: an owner is longer than lock.max-owner-length");
-        }
-        if state.last_deadline().saturating_sub(clock::now_ms()) > config::max_ttl() {
-            return Err(
-                "refusing a restored lock: its lease ends later than lock.max-ttl from now",
-            );
-        }
-        if state.holds().count() > config::max_holders() {
-            return Err("refusing a restored lock: it has more holders than lock.max-holders");
-        }
-    }
+    let origin = if restored_by_a_client(rdb) {
+        Origin::Client
+    } else {
+        Origin::Server
+    };
+    restore::admit(&state, origin, clock::now_ms())?;
     Ok(state)
 }
 
 /// A value loaded under a key (RDB at start, a full sync, DEBUG RELOAD, RESTORE) carries no
 /// TTL: the shell watches its first deadline there.
-fn watch_loaded(rdb: *mut raw::RedisModuleIO, state: &LockState) {
+fn arrived_by_load(rdb: *mut raw::RedisModuleIO, state: &LockState) {
     // SAFETY: the IO is the live one of this load callback.
     unsafe {
-        watch_at(
+        arrived_at(
             rdb,
             raw::RedisModule_GetDbIdFromIO,
             raw::RedisModule_GetKeyNameFromIO,
@@ -156,31 +142,35 @@ fn watch_loaded(rdb: *mut raw::RedisModuleIO, state: &LockState) {
     }
 }
 
-/// The lock `state` now lives at the key `name_of(ctx)` of db `db_of(ctx)`: have the shell
-/// watch its first deadline there.
+/// The lock `state` joined the keyspace, at the key `name_of(ctx)` of db `db_of(ctx)` where
+/// the server tells: hand it to the shell's `arrived` handler.
 ///
 /// # Safety
 /// `ctx` is valid for both functions for the duration of the call.
-unsafe fn watch_at<T>(
+unsafe fn arrived_at<T>(
     ctx: *mut T,
     db_of: Option<unsafe extern "C" fn(*mut T) -> c_int>,
     name_of: Option<unsafe extern "C" fn(*mut T) -> *const raw::RedisModuleString>,
     state: &LockState,
 ) {
-    let (Some(db_of), Some(name_of)) = (db_of, name_of) else {
+    let Some(h) = handlers::get() else {
         return;
     };
     // SAFETY: the caller's context is valid here; the name is borrowed only for this call.
-    let (db, name) = unsafe {
-        let name = name_of(ctx);
-        if name.is_null() {
-            return;
+    let place = unsafe {
+        match (db_of, name_of) {
+            (Some(db_of), Some(name_of)) => {
+                let name = name_of(ctx);
+                let db = db_of(ctx);
+                (!name.is_null() && db >= 0).then(|| Place {
+                    db,
+                    name: RedisString::string_as_slice(name),
+                })
+            }
+            _ => None,
         }
-        (db_of(ctx), RedisString::string_as_slice(name))
     };
-    if let (Some(h), true) = (handlers::get(), db >= 0) {
-        (h.loaded)(db, name, state.first_deadline());
-    }
+    (h.arrived)(place, state);
 }
 
 /// Whether a client's RESTORE (or a MIGRATE into this node) is loading the value, rather than
@@ -205,12 +195,7 @@ extern "C" fn rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> *mut c_vo
     panics::contain("rdb_load", std::ptr::null_mut, || {
         match load_state(rdb, encver) {
             Ok(state) => {
-                for (holder, _) in state.holds() {
-                    fencing::observe(holder.token);
-                }
-                watch_loaded(rdb, &state);
-                STATS.locks.add(1);
-                STATS.count_holds(&state, 1);
+                arrived_by_load(rdb, &state);
                 Box::into_raw(Box::new(state)).cast::<c_void>()
             }
             Err(why) => {
@@ -254,23 +239,10 @@ extern "C" fn aof_rewrite(
     );
 }
 
-/// The bytes a value takes: the state, its holds' vector, and owners kept on the heap.
-fn heap_size(state: &LockState) -> usize {
-    let holds = match state {
-        LockState::Exclusive(_) => 0,
-        LockState::Shared(v) => v.capacity() * std::mem::size_of::<crate::core::lock::Holder>(),
-        LockState::Semaphore { holds, .. } => {
-            holds.capacity() * std::mem::size_of::<crate::core::lock::Permit>()
-        }
-    };
-    let owners: usize = state.holds().map(|(h, _)| h.owner.heap_size()).sum();
-    std::mem::size_of::<LockState>() + holds + owners
-}
-
 extern "C" fn mem_usage(value: *const c_void) -> usize {
     // SAFETY: Redis passes a value of this type.
     let state = unsafe { state_of(value) };
-    panics::contain("mem_usage", || 0, || state.map_or(0, heap_size))
+    panics::contain("mem_usage", || 0, || state.map_or(0, LockState::heap_size))
 }
 
 extern "C" fn digest(md: *mut raw::RedisModuleDigest, value: *mut c_void) {
@@ -307,26 +279,24 @@ extern "C" fn free(value: *mut c_void) {
     }
 }
 
-/// `COPY`: a new value for the destination, whose leases the shell watches there (it has no
-/// TTL to copy).
+/// `COPY`: a new value for the destination, which the shell counts and whose leases it
+/// watches there (it has no TTL to copy).
 extern "C" fn copy2(ctx: *mut raw::RedisModuleKeyOptCtx, value: *const c_void) -> *mut c_void {
     // SAFETY: Redis passes a value of this type.
     let state = unsafe { state_of(value) };
     panics::contain("copy", std::ptr::null_mut, || match state {
         Some(state) => {
-            watch_copy(ctx, state);
-            STATS.locks.add(1);
-            STATS.count_holds(state, 1);
+            arrived_by_copy(ctx, state);
             Box::into_raw(Box::new(state.clone())).cast::<c_void>()
         }
         None => std::ptr::null_mut(),
     })
 }
 
-fn watch_copy(ctx: *mut raw::RedisModuleKeyOptCtx, state: &LockState) {
+fn arrived_by_copy(ctx: *mut raw::RedisModuleKeyOptCtx, state: &LockState) {
     // SAFETY: the option context is the live one of this copy callback.
     unsafe {
-        watch_at(
+        arrived_at(
             ctx,
             raw::RedisModule_GetToDbIdFromOptCtx,
             raw::RedisModule_GetToKeyNameFromOptCtx,
@@ -372,20 +342,22 @@ extern "C" fn aux_load(rdb: *mut raw::RedisModuleIO, encver: c_int, _when: c_int
         "aux_load",
         || ERR,
         || {
-            if encver > codec::ENCODING_VERSION {
-                log_io_warning(rdb, "refusing token data encoded by a newer redis-lock");
+            if let Err(why) = restore::token_data_readable(encver) {
+                log_io_warning(rdb, why);
                 return ERR;
             }
-            match raw::load_unsigned(rdb) {
-                Ok(last) if last <= fencing::MAX_TOKEN => {
+            let Ok(last) = raw::load_unsigned(rdb) else {
+                return ERR;
+            };
+            match restore::admit_last_token(last) {
+                Ok(last) => {
                     fencing::observe(last);
                     raw::REDISMODULE_OK as c_int
                 }
-                Ok(_) => {
-                    log_io_warning(rdb, "refusing token data: the last token is above 2^53-1");
+                Err(why) => {
+                    log_io_warning(rdb, why);
                     ERR
                 }
-                Err(_) => ERR,
             }
         },
     )

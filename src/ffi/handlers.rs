@@ -8,7 +8,7 @@ use std::os::raw::c_int;
 
 use redis_module::{raw, Context, InfoContext, RedisString};
 
-use crate::core::lock::{LockState, Millis};
+use crate::core::lock::LockState;
 use crate::core::settle::Job;
 
 /// A command the filter saw. Arguments are read on demand: the filter sees every command on
@@ -50,6 +50,13 @@ impl CommandArgs {
     }
 }
 
+/// Where a value sits: its db and key name (borrowed for the callback).
+#[derive(Clone, Copy, Debug)]
+pub struct Place<'a> {
+    pub db: i32,
+    pub name: &'a [u8],
+}
+
 pub struct Handlers {
     /// The module's timer fired: run what is due.
     pub alarm: fn(&Context),
@@ -61,9 +68,10 @@ pub struct Handlers {
     pub disconnected: fn(client_id: u64),
     /// `CLIENT UNBLOCK` of a blocked waiter (the server then unblocks it with nil).
     pub client_unblocked: fn(client_id: u64),
-    /// A lock value was loaded or copied under `name` (RDB, full sync, DEBUG RELOAD, RESTORE,
-    /// COPY); its first lease ends at `first_deadline` (lease clock).
-    pub loaded: fn(db: i32, name: &[u8], first_deadline: Millis),
+    /// A lock value joined the keyspace, loaded (RDB, AOF, full sync, DEBUG RELOAD, RESTORE)
+    /// or copied, at `(db, name)` where the server tells: count it, let the token source see
+    /// its tokens, end its leases on time there.
+    pub arrived: fn(place: Option<Place<'_>>, state: &LockState),
     /// A lock value left the keyspace (DEL, expiry, overwrite, RENAME, MOVE, FLUSH).
     pub unlinked: fn(db: i32, name: &[u8], state: &LockState),
     /// A db was flushed (`None`: every db).

@@ -10,7 +10,7 @@ use redis_module::{Context, InfoContext};
 
 use crate::core::error::LockError;
 use crate::core::fencing;
-use crate::core::lock::{LockState, Millis};
+use crate::core::lock::LockState;
 use crate::core::metrics::STATS;
 use crate::core::registry::QueueKey;
 use crate::core::settle::{Answer, Job};
@@ -20,7 +20,7 @@ use crate::effects::queues;
 use crate::effects::sessions;
 use crate::effects::timers;
 use crate::ffi::block;
-use crate::ffi::handlers::{CommandArgs, Handlers};
+use crate::ffi::handlers::{CommandArgs, Handlers, Place};
 use crate::ffi::panics;
 use crate::ffi::server;
 use crate::shell::info;
@@ -40,7 +40,7 @@ pub static HANDLERS: Handlers = Handlers {
     revoke: revoke_soon,
     disconnected,
     client_unblocked,
-    loaded,
+    arrived,
     unlinked,
     flushed,
     swapped,
@@ -137,13 +137,22 @@ fn settle_after_leaving(queue: Option<QueueKey>) {
     }
 }
 
-/// A lock was loaded under a name: end its leases on time there.
-fn loaded(db: i32, name: &[u8], first_deadline: Millis) {
-    let key = QueueKey {
-        db,
-        name: name.into(),
-    };
-    timers::settle_at(&key, first_deadline);
+/// A lock joined the keyspace (loaded or copied): count it, keep the token source above its
+/// tokens (a restored value may carry tokens this server never handed out), and end its leases
+/// on time under its name.
+fn arrived(place: Option<Place<'_>>, state: &LockState) {
+    for (holder, _) in state.holds() {
+        fencing::observe(holder.token);
+    }
+    STATS.locks.add(1);
+    STATS.count_holds(state, 1);
+    if let Some(place) = place {
+        let key = QueueKey {
+            db: place.db,
+            name: place.name.into(),
+        };
+        timers::settle_at(&key, state.first_deadline());
+    }
 }
 
 /// A lock left the keyspace (DEL, RENAME or MOVE away, overwritten, a TTL set by hand): stop

@@ -14,10 +14,7 @@ use crate::shell::{commands, guarded};
 
 pub use crate::ffi::entry::Command;
 
-/// How many commands the table has.
-const COUNT: usize = 10;
-
-pub static COMMANDS: [Command; COUNT] = [
+pub static COMMANDS: &[Command] = &[
     Command {
         spec: Spec {
             name: "LOCK.ACQUIRE",
@@ -191,7 +188,7 @@ pub static COMMANDS: [Command; COUNT] = [
 
 /// Register every command of the table with its docs and ACL categories.
 pub fn register(ctx: &Context) -> Result<(), String> {
-    entry::register_all(ctx, &COMMANDS)
+    entry::register_all(ctx, COMMANDS)
 }
 
 #[cfg(test)]
@@ -219,7 +216,7 @@ mod tests {
         names.sort_unstable();
         names.dedup();
         assert_eq!(names.len(), COMMANDS.len());
-        for c in &COMMANDS {
+        for c in COMMANDS {
             assert!(c.spec.name.starts_with("LOCK."));
             assert!(c.spec.acl.ends_with("lock"), "{}", c.spec.name);
         }
@@ -233,7 +230,7 @@ mod tests {
         let mut checked = 0;
         for (path, text) in rust_files(&src) {
             for line in text.lines().filter(|l| l.trim_start().starts_with("//")) {
-                for c in &COMMANDS {
+                for c in COMMANDS {
                     let Some(synopsis) = synopsis_in(line, c) else {
                         continue;
                     };
@@ -249,7 +246,7 @@ mod tests {
                 }
             }
         }
-        assert!(checked >= COUNT, "only {checked} synopses found");
+        assert!(checked >= COMMANDS.len(), "only {checked} synopses found");
     }
 
     /// The words after the name in `` `LOCK.NAME first ...` `` where `first` is the command's
