@@ -44,6 +44,8 @@ public final class RedisLocks implements AutoCloseable {
     /** Where the client connects, for {@link LockServiceUnavailableException}'s message. */
     private final String address;
     final ScheduledExecutorService scheduler;
+    /** The one renewal loop of every watchdog hold of this object (rule 6), on {@link #scheduler}'s thread. */
+    final Renewals renewals;
     /**
      * Connects off the caller's thread, so that a server that never answers costs the caller only
      * its bound; and runs an acquisition's retries, which connect.
@@ -72,6 +74,7 @@ public final class RedisLocks implements AutoCloseable {
         });
         s.setRemoveOnCancelPolicy(true);
         this.scheduler = s;
+        this.renewals = new Renewals(s);
     }
 
     public static RedisLocks create(RedisClient client) {
@@ -219,7 +222,7 @@ public final class RedisLocks implements AutoCloseable {
      */
     static boolean isUnavailability(Throwable error) {
         if (error instanceof RedisCommandExecutionException e) {
-            return String.valueOf(e.getMessage()).startsWith("ERR unknown command");
+            return Protocol.isUnknownCommand(e);
         }
         return error instanceof RedisException || error instanceof IOException || error instanceof TimeoutException;
     }
@@ -233,12 +236,6 @@ public final class RedisLocks implements AutoCloseable {
         return new TimeoutException("no answer within " + bound.toMillis() + " ms");
     }
 
-    static boolean isRetryable(RedisCommandExecutionException e) {
-        String m = String.valueOf(e.getMessage());
-        return m.startsWith("UNBLOCKED") || m.startsWith("TRYAGAIN") || m.startsWith("LOADING") || m.startsWith("READONLY")
-                || m.startsWith("MASTERDOWN");
-    }
-
     /**
      * {@code LOCK.RELEASE key owner TOKEN token}: 1 if that hold was still live; {@link
      * LockServiceUnavailableException} when unanswered within {@code bound}.
@@ -246,8 +243,8 @@ public final class RedisLocks implements AutoCloseable {
     CompletableFuture<Long> releaseAsync(String key, String owner, long token, Duration bound) {
         try {
             // Never sent again once written: a second LOCK.RELEASE would answer 0 (rule 14's table).
-            return bounded(commands(bound).callOnce(new IntegerOutput<>(StringCodec.UTF8), "LOCK.RELEASE", key, owner, "TOKEN", token),
-                    bound);
+            return bounded(commands(bound).callOnce(() -> new IntegerOutput<>(StringCodec.UTF8), Protocol.RELEASE, key,
+                    Protocol.release(owner, token)), bound);
         } catch (RuntimeException e) {
             return CompletableFuture.failedFuture(e);
         }
@@ -340,6 +337,13 @@ public final class RedisLocks implements AutoCloseable {
             return connected(f, bound);
         }
 
+        /** Whether a connect is under way. */
+        boolean connecting() {
+            synchronized (RedisLocks.this) {
+                return link != null && !link.isDone();
+            }
+        }
+
         /** The link if it is connected now, else null. */
         Link ifOpen() {
             CompletableFuture<Link> f;
@@ -421,12 +425,33 @@ public final class RedisLocks implements AutoCloseable {
         return watchdog.ifOpen();
     }
 
+    /** The loop found no watchdog link: one is connected off its thread, if none is connecting. */
+    void reconnectWatchdog(Duration bound) {
+        synchronized (this) {
+            if (closed || watchdog.connecting()) {
+                return;
+            }
+        }
+        CompletableFuture.runAsync(() -> {
+            try {
+                watchdog(bound);
+            } catch (RuntimeException e) {
+                // the loop asks again
+            }
+        }, background);
+    }
+
     /**
-     * A renewal met a failover (READONLY: the master it knew became a replica): the watchdog's link
-     * is closed and reopened off the watchdog's thread; reconnecting asks Lettuce (and through it a
-     * Sentinel) for the current master (rule 11).
+     * A renewal met a retryable reply (rule 19: READONLY, the master it knew became a replica):
+     * the watchdog's link is closed and reopened off the watchdog's thread; reconnecting asks
+     * Lettuce (and through it a Sentinel) for the current master (rule 11). On a cluster the map
+     * of slots is loaded again instead.
      */
     void failover(Link seen, Duration bound) {
+        if (seen.isCluster()) {
+            seen.refreshTopology();
+            return;
+        }
         synchronized (this) {
             if (closed || !watchdog.forget(seen)) {
                 return;
