@@ -318,7 +318,7 @@ public final class Hold implements AutoCloseable {
         }
         Link link = session != null ? session : locks.watchdogIfOpen();
         if (link == null) { // reconnecting (after a failover): asked again soon, within the lease
-            locks.reconnectWatchdog(bound);
+            locks.reconnectWatchdog();
             locks.renewals.due(entry, System.nanoTime() + retryNs(), periodNs());
             return null;
         }
@@ -337,7 +337,7 @@ public final class Hold implements AutoCloseable {
         Throwable cause = RedisLocks.causeOf(error);
         boolean retryable = cause instanceof RedisCommandExecutionException e && Protocol.isRetryable(e);
         if (retryable && session == null) {
-            locks.failover(link, bound); // a demoted master, a moved slot: the link (or the map) anew (rule 19)
+            locks.failover(link); // a demoted master, a moved slot: the link (or the map) anew (rule 19)
         }
         String reason;
         synchronized (this) {

@@ -77,12 +77,24 @@ public final class RedisLocks implements AutoCloseable {
         this.renewals = new Renewals(s);
     }
 
+    /**
+     * Locks over {@code client}. The command connection starts connecting now, in the background
+     * (a failure is only retried by the first call): a cold JVM's first connect (Lettuce's and
+     * Netty's class loading and event loops, a second or more on a loaded machine) is then mostly
+     * done before the first call starts its unavailability bound's clock (rule 14).
+     */
     public static RedisLocks create(RedisClient client) {
-        return new RedisLocks(() -> Link.open(client), Link.address(client));
+        return new RedisLocks(() -> Link.open(client), Link.address(client)).warm();
     }
 
+    /** {@link #create(RedisClient)} on a Redis Cluster: each key's commands go to its slot's master. */
     public static RedisLocks create(RedisClusterClient client) {
-        return new RedisLocks(() -> Link.open(client), Link.address(client));
+        return new RedisLocks(() -> Link.open(client), Link.address(client)).warm();
+    }
+
+    private RedisLocks warm() {
+        commands.connectInBackground();
+        return this;
     }
 
     /** A {@link java.util.concurrent.locks.Lock} on {@code key} with the default options. */
@@ -337,10 +349,12 @@ public final class RedisLocks implements AutoCloseable {
             return connected(f, bound);
         }
 
-        /** Whether a connect is under way. */
-        boolean connecting() {
+        /** Starts connecting off the caller's thread, unless connected or connecting. */
+        void connectInBackground() {
             synchronized (RedisLocks.this) {
-                return link != null && !link.isDone();
+                if (!closed && (link == null || link.isCompletedExceptionally())) {
+                    link = CompletableFuture.supplyAsync(connector, background);
+                }
             }
         }
 
@@ -425,20 +439,9 @@ public final class RedisLocks implements AutoCloseable {
         return watchdog.ifOpen();
     }
 
-    /** The loop found no watchdog link: one is connected off its thread, if none is connecting. */
-    void reconnectWatchdog(Duration bound) {
-        synchronized (this) {
-            if (closed || watchdog.connecting()) {
-                return;
-            }
-        }
-        CompletableFuture.runAsync(() -> {
-            try {
-                watchdog(bound);
-            } catch (RuntimeException e) {
-                // the loop asks again
-            }
-        }, background);
+    /** The loop found no watchdog link: one is connected off its thread, unless one is connecting. */
+    void reconnectWatchdog() {
+        watchdog.connectInBackground();
     }
 
     /**
@@ -447,7 +450,7 @@ public final class RedisLocks implements AutoCloseable {
      * Lettuce (and through it a Sentinel) for the current master (rule 11). On a cluster the map
      * of slots is loaded again instead.
      */
-    void failover(Link seen, Duration bound) {
+    void failover(Link seen) {
         if (seen.isCluster()) {
             seen.refreshTopology();
             return;
@@ -458,13 +461,7 @@ public final class RedisLocks implements AutoCloseable {
             }
         }
         seen.close();
-        CompletableFuture.runAsync(() -> {
-            try {
-                watchdog(bound); // the hold's bound, not the default
-            } catch (RuntimeException e) {
-                // the next renewal asks again
-            }
-        });
+        watchdog.connectInBackground();
     }
 
     /**
