@@ -4,8 +4,6 @@ import io.lettuce.core.RedisCommandExecutionException;
 import io.lettuce.core.codec.StringCodec;
 import io.lettuce.core.output.IntegerOutput;
 import java.time.Duration;
-import java.util.ArrayList;
-import java.util.List;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.RejectedExecutionException;
 import java.util.concurrent.TimeUnit;
@@ -133,8 +131,8 @@ final class Acquisition {
         }
         long sent = System.nanoTime(); // a lease granted at once starts no earlier than this
         boolean waited = serverWait >= 0;
-        CompletableFuture<Long> reply = link.call(new IntegerOutput<>(StringCodec.UTF8), "LOCK.ACQUIRE", key, args(serverWait))
-                .toCompletableFuture();
+        CompletableFuture<Long> reply = link.call(new IntegerOutput<>(StringCodec.UTF8), Protocol.ACQUIRE, key,
+                Protocol.acquire(owner, LockOptions.ceilMillis(o.ttl), o.modeArgs(), serverWait)).toCompletableFuture();
         // The shared command link keeps the client's own timeout: a try's reply is awaited for the bound.
         (own ? reply : locks.bounded(reply, o.unavailableAfter)).whenComplete((token, error) -> {
             if (error != null) {
@@ -142,7 +140,7 @@ final class Acquisition {
             } else {
                 answered();
                 // A waiter's lease starts when it is granted, which its reply tells.
-                replied(link, token, waited ? System.nanoTime() : sent);
+                replied(link, Protocol.token(token), waited ? System.nanoTime() : sent);
             }
         });
     }
@@ -175,18 +173,6 @@ final class Acquisition {
         return left.compareTo(o.unavailableAfter) < 0 ? left : o.unavailableAfter;
     }
 
-    private Object[] args(long serverWait) {
-        List<Object> a = new ArrayList<>();
-        a.add(owner);
-        a.add(LockOptions.ceilMillis(o.ttl));
-        a.addAll(o.modeArgs());
-        if (serverWait >= 0) {
-            a.add("WAIT");
-            a.add(serverWait);
-        }
-        return a.toArray();
-    }
-
     private void replied(Link link, Long token, long grantedAt) {
         if (token == null) {
             done(link, null);
@@ -204,7 +190,7 @@ final class Acquisition {
      */
     private void awaitReplicas(Link link, long token, long grantedAt) {
         link.timeout(grace.plus(o.replicaTimeout));
-        link.callOnNodeOf(key, new IntegerOutput<>(StringCodec.UTF8), "WAIT", o.replicas, ceilMillisOrZero(o.replicaTimeout))
+        link.callOnNodeOf(key, () -> new IntegerOutput<>(StringCodec.UTF8), Protocol.WAIT, o.replicas, ceilMillisOrZero(o.replicaTimeout))
                 .whenComplete((acked, error) -> {
                     if (error == null && acked != null && acked >= o.replicas) {
                         granted(link, token, grantedAt);
@@ -336,7 +322,7 @@ final class Acquisition {
      */
     private void retryOrFail(Link link, Throwable error) {
         Throwable cause = RedisLocks.causeOf(error);
-        boolean refused = cause instanceof RedisCommandExecutionException rce && !RedisLocks.isRetryable(rce);
+        boolean refused = cause instanceof RedisCommandExecutionException rce && !Protocol.isRetryable(rce);
         boolean mine;
         synchronized (this) {
             mine = link != null && ownLink == link;

@@ -1,18 +1,18 @@
 package io.redislock;
 
 import io.lettuce.core.RedisCommandExecutionException;
-import io.lettuce.core.RedisFuture;
-import io.lettuce.core.output.IntegerOutput;
 import io.lettuce.core.codec.StringCodec;
+import io.lettuce.core.output.IntegerOutput;
+import io.lettuce.core.protocol.AsyncCommand;
 import java.time.Duration;
 import java.util.List;
 import java.util.Optional;
+import java.util.concurrent.CancellationException;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.CompletionException;
 import java.util.concurrent.CopyOnWriteArrayList;
-import java.util.concurrent.ExecutionException;
-import java.util.concurrent.ScheduledFuture;
 import java.util.concurrent.TimeUnit;
+import java.util.function.LongConsumer;
 
 /**
  * One hold of one lock: its owner, its fencing token and its watchdog. Close it (try-with-resources)
@@ -31,6 +31,9 @@ public final class Hold implements AutoCloseable {
     private final Link session;
     private final List<LostListener> listeners = new CopyOnWriteArrayList<>();
 
+    /** Its place in its RedisLocks' renewal loop (rule 6). */
+    private final Renewals.Entry entry;
+
     // Guarded by this.
     private boolean released;
     private String lostReason;
@@ -39,11 +42,13 @@ public final class Hold implements AutoCloseable {
     private long leaseEnd;
     /** When the renewal whose answer set {@link #leaseEnd} was sent: an older answer changes nothing. */
     private long leaseSentAt;
-    private ScheduledFuture<?> next;
-    private ScheduledFuture<?> deadline;
-    private CompletableFuture<Long> inFlight;
+    /** The loop's renewal in flight: a release cancels it, so it is not written after the release (rule 7). */
+    private AsyncCommand<String, String, Long> renewal;
     /** Why the last renewal failed, for the loss's reason (rule 15). */
     private Throwable renewalError;
+
+    /** A renewal for the loop to send, and the connection it goes on. */
+    record Renewal(Link link, AsyncCommand<String, String, Long> command) {}
 
     Hold(RedisLocks locks, String key, String owner, long token, LockOptions options, long grantedAt, Link session) {
         this.session = session;
@@ -59,12 +64,11 @@ public final class Hold implements AutoCloseable {
         if (options.onLost != null) {
             listeners.add(options.onLost);
         }
+        this.entry = locks.renewals.entry(this);
         synchronized (this) {
-            if (watchdog) { // its link was connected by the acquisition, on the caller's thread
-                schedule(period());
-            } else { // a fixed lease is lost at its end all the same (rule 15)
-                armDeadline();
-            }
+            // Into the loop: renewed every ttl/3 (its link was connected by the acquisition, on
+            // the caller's thread); a fixed lease is lost at its end all the same (rule 15).
+            planLoop();
         }
     }
 
@@ -119,14 +123,11 @@ public final class Hold implements AutoCloseable {
                 throw new StaleTokenException("STALE the hold was released");
             }
         }
-        Object[] args = new Object[command.length + 1];
-        args[0] = token;
-        System.arraycopy(command, 0, args, 1, command.length);
         try {
             // Never sent twice: a guarded write is not idempotent.
-            return locks.await(locks.commands(bound).callOnce(new AnyOutput(), "LOCK.GUARD", key, args), bound);
+            return locks.await(locks.commands(bound).callOnce(AnyOutput::new, Protocol.GUARD, key, Protocol.guard(token, command)), bound);
         } catch (RedisCommandExecutionException e) {
-            if (e.getMessage() != null && e.getMessage().startsWith("STALE")) {
+            if (Protocol.isStale(e)) {
                 throw new StaleTokenException(e.getMessage());
             }
             throw e;
@@ -134,20 +135,27 @@ public final class Hold implements AutoCloseable {
     }
 
     /**
-     * Renews the lease now ({@code LOCK.EXTEND key owner ttl TOKEN token}): it ends {@code ttl} from
-     * now (longer or shorter than before), and the watchdog, if on, goes on renewing by {@code ttl}.
-     * True if the hold was live; false if it had ended (it is then lost, reported once: rule 8) or
-     * had been released. Sent on the watchdog's connection, in order with its renewals.
+     * Renews the lease now with this hold's ttl: {@link #extend(Duration)} with {@link #ttl()}.
+     */
+    public boolean extend() {
+        return extend(ttl());
+    }
+
+    /**
+     * Renews the lease now (rule 20: {@code LOCK.EXTEND key owner ttl TOKEN token}): it ends {@code
+     * ttl} from now (longer or shorter than before), and the watchdog, if on, goes on renewing by
+     * {@code ttl}. True while the hold is live; false when the server answers 0 (the hold is then
+     * lost, "the lease ran out before it was renewed", reported once) and, with nothing sent, for a
+     * hold known lost or released (rule 16). Unanswered within the bound: {@link
+     * LockServiceUnavailableException}, and the watchdog goes on as before. How a fixed lease is
+     * kept on the caller's schedule. Sent on the watchdog's connection (a session hold's on its own).
      */
     public boolean extend(Duration ttl) {
         long ms = LockOptions.ceilMillis(LockOptions.checkTtl(ttl));
-        synchronized (this) {
-            if (released || lostReason != null) { // known without the server (rule 16)
-                return false;
-            }
+        if (isDone()) { // known without the server (rule 16)
+            return false;
         }
-        Link link = locks.watchdog(bound);
-        RedisFuture<Long> f;
+        Link link = session != null ? session : locks.watchdog(bound);
         CompletableFuture<Long> pending;
         long sentAt;
         synchronized (this) {
@@ -156,43 +164,43 @@ public final class Hold implements AutoCloseable {
             }
             ttlMs = ms;
             sentAt = System.nanoTime();
-            f = link.call(new IntegerOutput<>(StringCodec.UTF8), "LOCK.EXTEND", key, owner, ms, "TOKEN", token);
-            inFlight = pending = f.toCompletableFuture();
+            pending = link.call(new IntegerOutput<>(StringCodec.UTF8), Protocol.EXTEND, key, Protocol.extend(owner, ms, token))
+                    .toCompletableFuture();
         }
-        Long reply;
-        try {
-            reply = locks.await(pending, bound); // unanswered: thrown, and the watchdog goes on as before
-        } finally {
-            synchronized (this) {
-                if (inFlight == pending) {
-                    inFlight = null;
-                }
-            }
-        }
+        Long reply = locks.await(pending, bound);
         synchronized (this) {
             if (released || lostReason != null) {
                 return false;
             }
-            if (reply != null && reply == 1) {
+            if (Protocol.live(reply)) {
                 renewedLease(sentAt, ms);
                 return true;
             }
         }
-        lose("an extend answered 0: the lease had ended or the lock was force-released", false);
+        lose(Protocol.RAN_OUT);
         return false;
     }
 
-    // Called with this locked: a renewal sent at sentAt for ttl was answered 1.
+    private synchronized boolean isDone() {
+        return released || lostReason != null;
+    }
+
+    // Called with this locked: a renewal (or an extend) sent at sentAt for ttl was answered 1.
     private void renewedLease(long sentAt, long ttl) {
         if (sentAt - leaseSentAt >= 0) {
             leaseSentAt = sentAt;
             leaseEnd = sentAt + TimeUnit.MILLISECONDS.toNanos(ttl);
         }
+        renewalError = null;
+        planLoop();
+    }
+
+    // Called with this locked: the next renewal a third of the ttl after the newest lease began, and the loss at its end.
+    private void planLoop() {
         if (watchdog) {
-            schedule(period());
-        } else {
-            armDeadline();
+            locks.renewals.due(entry, leaseSentAt + periodNs(), periodNs());
         }
+        locks.renewals.deadline(entry, leaseEnd);
     }
 
     /**
@@ -215,7 +223,7 @@ public final class Hold implements AutoCloseable {
                 return CompletableFuture.completedFuture(false);
             }
             released = true;
-            cancelTimers();
+            leaveLoop();
             lost = lostReason != null;
         }
         if (lost) { // known lost: false at once, nothing sent (rule 16)
@@ -235,8 +243,8 @@ public final class Hold implements AutoCloseable {
             if (error != null) {
                 throw error instanceof CompletionException ce ? ce : new CompletionException(error);
             }
-            if (reply == null || reply != 1) {
-                lose("the hold had already ended when it was released (its lease ran out or it was force-released)", true);
+            if (!Protocol.live(reply)) {
+                lose(Protocol.GONE_WHEN_RELEASED);
                 return false;
             }
             return true;
@@ -259,34 +267,21 @@ public final class Hold implements AutoCloseable {
         }
     }
 
-    private long period() {
-        return Math.max(1, ttlMs / 3);
+    private long periodNs() {
+        return TimeUnit.MILLISECONDS.toNanos(Math.max(1, ttlMs / 3));
     }
 
-    // Called with this locked.
-    private void schedule(long delayMs) {
-        if (next != null) {
-            next.cancel(false); // one renewal chain, also when an extend and a renewal both answer
-        }
-        next = locks.scheduler.schedule(this::renew, delayMs, TimeUnit.MILLISECONDS);
-        armDeadline();
+    /** The pause before a renewal is asked again after a failure: a tenth of the lease, at most a period. */
+    private long retryNs() {
+        return Math.min(periodNs(), TimeUnit.MILLISECONDS.toNanos(Math.max(1, ttlMs / 10)));
     }
 
-    // Called with this locked: the timer that loses the hold at its lease's end (rule 15).
-    private void armDeadline() {
-        if (deadline != null) {
-            deadline.cancel(false);
-        }
-        long left = Math.max(0, leaseEnd - System.nanoTime());
-        deadline = locks.scheduler.schedule(this::checkDeadline, left, TimeUnit.NANOSECONDS);
-    }
-
-    private void cancelTimers() {
-        if (next != null) {
-            next.cancel(false);
-        }
-        if (deadline != null) {
-            deadline.cancel(false);
+    // Called with this locked: out of the loop, and the renewal in flight (if any) not written after this.
+    private void leaveLoop() {
+        locks.renewals.remove(entry);
+        if (renewal != null) {
+            renewal.cancel();
+            renewal = null;
         }
     }
 
@@ -295,86 +290,105 @@ public final class Hold implements AutoCloseable {
         return leaseEnd;
     }
 
-    private void checkDeadline() {
-        Throwable why;
+    /** The loop: this hold's deadline passed. Lost, unless a renewal moved it meanwhile. */
+    void deadlinePassed() {
+        String reason;
         synchronized (this) {
-            if (released || lostReason != null || System.nanoTime() < leaseEnd) {
+            if (released || lostReason != null) {
                 return;
             }
-            why = renewalError;
+            if (System.nanoTime() - leaseEnd < 0) { // renewed meanwhile
+                locks.renewals.deadline(entry, leaseEnd);
+                return;
+            }
+            Throwable why = renewalError;
+            reason = !watchdog ? Protocol.FIXED_LEASE_ENDED
+                    : Protocol.unreachable(why == null ? "no reply to the renewal" : String.valueOf(why.getMessage()));
         }
-        lose(watchdog ? "no renewal was answered before the lease ended" + (why == null ? "" : ": " + why)
-                : "the lease ended: a fixed lease, with no watchdog to renew it", false);
+        lose(reason);
     }
 
-    private void renew() {
+    /**
+     * The loop: this hold's renewal, due now, on the watchdog's link (or its session's); null when
+     * the hold is released or lost, or when the watchdog's link is reconnecting (asked again soon).
+     */
+    synchronized Renewal renewal() {
+        if (released || lostReason != null) {
+            return null;
+        }
+        Link link = session != null ? session : locks.watchdogIfOpen();
+        if (link == null) { // reconnecting (after a failover): asked again soon, within the lease
+            locks.reconnectWatchdog();
+            locks.renewals.due(entry, System.nanoTime() + retryNs(), periodNs());
+            return null;
+        }
+        long ttl = ttlMs;
+        long fellDue = leaseSentAt + periodNs();
         long sentAt = System.nanoTime();
-        CompletableFuture<Long> f;
-        Link link;
-        long ttl;
-        synchronized (this) {
-            if (released || lostReason != null) {
-                return;
-            }
-            link = locks.watchdogIfOpen();
-            if (link == null) { // reopening after a failover: ask again soon, within the lease
-                schedule(Math.max(1, Math.min(period(), ttlMs / 10)));
-                return;
-            }
-            ttl = ttlMs;
-            try {
-                f = link.call(new IntegerOutput<>(StringCodec.UTF8), "LOCK.EXTEND", key, owner, ttl, "TOKEN", token)
-                        .toCompletableFuture();
-            } catch (RuntimeException e) {
-                f = CompletableFuture.failedFuture(e);
-            }
-            inFlight = f;
-        }
-        CompletableFuture<Long> sent = f;
-        f.whenComplete((reply, error) -> renewed(link, sent, sentAt, ttl, reply, error));
+        AsyncCommand<String, String, Long> c = Link.command(new IntegerOutput<>(StringCodec.UTF8), Protocol.EXTEND, key,
+                Protocol.extend(owner, ttl, token));
+        renewal = c;
+        c.whenComplete((reply, error) -> renewed(link, c, sentAt, fellDue, ttl, reply, error));
+        return new Renewal(link, c);
     }
 
-    private void renewed(Link link, CompletableFuture<Long> f, long sentAt, long ttl, Long reply, Throwable error) {
+    private void renewed(Link link, AsyncCommand<String, String, Long> c, long sentAt, long fellDue, long ttl, Long reply,
+            Throwable error) {
         Throwable cause = RedisLocks.causeOf(error);
-        // The server's refusal loses the hold; no answer, or a failover's refusal, is asked again until the lease ends.
-        boolean refused = cause instanceof RedisCommandExecutionException;
-        if (refused && RedisLocks.isRetryable((RedisCommandExecutionException) cause)) {
-            locks.failover(link, bound);
-            refused = false;
+        boolean retryable = cause instanceof RedisCommandExecutionException e && Protocol.isRetryable(e);
+        if (retryable && session == null) {
+            locks.failover(link); // a demoted master, a moved slot: the link (or the map) anew (rule 19)
         }
+        String reason;
         synchronized (this) {
-            if (inFlight == f) {
-                inFlight = null;
+            if (renewal == c) {
+                renewal = null;
             }
             if (released || lostReason != null) {
                 return;
             }
-            if (cause == null && reply != null && reply == 1) {
+            if (cause == null && Protocol.live(reply)) {
+                LongConsumer lag = Renewals.lagObserver;
+                if (lag != null) {
+                    lag.accept(System.nanoTime() - fellDue);
+                }
                 renewedLease(sentAt, ttl);
                 return;
             }
-            if (cause != null && !refused && System.nanoTime() < leaseEnd) {
+            reason = lossOf(cause, retryable);
+            if (reason == null) { // a broken link: asked again until the lease ends (rule 15)
                 renewalError = cause;
-                schedule(Math.max(1, Math.min(period(), ttlMs / 10)));
+                locks.renewals.due(entry, System.nanoTime() + retryNs(), periodNs());
                 return;
             }
         }
-        if (cause == null) {
-            lose("a renewal answered 0: the lease had ended or the lock was force-released", false);
-        } else if (refused) {
-            lose("a renewal failed: " + cause.getMessage(), false);
-        } else {
-            lose("no renewal was answered before the lease ended: " + cause, false);
-        }
+        lose(reason);
     }
 
-    private void lose(String reason, boolean alreadyReleased) {
+    // Called with this locked: the loss a failed renewal means, or null for a broken link (asked again).
+    private String lossOf(Throwable cause, boolean retryable) {
+        if (cause == null) {
+            return Protocol.RAN_OUT;
+        }
+        if (cause instanceof RedisCommandExecutionException && !retryable) {
+            return Protocol.refused(cause.getMessage());
+        }
+        if (session != null && !session.isOpen()) {
+            return Protocol.sessionClosed(String.valueOf(cause.getMessage()));
+        }
+        if (retryable || RedisLocks.isUnavailability(cause) || cause instanceof CancellationException) {
+            return null;
+        }
+        return Protocol.watchdogFailed(String.valueOf(cause));
+    }
+
+    private void lose(String reason) {
         synchronized (this) {
             if (lostReason != null) {
                 return;
             }
             lostReason = reason;
-            cancelTimers();
+            leaveLoop();
         }
         for (LostListener l : listeners) {
             try {

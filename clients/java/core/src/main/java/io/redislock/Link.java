@@ -14,7 +14,10 @@ import io.lettuce.core.cluster.api.StatefulRedisClusterConnection;
 import io.lettuce.core.cluster.models.partitions.RedisClusterNode;
 import io.lettuce.core.codec.StringCodec;
 import io.lettuce.core.output.CommandOutput;
+import io.lettuce.core.RedisCommandExecutionException;
 import io.lettuce.core.RedisConnectionException;
+import io.lettuce.core.output.StatusOutput;
+import io.lettuce.core.protocol.CommandType;
 import io.lettuce.core.protocol.AsyncCommand;
 import io.lettuce.core.protocol.Command;
 import io.lettuce.core.protocol.CommandArgs;
@@ -27,9 +30,12 @@ import java.lang.reflect.Modifier;
 import java.nio.charset.StandardCharsets;
 import java.time.Duration;
 import java.util.ArrayList;
+import java.util.HashMap;
 import java.util.List;
+import java.util.Map;
 import java.util.Set;
 import java.util.concurrent.CompletableFuture;
+import java.util.function.Supplier;
 
 /**
  * One Lettuce connection of the library's own (standalone or cluster), never the application's: the
@@ -52,22 +58,29 @@ final class Link implements AutoCloseable {
 
     private final StatefulConnection<String, String> connection;
     private final BaseRedisAsyncCommands<String, String> async;
+    /** The same connection when it is a cluster's (null otherwise): its node connections, one per master. */
+    private final StatefulRedisClusterConnection<String, String> cluster;
+    /** Reloads the cluster's map of slots after a MOVED (nothing on a standalone link). */
+    private final Runnable refresh;
     /** Where this link's close is kept until it completes: its RedisLocks waits for it on close. */
     private Set<CompletableFuture<Void>> closings;
 
-    private Link(StatefulConnection<String, String> connection, BaseRedisAsyncCommands<String, String> async) {
+    private Link(StatefulConnection<String, String> connection, BaseRedisAsyncCommands<String, String> async,
+            StatefulRedisClusterConnection<String, String> cluster, Runnable refreshTopology) {
         this.connection = connection;
         this.async = async;
+        this.cluster = cluster;
+        this.refresh = refreshTopology;
     }
 
     static Link open(RedisClient client) {
         StatefulRedisConnection<String, String> c = client.connect(StringCodec.UTF8);
-        return new Link(c, c.async());
+        return new Link(c, c.async(), null, () -> {});
     }
 
     static Link open(RedisClusterClient client) {
         StatefulRedisClusterConnection<String, String> c = client.connect(StringCodec.UTF8);
-        return new Link(c, c.async());
+        return new Link(c, c.async(), c, client::refreshPartitionsAsync);
     }
 
     /**
@@ -122,19 +135,116 @@ final class Link implements AutoCloseable {
         return async.dispatch(new Name(command), output, args(key, args));
     }
 
-    /**
-     * {@link #call} for a command that must not run twice (a release, a guarded write, a WAIT):
-     * once written, it is never written again. Lettuce sends again what was in flight when a
-     * connection dropped (at least once); this one fails instead, its outcome unknown (rule 14).
-     */
-    <T> CompletableFuture<T> callOnce(CommandOutput<String, String, T> output, String command, String key, Object... args) {
-        return once(new Command<>(new Name(command), output, args(key, args)));
+    /** {@code command key args...} as a command of its own, for {@link #pipeline}. */
+    static <T> AsyncCommand<String, String, T> command(CommandOutput<String, String, T> output, String command, String key,
+            Object... args) {
+        return new AsyncCommand<>(new Command<>(new Name(command), output, args(key, args)));
     }
 
-    private <T> CompletableFuture<T> once(RedisCommand<String, String, T> command) {
+    /**
+     * Sends {@code commands} together, in one write per server (rule 6: renewals that fall due
+     * together go in one pipeline). On a cluster, each goes to the master of its key's slot, on
+     * this link's connection to that node; one whose slot has no master fails.
+     */
+    void pipeline(List<? extends RedisCommand<String, String, ?>> commands) {
+        if (cluster == null) {
+            connection.dispatch(commands);
+            return;
+        }
+        Map<String, List<RedisCommand<String, String, ?>>> byNode = new HashMap<>();
+        for (RedisCommand<String, String, ?> c : commands) {
+            RedisClusterNode master = cluster.getPartitions().getMasterBySlot(SlotHash.getSlot(c.getArgs().getFirstEncodedKey()));
+            if (master == null) {
+                c.completeExceptionally(new RedisException("no master serves the slot of the key"));
+            } else {
+                byNode.computeIfAbsent(master.getNodeId(), id -> new ArrayList<>()).add(c);
+            }
+        }
+        byNode.forEach((id, group) -> cluster.getConnectionAsync(id).whenComplete((node, error) -> {
+            if (error != null) {
+                group.forEach(c -> c.completeExceptionally(error));
+            } else {
+                // Released meanwhile (a first connect to the node): cancelled, not sent (rule 7).
+                node.dispatch(group.stream().filter(c -> !c.isDone()).toList());
+            }
+        }));
+    }
+
+    /**
+     * {@link #call} for a command that must not run twice (a release, a guarded write): once
+     * written, it is never written again. Lettuce sends again what was in flight when a
+     * connection dropped (at least once); this one fails instead, its outcome unknown (rule 14).
+     * On a cluster it goes on the connection to the key's master, following a {@code MOVED} or
+     * {@code ASK} (which say it did not run: rule 19).
+     */
+    <T> CompletableFuture<T> callOnce(Supplier<CommandOutput<String, String, T>> output, String command, String key, Object... args) {
+        Supplier<RedisCommand<String, String, T>> make = () -> new Command<>(new Name(command), output.get(), args(key, args));
+        return cluster == null ? once(connection, make.get()) : onceOnNode(SlotHash.getSlot(key), make, null, false, REDIRECTS);
+    }
+
+    /**
+     * Sends a command without a key ({@code WAIT n timeout}) once, to the node that serves {@code
+     * key}: on a cluster, over the same node connection the key's commands went on (a keyless
+     * command would go to whichever node Lettuce's default connection reaches).
+     */
+    <T> CompletableFuture<T> callOnNodeOf(String key, Supplier<CommandOutput<String, String, T>> output, String command, long... args) {
+        Supplier<RedisCommand<String, String, T>> make = () -> {
+            CommandArgs<String, String> a = new CommandArgs<>(StringCodec.UTF8);
+            for (long arg : args) {
+                a.add(arg);
+            }
+            return new Command<>(new Name(command), output.get(), a);
+        };
+        return cluster == null ? once(connection, make.get()) : onceOnNode(SlotHash.getSlot(key), make, null, false, REDIRECTS);
+    }
+
+    /** How many {@code MOVED}/{@code ASK} redirects a command sent once follows. */
+    private static final int REDIRECTS = 5;
+
+    private static <T> Once<T> once(StatefulConnection<String, String> on, RedisCommand<String, String, T> command) {
         Once<T> c = new Once<>(command);
-        connection.dispatch(c);
+        on.dispatch(c);
         return c;
+    }
+
+    /**
+     * A command sent once on a cluster: on the connection to the slot's master, or to {@code
+     * target} ("host:port" of a MOVED, or of an ASK: then preceded by ASKING). Each redirect
+     * says the command did not run there, so it goes again (a MOVED also reloads the map).
+     */
+    private <T> CompletableFuture<T> onceOnNode(int slot, Supplier<RedisCommand<String, String, T>> make, String target,
+            boolean asking, int redirects) {
+        CompletableFuture<StatefulRedisConnection<String, String>> node;
+        if (target != null) {
+            int colon = target.lastIndexOf(':');
+            node = cluster.getConnectionAsync(target.substring(0, colon), Integer.parseInt(target.substring(colon + 1)));
+        } else {
+            RedisClusterNode master = cluster.getPartitions().getMasterBySlot(slot);
+            if (master == null) {
+                return CompletableFuture.failedFuture(new RedisException("no master serves slot " + slot));
+            }
+            node = cluster.getConnectionAsync(master.getNodeId());
+        }
+        CompletableFuture<T> sent = node.thenCompose(n -> {
+            Once<T> c = new Once<>(make.get());
+            n.dispatch(asking ? List.of(new Command<>(CommandType.ASKING, new StatusOutput<>(StringCodec.UTF8)), c) : List.of(c));
+            return c;
+        });
+        return sent.handle((v, e) -> {
+            if (e == null) {
+                return CompletableFuture.completedFuture(v);
+            }
+            Throwable cause = RedisLocks.causeOf(e);
+            String[] words = cause instanceof RedisCommandExecutionException ? String.valueOf(cause.getMessage()).split(" ") : new String[0];
+            boolean moved = words.length == 3 && words[0].equals("MOVED");
+            if (redirects > 0 && (moved || words.length == 3 && words[0].equals("ASK"))) {
+                if (moved) {
+                    refresh.run();
+                }
+                return onceOnNode(slot, make, words[2], !moved, redirects - 1);
+            }
+            return CompletableFuture.<T>failedFuture(cause);
+        }).thenCompose(f -> f);
     }
 
     private static CommandArgs<String, String> args(String key, Object... args) {
@@ -152,9 +262,9 @@ final class Link implements AutoCloseable {
     /**
      * A command written at most once. Lettuce hands the commands in flight on a connection that
      * dropped to {@link #removeSource} before it queues them to be sent again on reconnect; a
-     * written one fails there, and a failed command is never written. (Not on a cluster
-     * connection, whose commands Lettuce wraps, nor when the client records command latencies:
-     * then it is cancelled when its bound ends.)
+     * written one fails there, and a failed command is never written. On a cluster it goes on a
+     * node's own connection, unwrapped, so the same holds there. (Not when the client records
+     * command latencies: then it is cancelled when its bound ends.)
      */
     private static final class Once<T> extends AsyncCommand<String, String, T> implements DemandAware.Sink {
         private volatile boolean written;
@@ -188,30 +298,19 @@ final class Link implements AutoCloseable {
         }
     }
 
-    /**
-     * Sends a command without a key ({@code WAIT n timeout}) to the node that serves {@code key}:
-     * on a cluster, over the same node connection the key's commands went on (a keyless command
-     * would go to whichever node Lettuce's default connection reaches).
-     */
-    <T> CompletableFuture<T> callOnNodeOf(String key, CommandOutput<String, String, T> output, String command, long... args) {
-        CommandArgs<String, String> a = new CommandArgs<>(StringCodec.UTF8);
-        for (long arg : args) {
-            a.add(arg);
-        }
-        if (connection instanceof StatefulRedisClusterConnection<String, String> c) {
-            RedisClusterNode master = c.getPartitions().getMasterBySlot(SlotHash.getSlot(key));
-            if (master == null) {
-                return CompletableFuture.failedFuture(new RedisException("no master serves the slot of " + key));
-            }
-            return c.getConnectionAsync(master.getUri().getHost(), master.getUri().getPort())
-                    .thenCompose(n -> n.async().dispatch(new Name(command), output, a).toCompletableFuture());
-        }
-        return once(new Command<>(new Name(command), output, a));
-    }
-
     /** Lifts the client's own command timeout for a wait of this long (rule 2). */
     void timeout(Duration d) {
         connection.setTimeout(d);
+    }
+
+    /** Whether this is a cluster's link (renewals go to each slot's master on it). */
+    boolean isCluster() {
+        return cluster != null;
+    }
+
+    /** A renewal met a retryable reply (rule 19) on a cluster: the map of slots is loaded again. */
+    void refreshTopology() {
+        refresh.run();
     }
 
     boolean isOpen() {

@@ -44,6 +44,8 @@ public final class RedisLocks implements AutoCloseable {
     /** Where the client connects, for {@link LockServiceUnavailableException}'s message. */
     private final String address;
     final ScheduledExecutorService scheduler;
+    /** The one renewal loop of every watchdog hold of this object (rule 6), on {@link #scheduler}'s thread. */
+    final Renewals renewals;
     /**
      * Connects off the caller's thread, so that a server that never answers costs the caller only
      * its bound; and runs an acquisition's retries, which connect.
@@ -72,14 +74,27 @@ public final class RedisLocks implements AutoCloseable {
         });
         s.setRemoveOnCancelPolicy(true);
         this.scheduler = s;
+        this.renewals = new Renewals(s);
     }
 
+    /**
+     * Locks over {@code client}. The command connection starts connecting now, in the background
+     * (a failure is only retried by the first call): a cold JVM's first connect (Lettuce's and
+     * Netty's class loading and event loops, a second or more on a loaded machine) is then mostly
+     * done before the first call starts its unavailability bound's clock (rule 14).
+     */
     public static RedisLocks create(RedisClient client) {
-        return new RedisLocks(() -> Link.open(client), Link.address(client));
+        return new RedisLocks(() -> Link.open(client), Link.address(client)).warm();
     }
 
+    /** {@link #create(RedisClient)} on a Redis Cluster: each key's commands go to its slot's master. */
     public static RedisLocks create(RedisClusterClient client) {
-        return new RedisLocks(() -> Link.open(client), Link.address(client));
+        return new RedisLocks(() -> Link.open(client), Link.address(client)).warm();
+    }
+
+    private RedisLocks warm() {
+        commands.connectInBackground();
+        return this;
     }
 
     /** A {@link java.util.concurrent.locks.Lock} on {@code key} with the default options. */
@@ -219,7 +234,7 @@ public final class RedisLocks implements AutoCloseable {
      */
     static boolean isUnavailability(Throwable error) {
         if (error instanceof RedisCommandExecutionException e) {
-            return String.valueOf(e.getMessage()).startsWith("ERR unknown command");
+            return Protocol.isUnknownCommand(e);
         }
         return error instanceof RedisException || error instanceof IOException || error instanceof TimeoutException;
     }
@@ -233,12 +248,6 @@ public final class RedisLocks implements AutoCloseable {
         return new TimeoutException("no answer within " + bound.toMillis() + " ms");
     }
 
-    static boolean isRetryable(RedisCommandExecutionException e) {
-        String m = String.valueOf(e.getMessage());
-        return m.startsWith("UNBLOCKED") || m.startsWith("TRYAGAIN") || m.startsWith("LOADING") || m.startsWith("READONLY")
-                || m.startsWith("MASTERDOWN");
-    }
-
     /**
      * {@code LOCK.RELEASE key owner TOKEN token}: 1 if that hold was still live; {@link
      * LockServiceUnavailableException} when unanswered within {@code bound}.
@@ -246,8 +255,8 @@ public final class RedisLocks implements AutoCloseable {
     CompletableFuture<Long> releaseAsync(String key, String owner, long token, Duration bound) {
         try {
             // Never sent again once written: a second LOCK.RELEASE would answer 0 (rule 14's table).
-            return bounded(commands(bound).callOnce(new IntegerOutput<>(StringCodec.UTF8), "LOCK.RELEASE", key, owner, "TOKEN", token),
-                    bound);
+            return bounded(commands(bound).callOnce(() -> new IntegerOutput<>(StringCodec.UTF8), Protocol.RELEASE, key,
+                    Protocol.release(owner, token)), bound);
         } catch (RuntimeException e) {
             return CompletableFuture.failedFuture(e);
         }
@@ -340,6 +349,15 @@ public final class RedisLocks implements AutoCloseable {
             return connected(f, bound);
         }
 
+        /** Starts connecting off the caller's thread, unless connected or connecting. */
+        void connectInBackground() {
+            synchronized (RedisLocks.this) {
+                if (!closed && (link == null || link.isCompletedExceptionally())) {
+                    link = CompletableFuture.supplyAsync(connector, background);
+                }
+            }
+        }
+
         /** The link if it is connected now, else null. */
         Link ifOpen() {
             CompletableFuture<Link> f;
@@ -421,25 +439,29 @@ public final class RedisLocks implements AutoCloseable {
         return watchdog.ifOpen();
     }
 
+    /** The loop found no watchdog link: one is connected off its thread, unless one is connecting. */
+    void reconnectWatchdog() {
+        watchdog.connectInBackground();
+    }
+
     /**
-     * A renewal met a failover (READONLY: the master it knew became a replica): the watchdog's link
-     * is closed and reopened off the watchdog's thread; reconnecting asks Lettuce (and through it a
-     * Sentinel) for the current master (rule 11).
+     * A renewal met a retryable reply (rule 19: READONLY, the master it knew became a replica):
+     * the watchdog's link is closed and reopened off the watchdog's thread; reconnecting asks
+     * Lettuce (and through it a Sentinel) for the current master (rule 11). On a cluster the map
+     * of slots is loaded again instead.
      */
-    void failover(Link seen, Duration bound) {
+    void failover(Link seen) {
+        if (seen.isCluster()) {
+            seen.refreshTopology();
+            return;
+        }
         synchronized (this) {
             if (closed || !watchdog.forget(seen)) {
                 return;
             }
         }
         seen.close();
-        CompletableFuture.runAsync(() -> {
-            try {
-                watchdog(bound); // the hold's bound, not the default
-            } catch (RuntimeException e) {
-                // the next renewal asks again
-            }
-        });
+        watchdog.connectInBackground();
     }
 
     /**

@@ -11,6 +11,7 @@ import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.ExecutionException;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicReference;
+import java.util.stream.Collectors;
 import org.junit.jupiter.api.AfterAll;
 import org.junit.jupiter.api.BeforeAll;
 import org.junit.jupiter.api.Test;
@@ -36,11 +37,7 @@ class ClusterTest {
         for (TestServer n : nodes) {
             assertTrue(TestServer.eventually(() -> String.valueOf(n.cmd("CLUSTER", "INFO")).contains("cluster_state:ok"), 30_000));
         }
-        List<RedisURI> uris = new ArrayList<>();
-        for (TestServer n : nodes) {
-            uris.add(RedisURI.create("127.0.0.1", n.port));
-        }
-        client = RedisClusterClient.create(uris);
+        client = RedisClusterClient.create(uris());
     }
 
     @AfterAll
@@ -179,6 +176,53 @@ class ClusterTest {
                 assertTrue(moved.getMessage().startsWith("MOVED"), "the old master redirects: " + moved.getMessage());
             }
             assertNull(to.info(key));
+        }
+    }
+
+    /**
+     * Issue 32's "release sent once" on a cluster: the key's master is announced behind a proxy
+     * (cluster-announce-port), which drops the connection once the server ran LOCK.RELEASE. The
+     * release is unavailable within its bound and never sent again on the reconnected node link.
+     */
+    @Test
+    void aReleaseWhoseReplyIsLost_isUnavailable_andNeverSentAgain() throws Exception {
+        String key = "{a}:cut";
+        TestServer owner = ownerOf(key);
+        String id = myId(owner);
+        try (CuttingProxy proxy = new CuttingProxy(owner.port)) {
+            announce(owner, id, proxy.port());
+            RedisClusterClient viaProxy = RedisClusterClient.create(uris());
+            try (RedisLocks locks = RedisLocks.create(viaProxy)) {
+                LockOptions o = UnavailableTest.OPTIONS.watchdog(false); // no renewal: the release alone
+                Hold h = locks.acquire(key, Duration.ZERO, o);
+                long releases = owner.calls("lock.release");
+                proxy.cutAfter("LOCK.RELEASE");
+                String address = uris().stream().map(u -> u.getHost() + ":" + u.getPort()).collect(Collectors.joining(","));
+                long ms = UnavailableTest.unavailable(address, h::release);
+                assertTrue(ms <= UnavailableTest.BOUND.toMillis() + UnavailableTest.MARGIN_MS, "after " + ms + " ms");
+                // A command after it on the same (reconnected) node link: whatever Lettuce kept to send again has gone first.
+                assertNotNull(locks.tryAcquire("{a}:other", o));
+                assertEquals(releases + 1, owner.calls("lock.release"), "sent once, never again");
+                assertNull(owner.info(key), "the server ran it");
+                assertFalse(h.release(), "released once already: nothing sent");
+            } finally {
+                viaProxy.shutdown(Duration.ZERO, Duration.ofSeconds(1));
+                announce(owner, id, 0);
+            }
+        }
+    }
+
+    static List<RedisURI> uris() {
+        return nodes.stream().map(n -> RedisURI.create("127.0.0.1", n.port)).toList();
+    }
+
+    /** Announces {@code node} on {@code port} (0: its own) and waits until every node's map says so. */
+    static void announce(TestServer node, String id, int port) throws InterruptedException {
+        node.cmd("CONFIG", "SET", "cluster-announce-port", port);
+        String seen = ":" + (port == 0 ? node.port : port) + "@";
+        for (TestServer n : nodes) {
+            assertTrue(TestServer.eventually(() -> String.valueOf(n.cmd("CLUSTER", "NODES")).lines()
+                    .anyMatch(l -> l.startsWith(id) && l.contains(seen)), 20_000), "the map shows " + seen);
         }
     }
 }

@@ -39,7 +39,7 @@ class ParityTest extends OnServer {
         assertFalse(h.release());
         assertTrue(h.isLost());
         assertEquals(1, reasons.size(), "the lost signal fired");
-        assertTrue(reasons.get(0).contains("had already ended when it was released"), reasons.get(0));
+        assertEquals("the hold was gone when released (its lease ran out)", reasons.get(0));
     }
 
     @Test
@@ -174,7 +174,7 @@ class ParityTest extends OnServer {
         long lateMs = (lostAt.get(0) - h.leaseEnd()) / 1_000_000;
         assertTrue(lostAt.get(0) - h.leaseEnd() >= 0, "not before its end");
         assertTrue(lateMs <= ttlMs / 10 + 100, "lost " + lateMs + " ms after its end (rule 15: 10% of the ttl + 100 ms)");
-        assertTrue(reasons.get(0).startsWith("the lease ended: a fixed lease"), reasons.get(0));
+        assertEquals("the lease ended (a fixed lease, not extended in time)", reasons.get(0));
         long releases = server.calls("lock.release");
         long guards = server.calls("lock.guard");
         assertThrows(StaleTokenException.class, () -> h.guard("SET", "x", "1"));
@@ -231,6 +231,82 @@ class ParityTest extends OnServer {
             root.removeHandler(handler);
         }
         assertEquals(List.of(), logged);
+    }
+
+    @Test
+    void extendOfALiveHold_true_theLeaseEndsTtlFromNow_theWatchdogRenewsByIt() throws Exception {
+        Hold h = locks.acquire("k", Duration.ZERO, LockOptions.defaults().ttl(Duration.ofSeconds(30)));
+        assertTrue(h.extend(Duration.ofMillis(1500)), "shorter than before");
+        assertEquals(Duration.ofMillis(1500), h.ttl());
+        assertTrue((Long) server.info("k").get("ttl") <= 1500, "the lease ends 1.5 s from now");
+        // Past the extended lease's end (1.5 s, renewed every 500 ms): the watchdog renews by 1.5 s.
+        Thread.sleep(2000);
+        assertFalse(h.isLost());
+        assertTrue((Long) server.info("k").get("ttl") <= 1500, "renewed by the extended ttl, not the 30 s");
+        assertTrue(h.extend(), "by default the hold's ttl");
+        assertTrue(h.release());
+    }
+
+    @Test
+    void extendAnsweredZero_false_lostOnce_theLeaseRanOut() throws Exception {
+        Hold h = locks.acquire("k", Duration.ZERO, LockOptions.defaults().onLost((x, r) -> reasons.add(r)));
+        server.cmd("LOCK.FORCERELEASE", "k");
+        assertFalse(h.extend(Duration.ofSeconds(30)));
+        assertTrue(h.isLost());
+        assertEquals(List.of("the lease ran out before it was renewed"), reasons);
+        assertFalse(h.extend(Duration.ofSeconds(30)), "known lost now");
+        assertEquals(1, reasons.size(), "reported once");
+    }
+
+    @Test
+    void extendOfAHoldKnownLostOrReleased_false_nothingSent() throws Exception {
+        Hold released = locks.acquire("r", Duration.ZERO, LockOptions.defaults().watchdog(false));
+        assertTrue(released.release());
+        Hold lost = lostHold();
+        long extends_ = server.calls("lock.extend");
+        assertFalse(released.extend(Duration.ofSeconds(1)), "released");
+        assertFalse(lost.extend(Duration.ofSeconds(1)), "lost");
+        assertFalse(lost.extend(), "lost");
+        assertEquals(extends_, server.calls("lock.extend"), "no LOCK.EXTEND sent");
+    }
+
+    /**
+     * Rule 19: the server is a replica (REPLICAOF another server), so LOCK.ACQUIRE answers
+     * READONLY; promoted before the caller's deadline, it grants the same owner.
+     */
+    @Test
+    void aRetryableReplyToAnAcquire_isAskedAgainWithTheSameOwner_untilTheDeadline() throws Exception {
+        try (TestServer master = new TestServer()) {
+            server.cmd("REPLICAOF", "127.0.0.1", master.port);
+            RuntimeException readOnly = assertThrows(RuntimeException.class, () -> server.cmd("LOCK.ACQUIRE", "probe", "x", "1000"));
+            assertTrue(readOnly.getMessage().startsWith("READONLY"), readOnly.getMessage());
+            LockOptions mine = LockOptions.defaults().owner("worker-19");
+            CompletableFuture<Hold> f = locks.acquireAsync("k", Duration.ofSeconds(20), mine);
+            Thread.sleep(500); // refused as READONLY, and asked again, meanwhile
+            assertFalse(f.isDone(), "still asking");
+            server.cmd("REPLICAOF", "NO", "ONE");
+            Hold h = f.get(20, TimeUnit.SECONDS);
+            assertEquals("worker-19", h.owner());
+            assertEquals("worker-19", server.info("k").get("owner"), "granted to the same owner");
+            assertTrue(h.release());
+        }
+    }
+
+    /** A renewal refused by the server (NOPERM: lock.extend taken away by ACL): lost once, with the reply. */
+    @Test
+    void aRenewalRefused_lostOnce_renewalRefusedNoperm() throws Exception {
+        // A 600 ms lease, renewed every 200 ms.
+        Hold h = locks.acquire("k", Duration.ZERO, LockOptions.defaults().ttl(Duration.ofMillis(600)).onLost((x, r) -> reasons.add(r)));
+        try {
+            server.cmd("ACL", "SETUSER", "default", "-lock.extend");
+            assertTrue(TestServer.eventually(h::isLost, 3000), "lost");
+            Thread.sleep(300); // a second report would come from a later renewal
+            assertEquals(1, reasons.size(), "once: " + reasons);
+            assertTrue(reasons.get(0).startsWith("renewal refused: NOPERM"), reasons.get(0));
+            assertFalse(h.release(), "known lost");
+        } finally {
+            server.cmd("ACL", "SETUSER", "default", "+@all");
+        }
     }
 
     /** The arguments of the last {@code command} in the server's SLOWLOG. */

@@ -1,0 +1,111 @@
+package io.redislock;
+
+import io.lettuce.core.RedisCommandExecutionException;
+import java.util.ArrayList;
+import java.util.List;
+
+/**
+ * The wire protocol, written once (docs/clients.md): the commands the client sends, how a reply
+ * reads, the loss reasons of rule 8 word for word, and the error replies that are asked again
+ * (rule 19). Everything else in the client builds its commands and reasons here.
+ */
+final class Protocol {
+    static final String ACQUIRE = "LOCK.ACQUIRE";
+    static final String RELEASE = "LOCK.RELEASE";
+    static final String EXTEND = "LOCK.EXTEND";
+    static final String GUARD = "LOCK.GUARD";
+    /** Redis's own {@code WAIT n timeout}, after a durable grant (rule 9). */
+    static final String WAIT = "WAIT";
+
+    /**
+     * The error replies that say this server did not run the command and cannot serve the key now
+     * (rule 19): asked again with the same owner; to the watchdog, a broken link.
+     */
+    static final List<String> RETRYABLE = List.of("MOVED", "ASK", "TRYAGAIN", "CLUSTERDOWN", "READONLY", "LOADING", "MASTERDOWN",
+            "UNBLOCKED");
+
+    // The loss reasons (rule 8), word for word in every client.
+    static final String RAN_OUT = "the lease ran out before it was renewed";
+    static final String GONE_WHEN_RELEASED = "the hold was gone when released (its lease ran out)";
+    static final String FIXED_LEASE_ENDED = "the lease ended (a fixed lease, not extended in time)";
+
+    private Protocol() {}
+
+    /** {@code LOCK.ACQUIRE key owner ttl [modes...] [WAIT ms]}'s arguments after the key ({@code wait < 0}: no WAIT). */
+    static Object[] acquire(String owner, long ttlMs, List<Object> modes, long waitMs) {
+        List<Object> a = new ArrayList<>();
+        a.add(owner);
+        a.add(ttlMs);
+        a.addAll(modes);
+        if (waitMs >= 0) {
+            a.add("WAIT");
+            a.add(waitMs);
+        }
+        return a.toArray();
+    }
+
+    /** {@code LOCK.RELEASE key owner TOKEN token}'s arguments after the key. */
+    static Object[] release(String owner, long token) {
+        return new Object[] {owner, "TOKEN", token};
+    }
+
+    /** {@code LOCK.EXTEND key owner ttl TOKEN token}'s arguments after the key: a renewal, or an extend. */
+    static Object[] extend(String owner, long ttlMs, long token) {
+        return new Object[] {owner, ttlMs, "TOKEN", token};
+    }
+
+    /** {@code LOCK.GUARD key token command...}'s arguments after the key. */
+    static Object[] guard(long token, String... command) {
+        Object[] args = new Object[command.length + 1];
+        args[0] = token;
+        System.arraycopy(command, 0, args, 1, command.length);
+        return args;
+    }
+
+    /** An acquire's reply: the fencing token, or null when not granted. */
+    static Long token(Long reply) {
+        return reply;
+    }
+
+    /** A release's, renewal's or extend's reply: whether the hold was live. */
+    static boolean live(Long reply) {
+        return reply != null && reply == 1;
+    }
+
+    /** Whether an error reply begins with one of the {@link #RETRYABLE} codes (rule 19). */
+    static boolean isRetryable(RedisCommandExecutionException e) {
+        String m = String.valueOf(e.getMessage());
+        int space = m.indexOf(' ');
+        return RETRYABLE.contains(space < 0 ? m : m.substring(0, space));
+    }
+
+    /** {@code LOCK.GUARD}'s refusal: the token is no longer the live hold's (rule 5). */
+    static boolean isStale(RedisCommandExecutionException e) {
+        return String.valueOf(e.getMessage()).startsWith("STALE");
+    }
+
+    /** A server without the module: it answers, but not as the lock service (rule 14). */
+    static boolean isUnknownCommand(RedisCommandExecutionException e) {
+        return String.valueOf(e.getMessage()).startsWith("ERR unknown command");
+    }
+
+    /** The deadline passed with no successful renewal (rule 15). */
+    static String unreachable(String cause) {
+        return "the server could not be reached before the lease ended: " + cause;
+    }
+
+    /** A renewal got an error reply that is not retryable. */
+    static String refused(String errorReply) {
+        return "renewal refused: " + errorReply;
+    }
+
+    /** Any other failure of the loop for this hold. */
+    static String watchdogFailed(String cause) {
+        return "the watchdog failed: " + cause;
+    }
+
+    /** A session hold's own connection broke. */
+    static String sessionClosed(String cause) {
+        return "the session's connection closed: " + cause;
+    }
+}
