@@ -43,6 +43,11 @@ class Run:
     def connections(self) -> int:
         return int(self.monitor.info("clients")["connected_clients"])
 
+    async def aside(self, fn, *args):
+        """``fn(*args)``, a blocking call on the monitor connection, in a thread: it never
+        holds up the event loop that renews the asyncio flavour's holds."""
+        return await asyncio.get_running_loop().run_in_executor(None, fn, *args)
+
     def lock(self, client, i):
         flavour = redislock.aio if self.asyncio else redislock
         return flavour.Lock(client, f"renew:{i}", ttl=self.args.ttl_ms / 1000,
@@ -57,10 +62,10 @@ class Run:
 
     async def keep(self) -> int:
         """The most connections seen, sampled each second for the run's seconds."""
-        most = self.connections()
+        most = await self.aside(self.connections)
         for _ in range(self.args.seconds):
             await asyncio.sleep(1.0)
-            most = max(most, self.connections())
+            most = max(most, await self.aside(self.connections))
         return most
 
     def live_on_server(self, keys) -> bool:
@@ -77,7 +82,8 @@ class Run:
         after = await self.keep()
         await done(locks[0].release())
         await asyncio.sleep(2 * self.args.ttl_ms / 3000)  # two renewal intervals
-        others = not self.lost and self.live_on_server([lock.key for lock in locks[1:]])
+        others = not self.lost and await self.aside(self.live_on_server,
+                                                    [lock.key for lock in locks[1:]])
         for lock in locks[1:]:
             await done(lock.release())
         await done(client.aclose() if self.asyncio else client.close())

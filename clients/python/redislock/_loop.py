@@ -15,7 +15,7 @@ closes its connection, when it has no hold left; the next hold starts it again.
 from __future__ import annotations
 
 import time
-from typing import Any, List, Optional
+from typing import Any, List, Optional, Tuple
 
 from . import _protocol as p
 from ._core import Steps, log
@@ -92,6 +92,7 @@ class LoopBase:
         with self.mutex:
             if not self.schedule:
                 self.running = False
+                self.schedule.clear()
                 return False
             now = time.monotonic()
             losses = self.schedule.expired(now)
@@ -117,30 +118,34 @@ class LoopBase:
                     losses = self.schedule.not_sent(batch, time.monotonic(), p.cause_of(err))
                 yield self._announce, losses
                 return
-        losses: List[Loss] = []
-        with self.mutex:
-            live, data = [], []
-            for entry in batch:
-                if entry.live:
-                    try:
-                        data.append(entry.renewal())
-                        live.append(entry)
-                    except Exception as err:  # nobody else would hear of it: lost, said
-                        log.error("redislock: a renewal of %s failed", entry.lock.key,
-                                  exc_info=err)
-                        losses += filter(None, [self.schedule.lose(entry, p.watchdog_failed(err))])
-            sent = time.monotonic()
-            try:
-                yield self._write, link, b"".join(data), self._time_left(live)
-                self.schedule.sent(live, sent)
-            except Exception as err:
-                losses += self.schedule.not_sent(live, sent, p.cause_of(err))
-                failed: Optional[Exception] = err
-            else:
-                failed = None
+        failed: Optional[Exception] = None
+        with self.mutex:  # held while writing: a release waits, or finds its hold not sent
+            live, data, losses = self._renewals(batch)
+            if live:
+                sent = time.monotonic()
+                try:
+                    yield self._write, link, b"".join(data), self._time_left(live)
+                    self.schedule.sent(live, sent)
+                except Exception as err:
+                    losses += self.schedule.not_sent(live, sent, p.cause_of(err))
+                    failed = err
         if failed is not None:
             losses += yield from self._broken(link, p.cause_of(failed))
         yield self._announce, losses
+
+    def _renewals(self, batch: List[Entry]) -> Tuple[List[Entry], List[bytes], List[Loss]]:
+        """The entries of ``batch`` still in the loop, their renewals, and the losses of those
+        whose renewal could not even be made (with the mutex held)."""
+        live, data, losses = [], [], []
+        for entry in batch:
+            if entry.live:
+                try:
+                    data.append(entry.renewal())
+                    live.append(entry)
+                except Exception as err:  # nobody else would hear of it: lost, said
+                    log.error("redislock: a renewal of %s failed", entry.lock.key, exc_info=err)
+                    losses += filter(None, [self.schedule.lose(entry, p.watchdog_failed(err))])
+        return live, data, losses
 
     def _time_left(self, entries: List[Entry]) -> float:
         """How long connecting or writing may take: until the first deadline of the loop's holds

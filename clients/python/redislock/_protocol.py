@@ -276,6 +276,8 @@ def unavailable(pool: Any, err: BaseException, doing: str = "") -> Unavailable:
 
 
 def cause_of(err: BaseException) -> str:
+    if isinstance(err, (ResponseError, BusyLoadingError)):
+        return error_reply(err)  # the server's words, its code first
     for cause in (err, err.__cause__, err.__context__):
         if isinstance(cause, OSError) and (cause.errno or cause.strerror):  # refused, reset...
             text = os.strerror(cause.errno) if cause.errno else cause.strerror

@@ -84,6 +84,13 @@ class Schedule:
     def __bool__(self) -> bool:
         return self.count > 0
 
+    def clear(self) -> None:
+        """Forget the stale items (the loop ends with its last hold): they hold their locks."""
+        self._dues.clear()
+        self._deadlines.clear()
+        self.in_flight.clear()
+        self.stalled = False
+
     def add(self, entry: Entry) -> None:
         self.count += 1
         self._watch(entry)
