@@ -110,8 +110,10 @@ class LoopBase:
     def _send(self, link: Any, batch: List[Entry]) -> Steps[None]:
         """``batch``'s renewals in one write, connecting first if need be."""
         if not link.connected():
+            with self.mutex:
+                timeout = self._time_left(batch)
             try:
-                yield self._connect, link, self._time_left(batch)
+                yield self._connect, link, timeout
             except Exception as err:
                 yield self._close, link
                 with self.mutex:
@@ -149,7 +151,8 @@ class LoopBase:
 
     def _time_left(self, entries: List[Entry]) -> float:
         """How long connecting or writing may take: until the first deadline of the loop's holds
-        (a thread blocked on it checks none), at most the shortest interval of ``entries``."""
+        (a thread blocked on it checks none), at most the shortest interval of ``entries``
+        (with the mutex held)."""
         now = time.monotonic()
         first = self.schedule.first_deadline()
         bound = min([e.interval for e in entries] + [first - now if first else 1.0])
