@@ -4,12 +4,14 @@ acquire asks again, with the same owner, until the caller's deadline or the unav
 bound. Here the server is a replica (``LOCK.ACQUIRE`` answers ``READONLY``) until it is
 promoted. Each body runs in both flavours."""
 
+import asyncio
 import threading
 
 import pytest
 
 import redislock
 from conftest import as_map
+from flavours import soon
 from redislock import _protocol as p
 
 
@@ -41,3 +43,18 @@ async def test_a_readonly_reply_past_the_deadline_is_unavailable(flavour, server
     lock = flavour.Lock(flavour.client(lone_server), "k", ttl=5)
     with pytest.raises(redislock.Unavailable, match="READONLY"):
         await lock.acquire(timeout=0.5)
+
+
+async def test_a_readonly_reply_to_a_renewal_is_retried_until_the_deadline(
+        flavour, server, lone_server):
+    """To the renewal loop a retryable reply is a broken link: asked again (on a new
+    connection) until the lease deadline, then lost with that reply as the cause."""
+    lost = []
+    lock = flavour.Lock(flavour.client(lone_server), "k", ttl=1.5, raise_on_lost=False,
+                        on_lost=lost.append)
+    assert await lock.acquire()
+    lone_server.client().replicaof("127.0.0.1", server.port)  # its writes: READONLY from now
+    assert await soon(lambda: lost, 5), "lost at the lease deadline (1.5 s)"
+    assert lost[0].startswith(p.UNREACHABLE + ": READONLY"), lost
+    await asyncio.sleep(0.6)  # more renewal periods (0.5 s): nothing more reported
+    assert len(lost) == 1 and lock.lost == lost[0]
