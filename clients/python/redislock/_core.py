@@ -15,6 +15,7 @@ import logging
 import time
 from typing import Any, Callable, Generator, Optional, Sequence, Tuple, TypeVar
 
+from redis.exceptions import ConnectionError as LinkError
 from redis.exceptions import ResponseError
 
 from . import _protocol as p
@@ -81,10 +82,12 @@ class LockBase:
     _Event: Callable[[], Any]
     #: The class of ``hold()``'s object (a ``HoldBase`` with the flavour's ``with``).
     _Hold: Callable[..., Any]
-    #: What the watchdog takes for its own failure, which loses the hold at once: inherent to
-    #: the flavour (a thread has nobody to raise to; a task leaves cancellation and interrupts
-    #: to the event loop).
+    #: What a session hold's watchdog takes for its own failure, which loses the hold at once:
+    #: inherent to the flavour (a thread has nobody to raise to; a task leaves cancellation and
+    #: interrupts to the event loop).
     _WATCHDOG_FAILURES: Tuple[type, ...] = (BaseException,)
+    #: The renewal loop of a pool (``redislock._loop``): the threads' or the tasks'.
+    _loop_of: Callable[[Any], Any]
 
     def __init__(
         self,
@@ -136,7 +139,9 @@ class LockBase:
         self._granted_at = 0.0
         self._lease_from = 0.0  # when the lease of the hold began at the latest (rule 15)
         self._stop: Any = None
-        self._watchdog: Any = None
+        self._watchdog: Any = None  # a session hold's (see ``_watch``)
+        self._entry: Any = None  # the hold in its pool's renewal loop (``_schedule.Entry``)
+        self._renewals: Optional[p.Renewals] = None  # a session hold's renewals
 
     # -- the flavour's I/O: plain methods in redislock.lock, coroutines in redislock.aio --------
 
@@ -182,6 +187,15 @@ class LockBase:
 
     def _start_watchdog(self, token: int, stop: Any) -> None:
         """Carry out ``_watch(token, stop)`` on its own: a thread, or a task."""
+        raise NotImplementedError
+
+    def _in_background(self, steps: Steps[Any]) -> None:
+        """Carry out ``steps`` on their own (a thread, or a task), nobody waiting for them."""
+        raise NotImplementedError
+
+    def _on_own(self, conn: Any, timeout: float) -> bool:
+        """Whether ``conn`` (a session hold's) is still connected; if so, each reply on it is
+        awaited at most ``timeout`` seconds. It is never connected again: it is the hold."""
         raise NotImplementedError
 
     def _call_back(self, fn: Callable[..., Any], *args: Any) -> None:
@@ -241,7 +255,7 @@ class LockBase:
         granted = sent if wait is None else time.monotonic()
         token = p.token_of(reply)
         if token is not None and self.replicas:
-            token = yield from self._durable(pool, conn, token)
+            token = yield from self._durable(pool, conn, token, granted)
         if token is not None and self.session:
             self._session_conn = conn  # kept open while the hold lives
         elif keep:
@@ -251,9 +265,10 @@ class LockBase:
         yield self._in_state, self._grant(token, granted)
         return True
 
-    def _durable(self, pool: Any, conn: Any, token: int) -> Steps[Optional[int]]:
+    def _durable(self, pool: Any, conn: Any, token: int, granted: float) -> Steps[Optional[int]]:
         """A grant is durable once ``replicas`` have it (``WAIT``); else it is given back and
-        the acquire reports no grant."""
+        the acquire reports no grant. A ``WAIT`` that fails or gets no answer is
+        ``Unavailable``, and the grant is given back when the server answers again."""
         try:
             yield self._connect, conn, self.unavailable_after + self.replicas_timeout
             yield self._write, conn, p.wait_args(self.replicas, self.replicas_timeout)
@@ -261,14 +276,27 @@ class LockBase:
                 return token
             yield self._write, conn, p.release_args(self.key, self.owner, token)
             yield self._read, conn
-        except p.BROKEN_LINK + p.NOT_REDIS as err:  # the grant ends with its lease
+        except BaseException as err:
             yield self._close, conn
-            raise p.unavailable(pool, err) from err
-        except BaseException:
-            yield self._close, conn
+            yield self._in_background, self._give_back_grant(token, granted + self.ttl)
+            if isinstance(err, p.BROKEN_LINK + p.NOT_REDIS):
+                raise p.unavailable(pool, err) from err
             raise
         self._emit("not-durable", replicas=self.replicas)
         return None
+
+    def _give_back_grant(self, token: int, lease_end: float) -> Steps[None]:
+        """Release grant ``token``, which nobody holds (its acquire failed), once the server
+        answers: asked again until it does, or until its lease has ended on its own."""
+        args = p.release_args(self.key, self.owner, token)
+        while time.monotonic() < lease_end:
+            try:
+                yield from self._command(args)
+                return
+            except Unavailable:
+                yield self._pause, p.RETRY_PAUSE
+            except Exception:  # refused (an ACL, say): its lease ends it
+                return
 
     # -- calls: every command of a hold, with rule 14's bound -------------------------------
 
@@ -279,7 +307,9 @@ class LockBase:
         connection, still lent, if ``keep``). A link that breaks (or a connection that cannot
         be made) is retried, after the command was sent only if ``resend``, until ``deadline``
         or ``unavailable_after`` since the first failure, whichever comes first: then the call
-        fails with ``Unavailable``, as at once when the service does not answer as Redis."""
+        fails with ``Unavailable``, as at once when the service does not answer as Redis. A
+        retryable error reply (rule 19: the server did not run it) is asked again the same way,
+        on a new connection (through Sentinel: to the master, now)."""
         outage = p.Outage(self.unavailable_after)
         spares = p.spares_of(pool)
         while True:
@@ -298,14 +328,22 @@ class LockBase:
                 yield self._close, conn
                 raise
             except ResponseError as err:
-                yield from self._give_back(pool, conn)
-                raise p.translate(err, pool) from err
+                reply = p.error_reply(err)
+                if not p.retryable(reply):
+                    yield from self._give_back(pool, conn)
+                    raise p.translate(err, pool) from err
+                yield self._close, conn
+                if outage.failed() or p.expired(deadline):
+                    raise p.unavailable(pool, err) from err
+                yield self._pause, p.RETRY_PAUSE
+                continue
             except p.NOT_REDIS as err:
                 yield self._close, conn
                 raise p.unavailable(pool, err) from err
-            except p.BROKEN_LINK as err:
+            except p.BROKEN_LINK as err:  # (LOADING is one to redis-py: not run, so resent)
                 yield self._close, conn
-                if (sent and not resend) or outage.failed() or p.expired(deadline):
+                ran = sent and not p.retryable(p.error_reply(err))
+                if (ran and not resend) or outage.failed() or p.expired(deadline):
                     raise p.unavailable(pool, err) from err
                 yield self._pause, p.RETRY_PAUSE
                 continue
@@ -361,48 +399,50 @@ class LockBase:
         return reply
 
     def _grant(self, token: int, granted: float) -> Steps[None]:
-        """Hold ``token`` from now (with the state lock held), renewed by a new watchdog."""
+        """Hold ``token`` from now (with the state lock held): in its pool's renewal loop (a
+        fixed lease: timed there), or, a session hold, renewed by a watchdog of its own on its
+        own connection (the hold lives as long as that connection)."""
         self.token, self.lost = token, None
         self._granted_at = time.monotonic()
         self._lease_from = granted
         self._stop = self._Event()
-        if self._lease_timer:
+        self._entry = self._renewals = None
+        if self.session and self.watchdog:
+            self._renewals = p.Renewals(self.ttl, granted)
             yield self._start_watchdog, token, self._stop
+        elif self._lease_timer:
+            pool = p.pool_of(self.client, self.key)
+            self._entry = self._loop_of(pool).add(pool, self, token, self.ttl, granted,
+                                                  self.watchdog)
 
-    # -- the watchdog ------------------------------------------------------------------------
+    def _unwatch(self) -> None:
+        """Take the hold out of its loop (or stop its session watchdog): nothing of it is sent
+        after, and the loop no longer marks it lost."""
+        entry, self._entry = self._entry, None
+        if entry is not None:
+            entry.loop.remove(entry)
+        if self._stop is not None:
+            self._stop.set()
+
+    def _lost_in_loop(self, token: int, reason: str) -> bool:
+        """The loop lost hold ``token`` (with the loop's mutex held): whether it is news."""
+        return self.token == token and self._mark_lost(reason)
+
+    # -- a session hold's watchdog -----------------------------------------------------------
 
     def _watch(self, token: int, stop: Any) -> Steps[None]:
-        """Renew the lease of hold ``token`` by the rules of ``p.Renewals`` on a connection of
-        its own, outside the pool (see ``p.own_connection``), closed when the watchdog ends,
+        """Renew session hold ``token`` on its own connection by the rules of ``p.Renewals``
         until ``stop`` is set (by release, in one step with the renewals). Whatever fails, the
-        hold is marked lost and announced: renewals never end silently. A fixed lease
-        (``watchdog=False``) is only timed: lost at its end."""
-        if not self.watchdog:
-            return (yield from self._time_fixed_lease(token, stop))
-        renewals = p.Renewals(self.ttl, self._lease_from)
-        conn = None
+        hold is marked lost and announced: renewals never end silently."""
+        renewals, conn = self._renewals, self._session_conn
         lost: Optional[str] = None
         try:
-            conn = p.own_connection(p.pool_of(self.client, self.key), renewals.timeout())
             # Woken at each renewal, and at the lease deadline: lost then, not a renewal later.
             while lost is None and not (yield self._stopped, stop, renewals.pause()):
                 lost = yield from self._renewal(conn, token, renewals)
         except self._WATCHDOG_FAILURES as err:  # nobody would hear of it: say it, once
             log.error("redislock: the watchdog of %s failed", self.key, exc_info=err)
             lost = yield self._in_state, _now(self._lose, token, p.watchdog_failed(err))
-        finally:
-            if conn is not None:
-                yield self._close, conn
-        if lost is not None:
-            yield from self._announce_lost(lost)
-
-    def _time_fixed_lease(self, token: int, stop: Any) -> Steps[None]:
-        """Lose the fixed lease of hold ``token`` at its end (rule 15), unless released first:
-        then release and guard answer without the server (rule 16)."""
-        end = self._lease_from + self.ttl
-        if (yield self._stopped, stop, max(0.0, end - time.monotonic())):
-            return
-        lost = yield self._in_state, _now(self._lose, token, p.FIXED_LEASE_ENDED)
         if lost is not None:
             yield from self._announce_lost(lost)
 
@@ -415,25 +455,72 @@ class LockBase:
         if reason is None:
             try:
                 sent = time.monotonic()
-                yield self._connect, conn, renewals.timeout()
-                if not (yield self._in_state, self._send_renewal(conn, token)):
+                if not (yield self._on_own, conn, renewals.timeout()):
+                    raise LinkError("the connection was closed")
+                if not (yield self._in_state, self._send_renewal(conn, token, renewals.ttl)):
                     return None  # released first: never renew a released hold
                 reason = renewals.answered(sent, (yield self._read, conn))
             except p.BROKEN_LINK + p.NOT_REDIS as err:
-                yield self._close, conn
-                reason = renewals.broken(err)
+                yield self._close, conn  # (if it is not closed already: the hold ends with it)
+                reason = renewals.ended() or p.session_closed(err)
             except ResponseError as err:
-                reason = p.refused(err)
+                reason = p.refused(p.error_reply(err))
         if reason is None:
             return None
         return (yield self._in_state, _now(self._lose, token, reason))
 
-    def _send_renewal(self, conn: Any, token: int) -> Steps[bool]:
+    def _send_renewal(self, conn: Any, token: int, ttl: float) -> Steps[bool]:
         """Send the renewal of hold ``token`` (with the state lock held), unless it was released."""
         if self.token != token:
             return False
-        yield self._write, conn, p.extend_args(self.key, self.owner, self.ttl, token)
+        yield self._write, conn, p.extend_args(self.key, self.owner, ttl, token)
         return True
+
+    # -- extend --------------------------------------------------------------------------------
+
+    def _extend(self, ttl: Optional[float]) -> Steps[bool]:
+        """Rule 20: ``LOCK.EXTEND`` now, so the lease ends ``ttl`` from now (None: the hold's
+        ttl) and the renewals go on by it. False, nothing sent, for a hold known lost or
+        released; False when the server answers 0 (the hold is then lost, reported once)."""
+        token = self.token
+        if ttl is not None:
+            ttl = p.check_ttl(ttl)
+        if token is None or self.lost is not None:
+            return False
+        ttl = self._hold_ttl() if ttl is None else ttl
+        sent = time.monotonic()
+        reply = yield from self._command(p.extend_args(self.key, self.owner, ttl, token))
+        if p.extended(reply):
+            return (yield self._in_state, _now(self._extended, token, ttl, sent))
+        lost = yield self._in_state, _now(self._lose_now, token, p.LEASE_RAN_OUT)
+        if lost is not None:
+            yield from self._announce_lost(lost)
+        return False
+
+    def _hold_ttl(self) -> float:
+        if self._entry is not None:
+            return self._entry.ttl
+        return self._renewals.ttl if self._renewals is not None else self.ttl
+
+    def _extended(self, token: int, ttl: float, sent: float) -> bool:
+        """An extend of hold ``token`` sent at ``sent`` was answered 1 (with the state lock
+        held): the lease ends ``ttl`` after ``sent``; False if the hold was lost meanwhile."""
+        if self.token != token or self.lost is not None:
+            return False
+        if self._entry is not None:
+            return bool(self._entry.loop.extended(self._entry, ttl, sent))
+        if self._renewals is not None:
+            self._renewals.extended(ttl, sent)
+        return True
+
+    def _lose_now(self, token: int, reason: str) -> Optional[str]:
+        """Hold ``token`` is lost for ``reason`` (with the state lock held), taken out of its
+        loop: the reason to announce, unless it was known already."""
+        if self.token != token:
+            return None
+        if self._entry is not None:
+            return reason if self._entry.loop.lose(self._entry, reason) else None
+        return self._lose(token, reason)
 
     def _mark_lost(self, reason: str) -> bool:
         """Record the loss (with the state lock held); True the first time, when the caller
@@ -488,17 +575,15 @@ class LockBase:
 
     def _abandon(self) -> None:
         """A release interrupted before it ended the hold (cancelled or interrupted while the
-        state lock was busy, or its command failed): stop the watchdog all the same, so the
+        state lock was busy, or its command failed): stop the renewals all the same, so the
         hold ends with its lease instead of being renewed for as long as the process lives."""
-        if self._stop is not None:
-            self._stop.set()
+        self._unwatch()
         self.token = None
 
     def _end(self) -> Steps[Tuple[bool, bool, float]]:
         """End the hold (with the state lock held, so the watchdog stops in this very step):
         whether the server released it, whether it is newly lost, how long it was held."""
-        if self._stop is not None:
-            self._stop.set()
+        self._unwatch()  # first: after this, the loop sends nothing of it nor marks it lost
         token, self.token = self.token, None
         released = False
         # A hold known lost answers without the server (rule 16); a release that finds it gone

@@ -14,7 +14,19 @@ import weakref
 from dataclasses import dataclass
 from typing import Any, List, Optional, Sequence, Union
 
-from redis.exceptions import ConnectionError, InvalidResponse, ResponseError, TimeoutError
+from redis.exceptions import (
+    AskError,
+    BusyLoadingError,
+    ClusterDownError,
+    ConnectionError,
+    InvalidResponse,
+    MasterDownError,
+    MovedError,
+    ReadOnlyError,
+    ResponseError,
+    TimeoutError,
+    TryAgainError,
+)
 
 from .errors import Deadlock, Stale, Unavailable
 
@@ -27,11 +39,28 @@ BROKEN_LINK = (ConnectionError, TimeoutError, asyncio.TimeoutError)
 #: The service answered, but not as Redis does (an HTTP server, say): unavailable at once.
 NOT_REDIS = (InvalidResponse,)
 
-#: Why a hold was lost, in the words of both clients.
+#: Why a hold was lost: rule 8's table, word for word in every client (a ``: <cause>`` follows
+#: the ones that end with a colon's worth of cause, see ``unreachable`` and the like).
 LEASE_RAN_OUT = "the lease ran out before it was renewed"
 UNREACHABLE = "the server could not be reached before the lease ended"
+REFUSED = "renewal refused"
+WATCHDOG_FAILED = "the watchdog failed"
 GONE_AT_RELEASE = "the hold was gone when released (its lease ran out)"
-FIXED_LEASE_ENDED = "its fixed lease ended (watchdog=False)"
+FIXED_LEASE_ENDED = "the lease ended (a fixed lease, not extended in time)"
+SESSION_CLOSED = "the session's connection closed"
+#: The cause of a loss at the deadline when the renewal in flight got no answer at all.
+NO_ANSWER = "no answer in time"
+
+#: Rule 19: an error reply that begins with one of these says the server did not run the command
+#: and cannot serve the key now; it is asked again (the watchdog: a broken link), any other
+#: error reply is not.
+RETRYABLE = ("MOVED", "ASK", "TRYAGAIN", "CLUSTERDOWN", "READONLY", "LOADING", "MASTERDOWN",
+             "UNBLOCKED")
+
+#: redis-py's classes of some error replies, whose message it keeps without the code.
+_CODE_OF = ((MovedError, "MOVED"), (AskError, "ASK"), (TryAgainError, "TRYAGAIN"),
+            (ClusterDownError, "CLUSTERDOWN"), (ReadOnlyError, "READONLY"),
+            (BusyLoadingError, "LOADING"), (MasterDownError, "MASTERDOWN"))
 
 #: The default of ``unavailable_after`` (rule 14), in seconds.
 UNAVAILABLE_AFTER = 10.0
@@ -243,10 +272,12 @@ def address_of(pool: Any) -> str:
 def unavailable(pool: Any, err: BaseException, doing: str = "") -> Unavailable:
     """``err`` (a broken link, or an answer that is not Redis's) as rule 14's error; ``doing``
     says what got no answer, if not the command itself."""
-    return Unavailable(address_of(pool), doing + _cause_of(err))
+    return Unavailable(address_of(pool), doing + cause_of(err))
 
 
-def _cause_of(err: BaseException) -> str:
+def cause_of(err: BaseException) -> str:
+    if isinstance(err, (ResponseError, BusyLoadingError)):
+        return error_reply(err)  # the server's words, its code first
     for cause in (err, err.__cause__, err.__context__):
         if isinstance(cause, OSError) and (cause.errno or cause.strerror):  # refused, reset...
             text = os.strerror(cause.errno) if cause.errno else cause.strerror
@@ -383,49 +414,109 @@ def _close_with(pool: Any, spares: Spares) -> None:
         pass
 
 
-def refused(err: ResponseError) -> str:
-    return f"renewal refused: {err}"
+def error_reply(err: BaseException) -> str:
+    """The server's error reply as it sent it (redis-py drops the code of some: put back)."""
+    text = str(err)
+    code = getattr(err, "status_code", None)
+    if not code:
+        code = next((c for cls, c in _CODE_OF if isinstance(err, cls)), None)
+    if code and not text.startswith(code):
+        return f"{code} {text}"
+    return text
+
+
+def retryable(reply: str) -> bool:
+    """Whether the error reply ``reply`` (its text, code first) is one of rule 19's."""
+    return reply.split(" ", 1)[0] in RETRYABLE
+
+
+def refused(reply: str) -> str:
+    return f"{REFUSED}: {reply}"
 
 
 def watchdog_failed(err: BaseException) -> str:
-    return f"the watchdog failed: {type(err).__name__}: {err}"
+    return f"{WATCHDOG_FAILED}: {type(err).__name__}: {err}"
+
+
+def unreachable(cause: str) -> str:
+    return f"{UNREACHABLE}: {cause or NO_ANSWER}"
+
+
+def session_closed(err: BaseException) -> str:
+    return f"{SESSION_CLOSED}: {cause_of(err)}"
 
 
 class Renewals:
-    """The watchdog's rule, the same in both clients: renew every ``ttl / 3``; the hold is lost
-    when a renewal answers 0 or is refused, or at its lease deadline (rule 15: when the acquire
-    or the last renewal that succeeded was sent, plus the ttl, so never after the server's)
-    when no renewal succeeded in time (a broken link before that is retried; a renewal's reply
-    is awaited no longer than the time left); any other failure loses it at once."""
+    """The renewals of a session hold (not in the loop: it renews on its own connection, which
+    is the hold): every ``ttl / 3``; lost when a renewal answers 0 or is refused, at once when
+    its connection breaks (the server ended the session hold with it), and at its lease
+    deadline (rule 15: when the acquire or the last renewal that succeeded was sent, plus the
+    ttl) when no answer came by then."""
 
     def __init__(self, ttl: float, granted: float):
         self.ttl = ttl
         self.interval = ttl / 3
         self.deadline = granted + ttl
-        self.cause = ""
+
+    def extended(self, ttl: float, sent: float) -> None:
+        """An extend sent at ``sent`` made the lease ``ttl`` long: renewed by it from now on."""
+        self.__init__(ttl, sent)  # type: ignore[misc]
 
     def pause(self) -> float:
         """Until the next renewal, or the deadline if that comes first."""
         return max(0.0, min(self.interval, self.deadline - time.monotonic()))
 
     def timeout(self) -> float:
-        """For connecting and for the reply: never past the next renewal, nor the deadline."""
-        return max(0.001, min(self.interval, self.deadline - time.monotonic()))
+        """For the reply: no longer than the time left to the deadline."""
+        return max(0.001, self.deadline - time.monotonic())
 
     def answered(self, sent: float, renewed: Any) -> Optional[str]:
         """A renewal sent at ``sent`` answered ``renewed``: None while the hold lives."""
-        if int(renewed) != 1:
+        if not extended(renewed):
             return LEASE_RAN_OUT
         self.deadline = sent + self.ttl
         return None
 
-    def broken(self, err: BaseException) -> Optional[str]:
-        """The link broke: retried (None) until the deadline."""
-        self.cause = f"{type(err).__name__}: {err}"
-        return self.ended()
-
     def ended(self) -> Optional[str]:
-        """The reason of the loss once the deadline has passed (the last failure's cause in it)."""
-        if time.monotonic() < self.deadline:
-            return None
-        return f"{UNREACHABLE} ({self.cause})" if self.cause else UNREACHABLE
+        """The reason of the loss once the deadline has passed."""
+        return unreachable(NO_ANSWER) if time.monotonic() >= self.deadline else None
+
+
+def extended(reply: Any) -> bool:
+    """Whether ``LOCK.EXTEND`` found the hold (1) or not (0: its lease ran out)."""
+    return int(reply) == 1
+
+
+def packed(args: Sequence[Any], encoding: str = "utf-8") -> bytes:
+    """``args`` as one RESP command, ready to pipeline."""
+    out = [b"*%d\r\n" % len(args)]
+    for arg in args:
+        if isinstance(arg, str):
+            arg = arg.encode(encoding)
+        elif isinstance(arg, int):
+            arg = b"%d" % arg
+        out.append(b"$%d\r\n%s\r\n" % (len(arg), arg))
+    return b"".join(out)
+
+
+class Replies:
+    """The replies of pipelined ``LOCK.EXTEND`` commands, read off the renewal loop's connection
+    as bytes: integers (``:1``) and error replies (``-NOPERM ...``, kept as their text), the
+    only two it answers; anything else is ``InvalidResponse`` (the link is then dropped)."""
+
+    def __init__(self) -> None:
+        self.rest = b""
+
+    def feed(self, data: bytes) -> List[Union[int, str]]:
+        lines = (self.rest + data).split(b"\r\n")
+        self.rest = lines.pop()
+        out: List[Union[int, str]] = []
+        for line in lines:
+            kind = line[:1]
+            if kind == b":":
+                out.append(int(line[1:]))
+            elif kind == b"-":
+                out.append(line[1:].decode("utf-8", "replace"))
+            else:
+                raise InvalidResponse(f"unexpected reply to LOCK.EXTEND: {line[:40]!r}")
+        return out

@@ -13,6 +13,7 @@ from typing import Any, Callable, Optional
 from . import _core
 from . import _protocol as p
 from ._core import arun, log  # noqa: F401  (log: this module's name too)
+from ._loop_tasks import loop_of
 
 __all__ = ["Lock", "Semaphore"]
 
@@ -41,6 +42,7 @@ class Lock(_AsyncWith, _core.LockBase):
     _Hold = Hold
     #: Cancellation and interrupts (``BaseException``) belong to the event loop, not the hold.
     _WATCHDOG_FAILURES = (Exception,)
+    _loop_of = staticmethod(loop_of)
 
     async def acquire(self, blocking: bool = True, timeout: Optional[float] = None) -> bool:
         """Take the lock (see ``redislock.Lock.acquire``)."""
@@ -53,6 +55,10 @@ class Lock(_AsyncWith, _core.LockBase):
     async def guard(self, *command: Any) -> Any:
         """``LOCK.GUARD`` with this hold's token (``redislock.Stale`` once it is not live)."""
         return await arun(self._guarded(command))
+
+    async def extend(self, ttl: Optional[float] = None) -> bool:
+        """``LOCK.EXTEND`` now: the lease ends ``ttl`` from now (see ``redislock.Lock.extend``)."""
+        return await arun(self._extend(ttl))
 
     # -- the I/O of _core's steps, awaited ---------------------------------------------------
 
@@ -132,10 +138,24 @@ class Lock(_AsyncWith, _core.LockBase):
         # release sets ``stop``, so it is never cancelled (an awaited ``on_lost`` runs to its end).
         self._watchdog = asyncio.create_task(arun(self._watch(token, stop)))
 
+    async def _in_background(self, steps: _core.Steps[Any]) -> None:
+        task = asyncio.ensure_future(arun(steps))
+        _BACKGROUND.add(task)  # (the event loop keeps only weak references to tasks)
+        task.add_done_callback(_BACKGROUND.discard)
+
+    async def _on_own(self, conn: Any, timeout: float) -> bool:
+        if not conn.is_connected:
+            return False
+        conn.socket_timeout = timeout
+        return True
+
     async def _call_back(self, fn: Callable[..., Any], *args: Any) -> None:
         result = fn(*args)
         if asyncio.iscoroutine(result):
             await result
+
+
+_BACKGROUND: set = set()
 
 
 async def _read_without_timeout(conn: Any) -> Any:

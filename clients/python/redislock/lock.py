@@ -14,6 +14,7 @@ from typing import Any, Callable, Optional
 from . import _core
 from . import _protocol as p
 from ._core import EventHook, log, run  # noqa: F401  (EventHook, log: this module's names too)
+from ._loop_threads import loop_of
 
 __all__ = ["Lock", "Semaphore", "EventHook"]
 
@@ -49,6 +50,7 @@ class Lock(_With, _core.LockBase):
     _Event = threading.Event
     _Hold = Hold
     _WATCHDOG_FAILURES = (BaseException,)  # a thread has nobody to raise to
+    _loop_of = staticmethod(loop_of)
 
     def acquire(self, blocking: bool = True, timeout: Optional[float] = None) -> bool:
         """Take the lock, waiting in the server's queue when ``blocking`` (up to ``timeout``
@@ -67,6 +69,15 @@ class Lock(_With, _core.LockBase):
         """Run ``command`` through ``LOCK.GUARD`` with this hold's token: it runs only while the
         hold is the live exclusive one, else ``redislock.Stale``."""
         return run(self._guarded(command))
+
+    def extend(self, ttl: Optional[float] = None) -> bool:
+        """``LOCK.EXTEND`` now: the lease ends ``ttl`` seconds from now (longer or shorter than
+        before; None: the hold's ttl), and the watchdog, if on, renews it by that ttl from then
+        on. True while the hold is live; False when the server answers 0 (the hold is then
+        lost, reported once: "the lease ran out before it was renewed"), and, with nothing
+        sent, once the hold is known lost or released. How a fixed lease (``watchdog=False``)
+        is kept on the caller's schedule. ``redislock.Unavailable`` as ``release``."""
+        return run(self._extend(ttl))
 
     # -- the I/O of _core's steps, as plain calls --------------------------------------------
 
@@ -119,9 +130,21 @@ class Lock(_With, _core.LockBase):
     def _start_watchdog(self, token: int, stop: threading.Event) -> None:
         self._watchdog = threading.Thread(
             target=run, args=(self._watch(token, stop),), daemon=True,
-            name=f"redislock-watchdog-{self.key}",
+            name=f"redislock-session-{self.key}",
         )
         self._watchdog.start()
+
+    def _in_background(self, steps: _core.Steps[Any]) -> None:
+        threading.Thread(target=run, args=(steps,), daemon=True,
+                         name=f"redislock-give-back-{self.key}").start()
+
+    def _on_own(self, conn: Any, timeout: float) -> bool:
+        sock = getattr(conn, "_sock", None)
+        if sock is None:
+            return False
+        conn.socket_timeout = timeout
+        sock.settimeout(timeout)
+        return True
 
     def _call_back(self, fn: Callable[..., Any], *args: Any) -> None:
         fn(*args)

@@ -67,6 +67,9 @@ class AsAsync:
     async def guard(self, *command: Any) -> Any:
         return self._inner.guard(*command)
 
+    async def extend(self, *args: Any) -> bool:
+        return self._inner.extend(*args)
+
     def hold(self, *args: Any, **kwargs: Any) -> "AsAsync":
         return AsAsync(self._inner.hold(*args, **kwargs), lock=self)
 

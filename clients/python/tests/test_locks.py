@@ -14,6 +14,7 @@ import pytest
 import redis
 
 import redislock
+from redislock import _protocol as p
 from conftest import Server, as_map, calls, idle_pool, stat, waiters
 from flavours import FLAVOURS, after, result, soon
 
@@ -160,7 +161,7 @@ async def test_without_watchdog_the_lease_is_fixed(flavour):
     with pytest.raises(redislock.LockLost):
         async with lock:
             await asyncio.sleep(0.4)
-    assert lock.lost and "fixed lease ended" in lock.lost, "lost at its end, by the timer"
+    assert lock.lost == p.FIXED_LEASE_ENDED, "lost at its end, by the timer"
 
 
 async def test_guard_writes_only_while_held(flavour, r):
@@ -418,7 +419,7 @@ async def test_an_unexpected_watchdog_failure_loses_the_hold_at_once(flavour, mo
     lock = flavour.Lock(flavour.client(), "k", 3.0, on_lost=lost.append)
     with pytest.raises(redislock.LockLost, match="injected"):
         async with lock:
-            monkeypatch.setattr(redislock._protocol, "extend_args", broken)
+            monkeypatch.setattr(redislock._schedule.Entry, "renewal", broken)
             started = time.monotonic()
             assert await soon(lambda: lost, 2.5), "the first renewal (after 1 s) fails: lost then"
             assert time.monotonic() - started < 2.0 and not lock.locked()

@@ -14,6 +14,7 @@ import pytest
 import redis
 
 import redislock
+from redislock import _protocol as p
 from conftest import calls, halt, stat
 from flavours import after, result, soon
 
@@ -116,7 +117,7 @@ async def test_a_fixed_lease_is_lost_at_its_end_by_the_timer(flavour, r):
     seen, reason = lost[0]
     # Never before the lease's end, and within 10% of it + 100 ms after it (rule 15).
     assert before + 1.0 <= seen <= after + 1.0 + 0.2, f"lost {seen - after:.3f} s after the grant"
-    assert "fixed lease ended" in reason and not lock.locked()
+    assert reason == p.FIXED_LEASE_ENDED and not lock.locked()
     released, guarded = calls(r, "lock.release"), calls(r, "lock.guard")
     with pytest.raises(redislock.Stale, match="lost"):
         await lock.guard("SET", "x", 1)

@@ -18,7 +18,7 @@ import pytest
 import redis
 
 import redislock
-from conftest import Server, calls, free_port, halt
+from conftest import Server, calls, free_port, halt, stat
 from flavours import soon
 
 #: The bound the tests configure: short, so that they stay short.
@@ -272,7 +272,8 @@ async def test_a_wait_whose_deadline_ends_while_the_server_is_frozen_is_unavaila
 
 async def test_a_durable_grant_whose_wait_gets_no_answer_is_unavailable(flavour):
     """The WAIT of a durable grant gets no answer (its replica frozen, then its master): the
-    acquire is unavailable within the bound plus ``replicas_timeout``, never granted."""
+    acquire is unavailable within the bound plus ``replicas_timeout``, never granted; the grant
+    is given back (released with its owner and token) once the master answers again."""
     master = Server("--repl-diskless-sync-delay", "0")
     replica = Server("--replicaof", "127.0.0.1", str(master.port))
     try:
@@ -287,6 +288,15 @@ async def test_a_durable_grant_whose_wait_gets_no_answer_is_unavailable(flavour)
         await unavailable_within(flavour, lock.acquire(), BOUND + 1.0 + MARGIN)
         assert not lock.locked()
         freezing.join()
+        for server in (master, replica):
+            os.kill(server.proc.pid, signal.SIGCONT)
+        # Given back when the server answers again: well before its lease (30 s) would end it,
+        # within a release's bound and the one that may be waiting on the frozen link.
+        mc = master.client()
+        assert await soon(lambda: mc.execute_command("LOCK.INFO", "d") is None,
+                          2 * BOUND + MARGIN), "the grant given back"
+        assert stat(mc, "acquired_immediately") == 1 and stat(mc, "releases") == 1, \
+            "granted, then released (not ended by its lease)"
     finally:
         for server in (replica, master):
             os.kill(server.proc.pid, signal.SIGCONT)

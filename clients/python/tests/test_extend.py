@@ -1,0 +1,81 @@
+"""Rule 20 (docs/clients.md): ``extend(ttl)`` sends ``LOCK.EXTEND key owner ttl TOKEN token``
+now, so the lease ends ttl from now and the watchdog, if on, renews by that ttl; True while
+the hold is live, False (and lost, once) when the server answers 0, False with nothing sent
+for a hold known lost or released (rule 16). Each body runs in both flavours."""
+
+import asyncio
+
+import pytest
+
+from conftest import as_map, calls
+from flavours import soon
+from redislock import _protocol as p
+
+
+def lease_left_ms(r, key: str) -> int:
+    """What is left of ``key``'s lease on the server, in ms (-1: not held)."""
+    info = r.execute_command("LOCK.INFO", key)
+    return -1 if info is None else int(as_map(info)[b"ttl"])
+
+
+async def test_extend_of_a_live_hold_moves_its_lease(flavour, r):
+    lock = flavour.Lock(flavour.client(), "e", ttl=1.5, watchdog=False)
+    async with lock:
+        assert await lock.extend(10.0) is True
+        assert lease_left_ms(r, "e") > 5000, "10 s from now (5 s of margin), not 1.5 s"
+        await asyncio.sleep(2.0)  # past the lease it was granted: the timer moved too
+        assert lock.locked() and lock.lost is None
+        assert await lock.extend(1.0) is True, "shorter than before"
+        assert 0 < lease_left_ms(r, "e") <= 1000
+        assert await lock.extend() is True, "by default the hold's ttl (the last one set)"
+
+
+async def test_the_watchdog_renews_by_the_extended_ttl(flavour, r):
+    lock = flavour.Lock(flavour.client(), "e", ttl=1.5)
+    async with lock:
+        assert await lock.extend(6.0) is True
+        extends = calls(r, "lock.extend")
+        # Two renewals (every 2 s): the second at least was sent after the extend's answer.
+        assert await soon(lambda: calls(r, "lock.extend") > extends + 1, 8)
+        # Renewed by 1.5 s, at most 1.5 s would be left; renewed by 6 s, at least 6 - 2 (the
+        # interval) - 1 (a late renewal on a loaded machine).
+        assert lease_left_ms(r, "e") > 3000
+
+
+async def test_extend_answered_0_loses_the_hold_once(flavour, r):
+    lost = []
+    lock = flavour.Lock(flavour.client(), "e", ttl=5, watchdog=False, raise_on_lost=False,
+                        on_lost=lost.append)
+    assert await lock.acquire()
+    r.execute_command("LOCK.FORCERELEASE", "e")
+    assert await lock.extend(5.0) is False
+    assert lock.lost == p.LEASE_RAN_OUT and not lock.locked()
+    assert await soon(lambda: lost, 2) and lost == [p.LEASE_RAN_OUT]
+    sent = calls(r, "lock.extend")
+    assert await lock.extend(5.0) is False
+    assert calls(r, "lock.extend") == sent, "known lost: nothing sent"
+    assert await lock.release() is False
+    await asyncio.sleep(0.2)
+    assert lost == [p.LEASE_RAN_OUT], "reported once"
+
+
+async def test_extend_of_a_hold_known_lost_or_released_sends_nothing(flavour, r):
+    lock = flavour.Lock(flavour.client(), "e", ttl=0.2, watchdog=False, raise_on_lost=False)
+    assert await lock.acquire()
+    assert await soon(lambda: lock.lost, 2), "a fixed lease lost at its end"
+    sent = calls(r, "lock.extend")
+    assert await lock.extend(5.0) is False
+    released = flavour.Lock(flavour.client(), "f", ttl=5)
+    assert await released.acquire()
+    assert await released.release() is True
+    assert await released.extend(5.0) is False
+    assert calls(r, "lock.extend") == sent, "nothing sent"
+
+
+async def test_extend_checks_its_ttl_before_sending(flavour, r):
+    lock = flavour.Lock(flavour.client(), "e", ttl=5)
+    async with lock:
+        for bad in (0, 0.0001, float("nan"), -1):
+            with pytest.raises(ValueError):
+                await lock.extend(bad)
+        assert calls(r, "lock.extend") == 0
