@@ -19,10 +19,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::cluster::Cluster;
-use crate::store::StoreServer;
 use crate::*;
 
-pub use crate::store::{fenced, Read, Write, COUNTER, FENCED_STORE};
+pub use crate::store::{fenced, FencedStore, Read, StoreServer, Write, COUNTER, FENCED_STORE};
 pub use check::{check, check_faults, Outcome, ReadRecord, Record};
 use clients::{read_loop, write_loop, Workload};
 
