@@ -30,6 +30,21 @@ pub(super) struct Workload {
     pub(super) done: Arc<AtomicBool>,
 }
 
+impl Workload {
+    /// A client's connection to the lock server. When it has none: one attempt to connect (and
+    /// a pause if that failed), then `None`, so the client's loop goes round again.
+    fn lock_con<'a>(&self, lock: &'a mut Option<Connection>) -> Option<&'a mut Connection> {
+        if lock.is_none() {
+            *lock = connect(self.port.load(Ordering::SeqCst));
+            if lock.is_none() {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            return None;
+        }
+        lock.as_mut()
+    }
+}
+
 /// A writer client: acquire (WAIT) -> read-modify-write -> release, until the workload stops.
 pub(super) fn write_loop(c: usize, w: &Workload) -> Vec<Record> {
     let mut store = FencedStore::connect(w.store_port, &w.sha);
@@ -38,11 +53,7 @@ pub(super) fn write_loop(c: usize, w: &Workload) -> Vec<Record> {
     let mut op = 0;
     while !w.done.load(Ordering::Relaxed) {
         op += 1;
-        let Some(con) = lock.as_mut() else {
-            lock = connect(w.port.load(Ordering::SeqCst));
-            if lock.is_none() {
-                std::thread::sleep(Duration::from_millis(20));
-            }
+        let Some(con) = w.lock_con(&mut lock) else {
             continue;
         };
         let owner = format!("client-{c}-{op}");
@@ -196,11 +207,7 @@ pub(super) fn read_loop(r: usize, w: &Workload) -> Vec<ReadRecord> {
     let mut op = 0;
     while !w.done.load(Ordering::Relaxed) {
         op += 1;
-        let Some(con) = lock.as_mut() else {
-            lock = connect(w.port.load(Ordering::SeqCst));
-            if lock.is_none() {
-                std::thread::sleep(Duration::from_millis(20));
-            }
+        let Some(con) = w.lock_con(&mut lock) else {
             continue;
         };
         let owner = format!("reader-{r}-{op}");
