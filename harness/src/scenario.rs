@@ -23,7 +23,7 @@ use crate::*;
 
 pub use crate::store::{fenced, FencedStore, Read, StoreServer, Write, COUNTER, FENCED_STORE};
 pub use check::{check, check_faults, Outcome, ReadRecord, Record};
-use clients::{read_loop, write_loop, Workload};
+use clients::{read_loop, write_loop, Clients};
 
 /// The lock every client of a scenario contends for.
 pub const LOCK: &str = "stock-lock";
@@ -297,7 +297,7 @@ impl Scenario {
     /// Run the workload with its faults and return what happened (check it with `check`).
     pub fn run(self) -> Outcome {
         let servers = Servers::start(self.topology, &self.lock_args, &self.lock_env);
-        let work = Workload {
+        let work = Clients {
             store_port: servers.store.port(),
             sha: servers.store.sha.clone(),
             port: servers.port.clone(),

@@ -10,9 +10,9 @@ use super::{Pause, GUARDED_COUNTER, LOCK};
 use crate::store::{FencedStore, Write};
 use crate::*;
 
-/// What every writer thread of a run shares.
+/// What every client thread of a run (writer or reader) shares.
 #[derive(Clone)]
-pub(super) struct Workload {
+pub(super) struct Clients {
     pub(super) store_port: u16,
     pub(super) sha: String,
     /// The lock server's port (a failover moves it).
@@ -30,7 +30,7 @@ pub(super) struct Workload {
     pub(super) done: Arc<AtomicBool>,
 }
 
-impl Workload {
+impl Clients {
     /// A client's connection to the lock server. When it has none: one attempt to connect (and
     /// a pause if that failed), then `None`, so the client's loop goes round again.
     fn lock_con<'a>(&self, lock: &'a mut Option<Connection>) -> Option<&'a mut Connection> {
@@ -46,7 +46,7 @@ impl Workload {
 }
 
 /// A writer client: acquire (WAIT) -> read-modify-write -> release, until the workload stops.
-pub(super) fn write_loop(c: usize, w: &Workload) -> Vec<Record> {
+pub(super) fn write_loop(c: usize, w: &Clients) -> Vec<Record> {
     let mut store = FencedStore::connect(w.store_port, &w.sha);
     let mut lock: Option<Connection> = None;
     let mut records = Vec::new();
@@ -114,7 +114,7 @@ pub(super) fn write_loop(c: usize, w: &Workload) -> Vec<Record> {
 /// `asked` + ttl (2 ms: rounding to the ms); the refusal came from a newer token, granted once
 /// the lease ended unless a grant was lost. Only a refusal answered before then proves one
 /// was: a holder descheduled past its lease is overtaken rightly.
-fn check_lease_kept(w: &Workload, owner: &str, asked: Instant, write: &Write) {
+fn check_lease_kept(w: &Clients, owner: &str, asked: Instant, write: &Write) {
     let refused = match write {
         Write::Stale => true,
         // Skipped: the store refused the read (guarded: the server went away, no refusal).
@@ -134,12 +134,7 @@ fn check_lease_kept(w: &Workload, owner: &str, asked: Instant, write: &Write) {
 /// A holder's read-modify-write of the counter in the fenced store, with its pause and its
 /// hold between the read and the write. With readers: first a "write in progress" marker, held
 /// for a moment, then the value.
-fn store_write(
-    store: &mut FencedStore,
-    w: &Workload,
-    token: i64,
-    (c, op): (usize, usize),
-) -> Write {
+fn store_write(store: &mut FencedStore, w: &Clients, token: i64, (c, op): (usize, usize)) -> Write {
     store.increment(token, w.readers > 0, || {
         if let Some(p) = (w.pause)(c, op) {
             std::thread::sleep(p);
@@ -199,7 +194,7 @@ fn guarded_write(con: &mut Connection, token: i64, pause: Option<Duration>, hold
 }
 
 /// A reader client: shared acquire (WAIT) -> fenced read -> release, until the workload stops.
-pub(super) fn read_loop(r: usize, w: &Workload) -> Vec<ReadRecord> {
+pub(super) fn read_loop(r: usize, w: &Clients) -> Vec<ReadRecord> {
     let ttl_ms = w.ttl_ms;
     let mut store = FencedStore::connect(w.store_port, &w.sha);
     let mut lock: Option<Connection> = None;
