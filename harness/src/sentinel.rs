@@ -63,7 +63,8 @@ impl Default for Settings {
     }
 }
 
-/// A process of a deployment: a lock server or a Sentinel.
+/// A process of a deployment: a lock server or a Sentinel (`Proc::default()`: none).
+#[derive(Default)]
 pub struct Proc {
     /// The address the other processes (and clients on the bridge) reach it at.
     pub host: String,
@@ -345,7 +346,7 @@ impl Deployment {
     /// Start node `i` again from its directory (after `kill9`), with its config file as the
     /// server last rewrote it.
     pub fn restart_node(&mut self, i: usize) {
-        let mut node = std::mem::replace(&mut self.nodes[i], placeholder());
+        let mut node = std::mem::take(&mut self.nodes[i]);
         node.kill9();
         self.launch_node(&mut node);
         self.nodes[i] = node;
@@ -461,19 +462,6 @@ impl Drop for Deployment {
             }
         }
         // Then `net` drops: namespaces, links and bridge go.
-    }
-}
-
-fn placeholder() -> Proc {
-    Proc {
-        host: String::new(),
-        port: 0,
-        client_host: None,
-        dir: PathBuf::new(),
-        slot: None,
-        args: Vec::new(),
-        env: Vec::new(),
-        process: Process::default(),
     }
 }
 
