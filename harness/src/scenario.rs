@@ -7,9 +7,10 @@
 //! - no token was ever handed to two different acquisitions, and tokens never go backwards
 //!   across server restarts.
 //!
-//! The store is a separate server running `lua/fenced_store.lua` (it is never faulted); the lock
-//! server is. A scenario is a `Scenario` value: start from `Scenario::default()` and change what
-//! the fault needs.
+//! The store is a separate server running `lua/fenced_store.lua` (`crate::store`; it is never
+//! faulted); the lock server is. A scenario is a `Scenario` value: start from
+//! `Scenario::default()` and change what the fault needs. Its clients are in `clients`, the
+//! checks of its history in `check`.
 
 mod check;
 mod clients;
