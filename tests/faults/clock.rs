@@ -48,23 +48,14 @@ fn server_clock_jumps_forward_and_back() {
     check_faults(&outcome, 3, 50);
     // Tokens do not follow the clock (src/core/fencing.rs): across the jumps they go on one
     // past the last, neither an hour ahead nor behind.
-    let max_of = |epoch: usize| {
+    let tokens_of = |epoch: usize| {
         outcome
             .records
             .iter()
-            .filter(|r| r.epoch == Some(epoch))
+            .filter(move |r| r.epoch == Some(epoch))
             .map(|r| r.token)
-            .max()
     };
-    let min_of = |epoch: usize| {
-        outcome
-            .records
-            .iter()
-            .filter(|r| r.epoch == Some(epoch))
-            .map(|r| r.token)
-            .min()
-    };
-    if let (Some(before), Some(after)) = (max_of(0), min_of(2)) {
+    if let (Some(before), Some(after)) = (tokens_of(0).max(), tokens_of(2).min()) {
         assert!(
             after > before && after - before < 1_000_000,
             "tokens went on one by one across the clock's jumps: {before} -> {after}"
