@@ -15,15 +15,6 @@ const COMMANDS: [&str; 10] = [
     "lock.epoch",
 ];
 
-fn text(v: &Value) -> String {
-    match v {
-        Value::BulkString(b) => String::from_utf8_lossy(b).into_owned(),
-        Value::SimpleString(s) => s.clone(),
-        Value::VerbatimString { text, .. } => text.clone(),
-        other => format!("{other:?}"),
-    }
-}
-
 #[test]
 fn command_docs_cover_every_command() {
     let s = Server::start();

@@ -7,14 +7,6 @@ use std::time::Duration;
 
 use redis_lock_harness::*;
 
-fn sync(m: &mut Connection) {
-    assert_eq!(
-        int(&ok(m, &["WAIT", "1", "5000"])),
-        1,
-        "replica acknowledged"
-    );
-}
-
 /// The scenario of the issue: one grant replicated, the replica stopped and its link cut, 55
 /// grants on the master that never reach it, the master killed, the replica promoted at once.
 /// Its next token is above every lost one, with the clocks `master_env` / `replica_env`.
@@ -26,7 +18,7 @@ fn lost_grants_then_promotion(master_env: &[(&str, &str)], replica_env: &[(&str,
         .start();
     let mut m = master.con();
     acquire(&mut m, "seen", "a", 60_000).unwrap();
-    sync(&mut m);
+    wait_replica_acked(&mut m);
     replica.signal(libc::SIGSTOP);
     ok(&mut m, &["CLIENT", "KILL", "TYPE", "replica"]);
     let lost: Vec<i64> = (0..55)
@@ -106,7 +98,7 @@ fn a_restarted_masters_epoch_reaches_its_replica_before_any_grant() {
     let replica = Server::builder().replica_of(&master).start();
     let mut m = master.con();
     acquire(&mut m, "k", "a", 60_000).unwrap();
-    sync(&mut m);
+    wait_replica_acked(&mut m);
     let first = stored_epoch(&master);
     master.stop(); // SIGTERM: saves the RDB with the replication id and offset
     master.restart();
@@ -120,7 +112,7 @@ fn a_restarted_masters_epoch_reaches_its_replica_before_any_grant() {
             .contains("Successful partial resynchronization with"),
         "a partial resync (the path under test)"
     );
-    sync(&mut master.con());
+    wait_replica_acked(&mut master.con());
     master.kill9();
     ok(&mut r, &["REPLICAOF", "NO", "ONE"]);
     let next = acquire(&mut r, "k2", "b", 60_000).unwrap();

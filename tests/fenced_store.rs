@@ -1,8 +1,7 @@
 //! The shipped fenced-store script (lua/fenced_store.lua): its contract, call by call.
 
+use redis_lock_harness::store::FENCED_STORE as SCRIPT;
 use redis_lock_harness::*;
-
-const SCRIPT: &str = include_str!("../lua/fenced_store.lua");
 
 fn call(c: &mut Connection, words: &[&str]) -> Result<Value, String> {
     let mut args = vec!["EVAL", SCRIPT, "1", "stock"];

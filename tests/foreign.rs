@@ -20,14 +20,6 @@ fn old_style_lock(c: &mut Connection, key: &str, id: &str, ttl_ms: &str) {
     );
 }
 
-fn text(v: &Value) -> String {
-    match v {
-        Value::BulkString(b) => String::from_utf8_lossy(b).into_owned(),
-        Value::SimpleString(s) => s.clone(),
-        other => format!("{other:?}"),
-    }
-}
-
 fn setting(c: &mut Connection) -> String {
     match ok(c, &["CONFIG", "GET", "lock.foreign-holds"]) {
         Value::Array(pair) if pair.len() == 2 => text(&pair[1]),

@@ -5,15 +5,6 @@
 use redis_lock_harness::*;
 use std::time::{Duration, Instant};
 
-/// Wait until every replica acknowledged everything the master wrote.
-fn sync(m: &mut Connection) {
-    assert_eq!(
-        int(&ok(m, &["WAIT", "1", "5000"])),
-        1,
-        "replica acknowledged"
-    );
-}
-
 #[test]
 fn replica_follows_grants_extends_handoffs_expiry_and_releases() {
     let master = Server::start();
@@ -34,7 +25,7 @@ fn replica_follows_grants_extends_handoffs_expiry_and_releases() {
     assert_eq!(int(&ok(&mut m, &["LOCK.EXTEND", "a", "carol", "90000"])), 1);
     acquire(&mut m, "c", "erin", 60_000).unwrap();
     release(&mut m, "c", "erin");
-    sync(&mut m);
+    wait_replica_acked(&mut m);
 
     assert_eq!(fence(&mut r, "a"), Some(t2));
     assert_eq!(
@@ -79,7 +70,7 @@ fn replica_aof_keeps_what_the_master_replicated() {
     let t = acquire(&mut m, "k", "alice", 60_000).unwrap();
     acquire(&mut m, "gone", "bob", 60_000).unwrap();
     release(&mut m, "gone", "bob");
-    sync(&mut m);
+    wait_replica_acked(&mut m);
     wait_persistence_idle(&mut replica.con());
     replica.restart_with(&["--appendonly", "yes"]); // standalone now, from its own AOF
     let mut r = replica.con();
@@ -97,7 +88,7 @@ fn promoted_replica_continues_above_replicated_tokens() {
     restore_lock_with_token(&mut m, "forged", future_token());
     let from_counter = acquire(&mut m, "k", "a", 60_000).unwrap();
     ok(&mut m, &["DEL", "forged", "k"]);
-    sync(&mut m);
+    wait_replica_acked(&mut m);
     let mut r = replica.con();
     ok(&mut r, &["REPLICAOF", "NO", "ONE"]);
     let next = acquire(&mut r, "k", "b", 60_000).unwrap();
@@ -154,7 +145,7 @@ fn a_writable_replica_refuses_lock_writes() {
         .start();
     let mut m = master.con();
     acquire(&mut m, "k", "a", 200).unwrap();
-    sync(&mut m);
+    wait_replica_acked(&mut m);
     std::thread::sleep(Duration::from_millis(300)); // expired on the replica's clock too
     let mut r = replica.con();
     for words in [

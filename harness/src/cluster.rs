@@ -9,15 +9,6 @@ pub struct Cluster {
     pub nodes: Vec<Server>,
 }
 
-pub fn text(v: &Value) -> String {
-    match v {
-        Value::BulkString(b) => String::from_utf8_lossy(b).into_owned(),
-        Value::SimpleString(s) => s.clone(),
-        Value::VerbatimString { text, .. } => text.clone(),
-        other => format!("{other:?}"),
-    }
-}
-
 /// Whether a `CLUSTER NODES` line serves `slot`.
 fn serves(line: &str, slot: i64) -> bool {
     line.split(' ').skip(8).any(|spec| {

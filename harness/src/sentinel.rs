@@ -2,24 +2,22 @@
 //! by real Sentinels (`<server> sentinel.conf --sentinel`), on loopback or each process in a
 //! network namespace of its own (`netns`), so a node can be cut off by a real partition.
 //!
-//! Also the workload the Sentinel fault tests run against them, and its checks: workers loop
-//! acquire (`WAIT`) -> read-modify-write a counter in the fenced store -> release. A worker
-//! either follows Sentinel (asks it for the master on every connect: "the majority side") or
-//! is pinned to one node through that node's client path for as long as the node says it is
-//! master ("the isolated side": the clients that still reach an old master across a cut).
-//! Every grant is recorded with the node that made it and the client's times, so the checks
-//! can say who held what when.
+//! The workload the Sentinel fault tests run against a deployment is in `workload`, the checks
+//! of what it recorded in `history`.
+
+mod history;
+mod workload;
 
 use std::collections::HashMap;
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::netns::Net;
-use crate::scenario::{self, fenced, Outcome, Record, Write, COUNTER, FENCED_STORE, LOCK};
 use crate::*;
+
+pub use history::{secs, History};
+pub use workload::{Grant, Refusal, Running, Side, Workload};
 
 /// The name the Sentinels monitor the lock servers under.
 pub const MASTER_NAME: &str = "lockm";
@@ -65,7 +63,8 @@ impl Default for Settings {
     }
 }
 
-/// A process of a deployment: a lock server or a Sentinel.
+/// A process of a deployment: a lock server or a Sentinel (`Proc::default()`: none).
+#[derive(Default)]
 pub struct Proc {
     /// The address the other processes (and clients on the bridge) reach it at.
     pub host: String,
@@ -78,21 +77,21 @@ pub struct Proc {
     /// The server's arguments after the config file.
     args: Vec<String>,
     env: Vec<(String, String)>,
-    child: Option<Child>,
+    process: Process,
 }
 
 impl Proc {
     pub fn pid(&self) -> i32 {
-        self.child.as_ref().map_or(0, |c| c.id() as i32)
+        self.process.pid()
     }
 
     pub fn signal(&self, sig: i32) {
-        signal_pid(self.pid(), sig);
+        self.process.signal(sig);
     }
 
     /// `kill -9` and reap.
     pub fn kill9(&mut self) {
-        kill_and_reap(&mut self.child);
+        self.process.kill9();
     }
 
     /// A connection at its bridge address (or loopback).
@@ -119,15 +118,12 @@ impl Drop for Proc {
     }
 }
 
-/// A connection to `host:port` (connect timeout 300 ms) whose replies may take `read_timeout`.
+/// A connection to a process of a deployment at `host:port` (300 ms to connect, 2 s to send)
+/// whose replies may take `read_timeout`; `None` when it does not answer.
 pub fn connect_to(host: &str, port: u16, read_timeout: Duration) -> Option<Connection> {
-    let client = redis::Client::open(format!("redis://{host}:{port}/")).ok()?;
-    let con = client
-        .get_connection_with_timeout(Duration::from_millis(300))
-        .ok()?;
-    con.set_read_timeout(Some(read_timeout)).ok()?;
-    con.set_write_timeout(Some(Duration::from_secs(2))).ok()?;
-    Some(con)
+    let link = Link::to(host, port).connect_timeout(Duration::from_millis(300));
+    let link = link.write_timeout(Duration::from_secs(2));
+    link.read_timeout(read_timeout).open().ok()
 }
 
 /// A node's replication role as `ROLE` says: `Some(None)` master, `Some(Some((host, port)))`
@@ -138,7 +134,7 @@ pub fn role(con: &mut Connection) -> Option<Option<(String, u16)>> {
     };
     let word = |i: usize| match items.get(i) {
         Some(Value::Int(n)) => n.to_string(),
-        Some(v) => cluster::text(v),
+        Some(v) => text(v),
         None => String::new(),
     };
     match word(0).as_str() {
@@ -155,9 +151,7 @@ pub fn sentinel_master(host: &str, port: u16) -> Option<(String, u16)> {
         &mut con,
         &["SENTINEL", "get-master-addr-by-name", MASTER_NAME],
     ) {
-        Ok(Value::Array(a)) if a.len() == 2 => {
-            Some((cluster::text(&a[0]), cluster::text(&a[1]).parse().ok()?))
-        }
+        Ok(Value::Array(a)) if a.len() == 2 => Some((text(&a[0]), text(&a[1]).parse().ok()?)),
         _ => None,
     }
 }
@@ -235,7 +229,7 @@ impl Deployment {
                     .get(i)
                     .cloned()
                     .unwrap_or_default(),
-                child: None,
+                process: Process::default(),
             };
             let replica_of = (i > 0).then(|| (places[0].0.clone(), places[0].1));
             write_node_conf(&node, replica_of);
@@ -260,7 +254,7 @@ impl Deployment {
                 slot: *slot,
                 args: vec!["--sentinel".into()],
                 env: Vec::new(),
-                child: None,
+                process: Process::default(),
             };
             let conf = format!(
                 "port {port}\nbind {bind}\ndaemonize no\nprotected-mode no\ndir {dir}\n\
@@ -306,7 +300,7 @@ impl Deployment {
                 else {
                     return false;
                 };
-                let field = |f: &str| map_field(&info, f).map(|v| cluster::text(&v));
+                let field = |f: &str| map_field(&info, f).map(|v| text(&v));
                 field("num-slaves") == Some(replicas.to_string())
                     && field("num-other-sentinels") == Some(others.to_string())
                     && field("flags") == Some("master".into())
@@ -332,7 +326,7 @@ impl Deployment {
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null());
-        p.child = Some(command.spawn().expect("spawn a server"));
+        p.process = Process::new(command.spawn().expect("spawn a server"));
     }
 
     fn launch_node(&self, node: &mut Proc) {
@@ -352,7 +346,7 @@ impl Deployment {
     /// Start node `i` again from its directory (after `kill9`), with its config file as the
     /// server last rewrote it.
     pub fn restart_node(&mut self, i: usize) {
-        let mut node = std::mem::replace(&mut self.nodes[i], placeholder());
+        let mut node = std::mem::take(&mut self.nodes[i]);
         node.kill9();
         self.launch_node(&mut node);
         self.nodes[i] = node;
@@ -471,19 +465,6 @@ impl Drop for Deployment {
     }
 }
 
-fn placeholder() -> Proc {
-    Proc {
-        host: String::new(),
-        port: 0,
-        client_host: None,
-        dir: PathBuf::new(),
-        slot: None,
-        args: Vec::new(),
-        env: Vec::new(),
-        child: None,
-    }
-}
-
 /// A node's config file (the server rewrites it when Sentinel reconfigures the node).
 fn write_node_conf(node: &Proc, replica_of: Option<(String, u16)>) {
     let bind = if node.slot.is_some() {
@@ -503,617 +484,4 @@ fn write_node_conf(node: &Proc, replica_of: Option<(String, u16)>) {
         conf += &format!("replicaof {host} {port}\n");
     }
     std::fs::write(node.dir.join("node.conf"), conf).expect("write node.conf");
-}
-
-/// Which clients a worker stands for.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Side {
-    /// Follows Sentinel: asks it for the master on every connect.
-    Majority,
-    /// Pinned to a node through its client path while that node says it is master (so it
-    /// keeps using an old master across a cut); after that it follows Sentinel.
-    Isolated,
-}
-
-/// One grant a worker received.
-#[derive(Clone, Debug)]
-pub struct Grant {
-    pub owner: String,
-    pub side: Side,
-    /// The node that granted it.
-    pub node: usize,
-    pub token: i64,
-    /// When the acquire was sent and its reply came (since the workload's start).
-    pub sent: Duration,
-    pub granted: Duration,
-    /// A durable grant: when `WAIT` answered, and whether enough replicas had the grant (if
-    /// not, the worker released it and did not use it).
-    pub acked: Option<(Duration, bool)>,
-    pub write: Write,
-    /// When the release was sent, and what it answered (None: no answer).
-    pub release_sent: Option<Duration>,
-    pub released: Option<i64>,
-}
-
-impl Grant {
-    /// Whether the worker used the hold (false for a durable grant that missed its replicas).
-    pub fn used(&self) -> bool {
-        self.acked.is_none_or(|(_, ok)| ok)
-    }
-
-    /// When the worker knew it held the lock: the grant's reply, or for a durable grant the
-    /// `WAIT` that confirmed it.
-    pub fn held_from(&self) -> Duration {
-        self.acked.map_or(self.granted, |(at, _)| at)
-    }
-
-    /// Until when it used the lock by its own account: until it sent its release (whatever
-    /// the answer, or none), or the end of the lease counted from when it asked, if earlier.
-    pub fn held_until(&self, ttl: Duration) -> Duration {
-        let lease = self.sent + ttl;
-        self.release_sent.map_or(lease, |at| at.min(lease))
-    }
-}
-
-/// An error reply a worker got.
-#[derive(Clone, Debug)]
-pub struct Refusal {
-    pub at: Duration,
-    pub node: usize,
-    pub side: Side,
-    pub error: String,
-}
-
-/// The workload against a deployment. `Workload::default()`: three workers on each side,
-/// 500 ms leases, `WAIT 1000`, 10 ms of work under each hold, not durable.
-#[derive(Clone, Debug)]
-pub struct Workload {
-    pub majority: usize,
-    pub isolated: usize,
-    /// The node the isolated workers are pinned to.
-    pub pinned: usize,
-    pub ttl_ms: i64,
-    pub wait_ms: i64,
-    pub hold_ms: u64,
-    /// Durable grants: `WAIT n timeout-ms` after each grant; fewer than `n` replicas: released
-    /// unused (the clients' `replicas=n`).
-    pub durable: Option<(i64, i64)>,
-    /// How long an isolated worker waits for a reply before it gives the connection up
-    /// (None: as the others, `WAIT` plus a second). Long: they stay with a master that stopped,
-    /// as pooled clients do.
-    pub isolated_reply_timeout_ms: Option<u64>,
-}
-
-impl Default for Workload {
-    fn default() -> Self {
-        Self {
-            majority: 3,
-            isolated: 3,
-            pinned: 0,
-            ttl_ms: 500,
-            wait_ms: 1000,
-            hold_ms: 10,
-            durable: None,
-            isolated_reply_timeout_ms: None,
-        }
-    }
-}
-
-/// Where a worker sends lock commands.
-#[derive(Clone)]
-struct Map {
-    nodes: Vec<(String, u16)>,
-    pinned: (String, u16),
-    sentinels: Vec<(String, u16)>,
-}
-
-impl Map {
-    fn node(&self, host: &str, port: u16) -> Option<usize> {
-        self.nodes.iter().position(|(h, p)| h == host && *p == port)
-    }
-}
-
-/// A running workload; `stop` ends it and returns the history. Dropped without `stop` (a
-/// panicking test), it stops its workers too.
-pub struct Running {
-    stop: Arc<AtomicBool>,
-    workers: Vec<std::thread::JoinHandle<(Vec<Grant>, Vec<Refusal>)>>,
-    store: Server,
-    pub t0: Instant,
-    pub workload: Workload,
-}
-
-/// What a workload did.
-pub struct History {
-    pub grants: Vec<Grant>,
-    pub refusals: Vec<Refusal>,
-    pub final_counter: i64,
-    pub ttl: Duration,
-}
-
-impl Workload {
-    /// Start the workers (and the fenced store they write to, a server of its own in the root
-    /// namespace that no fault touches).
-    pub fn start(self, d: &Deployment) -> Running {
-        let store = Server::start();
-        let sha: String = redis::cmd("SCRIPT")
-            .arg("LOAD")
-            .arg(FENCED_STORE)
-            .query(&mut store.con())
-            .expect("load the fenced store");
-        let pinned = &d.nodes[self.pinned];
-        let map = Map {
-            nodes: d.nodes.iter().map(|n| (n.host.clone(), n.port)).collect(),
-            pinned: (
-                pinned.client_host.clone().unwrap_or(pinned.host.clone()),
-                pinned.port,
-            ),
-            sentinels: d.sentinel_addrs(),
-        };
-        let stop = Arc::new(AtomicBool::new(false));
-        let t0 = Instant::now();
-        let sides = std::iter::repeat_n(Side::Majority, self.majority)
-            .chain(std::iter::repeat_n(Side::Isolated, self.isolated));
-        let workers = sides
-            .enumerate()
-            .map(|(w, side)| {
-                let worker = Worker {
-                    w,
-                    side,
-                    map: map.clone(),
-                    store_port: store.port,
-                    sha: sha.clone(),
-                    load: self.clone(),
-                    t0,
-                    stop: stop.clone(),
-                    pinned_node: self.pinned,
-                };
-                std::thread::spawn(move || worker.run())
-            })
-            .collect();
-        Running {
-            stop,
-            workers,
-            store,
-            t0,
-            workload: self,
-        }
-    }
-}
-
-impl Running {
-    /// Time since the workload started (the scale of every recorded time).
-    pub fn now(&self) -> Duration {
-        self.t0.elapsed()
-    }
-
-    pub fn at(&self, instant: Instant) -> Duration {
-        instant.saturating_duration_since(self.t0)
-    }
-
-    pub fn stop(mut self) -> History {
-        self.stop.store(true, Ordering::Relaxed);
-        let mut grants = Vec::new();
-        let mut refusals = Vec::new();
-        for w in self.workers.drain(..) {
-            let (g, r) = w.join().expect("a worker panicked");
-            grants.extend(g);
-            refusals.extend(r);
-        }
-        let final_counter = match cmd(&mut self.store.con(), &["HGET", COUNTER, "value"]) {
-            Ok(Value::BulkString(b)) => String::from_utf8_lossy(&b).parse().unwrap_or(0),
-            _ => 0,
-        };
-        History {
-            grants,
-            refusals,
-            final_counter,
-            ttl: Duration::from_millis(self.workload.ttl_ms as u64),
-        }
-    }
-}
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-        for w in self.workers.drain(..) {
-            let _ = w.join();
-        }
-    }
-}
-
-struct Worker {
-    w: usize,
-    side: Side,
-    map: Map,
-    store_port: u16,
-    sha: String,
-    load: Workload,
-    t0: Instant,
-    stop: Arc<AtomicBool>,
-    pinned_node: usize,
-}
-
-impl Worker {
-    /// A connection to the master: the pinned node while it says it is master, else the one
-    /// a Sentinel names (checked with ROLE).
-    fn connect(&self, pinned: &mut bool, read_timeout: Duration) -> Option<(Connection, usize)> {
-        if *pinned {
-            let (h, p) = &self.map.pinned;
-            let mut con = connect_to(h, *p, read_timeout)?;
-            return match role(&mut con) {
-                Some(None) => Some((con, self.pinned_node)),
-                Some(Some(_)) => {
-                    *pinned = false; // demoted: from now on, follow Sentinel
-                    None
-                }
-                None => None,
-            };
-        }
-        let n = self.map.sentinels.len();
-        for k in 0..n {
-            let (sh, sp) = &self.map.sentinels[(self.w + k) % n];
-            let Some((h, p)) = sentinel_master(sh, *sp) else {
-                continue;
-            };
-            let Some(node) = self.map.node(&h, p) else {
-                continue;
-            };
-            let Some(mut con) = connect_to(&h, p, read_timeout) else {
-                continue;
-            };
-            if role(&mut con) == Some(None) {
-                return Some((con, node));
-            }
-        }
-        None
-    }
-
-    /// How long this worker waits for a reply before it takes the link for broken.
-    fn read_timeout(&self) -> Duration {
-        let load = &self.load;
-        let durable_ms = load.durable.map_or(0, |(_, t)| t);
-        Duration::from_millis(
-            load.isolated_reply_timeout_ms
-                .filter(|_| self.side == Side::Isolated)
-                .unwrap_or((load.wait_ms.max(durable_ms) + 1000) as u64),
-        )
-    }
-
-    /// Note an error reply of `node` (a broken link is not a refusal).
-    fn note_refusal(&self, refusals: &mut Vec<Refusal>, node: usize, error: String) {
-        if !error.starts_with("IO") {
-            refusals.push(Refusal {
-                at: self.t0.elapsed(),
-                node,
-                side: self.side,
-                error,
-            });
-        }
-    }
-
-    fn run(self) -> (Vec<Grant>, Vec<Refusal>) {
-        let mut store = scenario::connect(self.store_port).expect("the fenced store");
-        let mut pinned = self.side == Side::Isolated;
-        let mut lock: Option<(Connection, usize)> = None;
-        let mut grants = Vec::new();
-        let mut refusals = Vec::new();
-        let read_timeout = self.read_timeout();
-        let tag = match self.side {
-            Side::Majority => "m",
-            Side::Isolated => "i",
-        };
-        let mut op = 0;
-        while !self.stop.load(Ordering::Relaxed) {
-            op += 1;
-            let Some((con, node)) = lock.as_mut() else {
-                lock = self.connect(&mut pinned, read_timeout);
-                if lock.is_none() {
-                    std::thread::sleep(Duration::from_millis(50));
-                }
-                continue;
-            };
-            let node = *node;
-            let owner = format!("{tag}{}-{op}", self.w);
-            let sent = self.t0.elapsed();
-            let wait = (self.load.wait_ms + (op % 7) as i64).to_string();
-            let ttl = self.load.ttl_ms.to_string();
-            let token = match cmd(con, &["LOCK.ACQUIRE", LOCK, &owner, &ttl, "WAIT", &wait]) {
-                Ok(Value::Int(t)) => t,
-                Ok(_) => continue, // timed out waiting
-                Err(e) => {
-                    let refused = !e.starts_with("IO");
-                    self.note_refusal(&mut refusals, node, e);
-                    if refused {
-                        std::thread::sleep(Duration::from_millis(20));
-                    }
-                    lock = None; // reconnect, asking who is master now
-                    continue;
-                }
-            };
-            let mut grant = self.use_grant(con, &mut store, (owner, node, token, sent));
-            if !self.release(con, &mut grant, &mut refusals) {
-                lock = None;
-            }
-            grants.push(grant);
-        }
-        (grants, refusals)
-    }
-
-    /// A grant just answered: wait for replicas if the load is durable, write if it may.
-    fn use_grant(
-        &self,
-        con: &mut Connection,
-        store: &mut Connection,
-        (owner, node, token, sent): (String, usize, i64, Duration),
-    ) -> Grant {
-        let granted = self.t0.elapsed();
-        let acked = self.load.durable.map(|(n, timeout)| {
-            let acked = cmd(con, &["WAIT", &n.to_string(), &timeout.to_string()]);
-            let ok = matches!(acked, Ok(Value::Int(k)) if k >= n);
-            (self.t0.elapsed(), ok)
-        });
-        let mut grant = Grant {
-            owner,
-            side: self.side,
-            node,
-            token,
-            sent,
-            granted,
-            acked,
-            write: Write::Skipped,
-            release_sent: None,
-            released: None,
-        };
-        if grant.used() {
-            grant.write = self.write(store, token);
-        }
-        grant
-    }
-
-    /// Release `grant` (with its token); false when the link is to be dropped.
-    fn release(
-        &self,
-        con: &mut Connection,
-        grant: &mut Grant,
-        refusals: &mut Vec<Refusal>,
-    ) -> bool {
-        grant.release_sent = Some(self.t0.elapsed());
-        let token = grant.token.to_string();
-        match cmd(con, &["LOCK.RELEASE", LOCK, &grant.owner, "TOKEN", &token]) {
-            Ok(Value::Int(r)) => {
-                grant.released = Some(r);
-                true
-            }
-            Ok(_) => false,
-            Err(e) => {
-                self.note_refusal(refusals, grant.node, e);
-                false
-            }
-        }
-    }
-
-    /// The fenced read-modify-write of the counter under `token`, after `hold_ms` of work
-    /// under the lock (also when the store then refuses it, so a refused side does not spin).
-    fn write(&self, store: &mut Connection, token: i64) -> Write {
-        if self.load.hold_ms > 0 {
-            std::thread::sleep(Duration::from_millis(self.load.hold_ms));
-        }
-        match fenced(store, &self.sha, "GET", token, None) {
-            Ok(v) => {
-                let current = match v {
-                    Value::BulkString(b) => String::from_utf8_lossy(&b).parse().unwrap_or(0),
-                    _ => 0,
-                };
-                match fenced(
-                    store,
-                    &self.sha,
-                    "SET",
-                    token,
-                    Some((current + 1).to_string()),
-                ) {
-                    Ok(_) => Write::Accepted(current + 1),
-                    Err(e) if e.contains("STALE") => Write::Stale,
-                    Err(e) => panic!("store: {e}"),
-                }
-            }
-            Err(e) if e.contains("STALE") => Write::Skipped,
-            Err(e) => panic!("store: {e}"),
-        }
-    }
-}
-
-/// A time as seconds, for messages.
-pub fn secs(d: Duration) -> String {
-    format!("{:.3} s", d.as_secs_f64())
-}
-
-impl History {
-    /// The fenced store's checks (`scenario::check`): the accepted writes form the chain
-    /// 1, 2, 3... with increasing tokens (no write that should have been refused got in),
-    /// the counter is exact, and no token went to two owners (every grant, used or not).
-    /// Returns (accepted writes, refused writes).
-    pub fn check_store(&self) -> (usize, usize) {
-        let records = self
-            .grants
-            .iter()
-            .map(|g| Record {
-                owner: g.owner.clone(),
-                token: g.token,
-                epoch: None,
-                write: g.write.clone(),
-                extended: None,
-                released: g.released,
-            })
-            .collect();
-        scenario::check(&Outcome {
-            records,
-            reads: Vec::new(),
-            final_counter: self.final_counter,
-            injected: 1,
-            server_grants: None,
-        })
-    }
-
-    /// The nodes that granted, in the order of their first grants.
-    pub fn masters(&self) -> Vec<usize> {
-        let mut first: HashMap<usize, Duration> = HashMap::new();
-        for g in &self.grants {
-            let t = first.entry(g.node).or_insert(g.granted);
-            *t = (*t).min(g.granted);
-        }
-        let mut nodes: Vec<(usize, Duration)> = first.into_iter().collect();
-        nodes.sort_by_key(|(_, t)| *t);
-        nodes.into_iter().map(|(n, _)| n).collect()
-    }
-
-    /// Tokens and masters: on each node a grant answered before another was asked has the
-    /// smaller token; and every token of a master is above every token of each master that
-    /// granted before it did (ever: before, during and after a cut, also while both granted at
-    /// once): each promotion starts an epoch above what the promoted replica has seen.
-    pub fn check_epochs(&self) {
-        let mut by_node: HashMap<usize, Vec<&Grant>> = HashMap::new();
-        for g in &self.grants {
-            by_node.entry(g.node).or_default().push(g);
-        }
-        for (node, grants) in &mut by_node {
-            grants.sort_by_key(|g| g.granted);
-            let mut highest: Option<&Grant> = None;
-            // Sweep by send time: every grant answered before `g` was sent must be below it.
-            let mut by_sent = grants.clone();
-            by_sent.sort_by_key(|g| g.sent);
-            let mut i = 0;
-            for g in by_sent {
-                while i < grants.len() && grants[i].granted < g.sent {
-                    if highest.is_none_or(|h| grants[i].token > h.token) {
-                        highest = Some(grants[i]);
-                    }
-                    i += 1;
-                }
-                if let Some(h) = highest {
-                    assert!(
-                        g.token > h.token,
-                        "node {node} went backwards: {} got {} at {}, after {} got {} at {}",
-                        g.owner,
-                        g.token,
-                        secs(g.granted),
-                        h.owner,
-                        h.token,
-                        secs(h.granted)
-                    );
-                }
-            }
-        }
-        let masters = self.masters();
-        for (k, &new) in masters.iter().enumerate() {
-            for &old in &masters[..k] {
-                let max_old = self
-                    .grants
-                    .iter()
-                    .filter(|g| g.node == old)
-                    .max_by_key(|g| g.token);
-                let min_new = self
-                    .grants
-                    .iter()
-                    .filter(|g| g.node == new)
-                    .min_by_key(|g| g.token);
-                if let (Some(o), Some(n)) = (max_old, min_new) {
-                    assert!(
-                        n.token > o.token,
-                        "node {new}'s smallest token {} ({} at {}) is not above the largest of \
-                         node {old}, which granted before it: {} ({} at {})",
-                        n.token,
-                        n.owner,
-                        secs(n.granted),
-                        o.token,
-                        o.owner,
-                        secs(o.granted)
-                    );
-                }
-            }
-        }
-    }
-
-    /// Pairs of grants to different owners, both used, that held the lock at once by their
-    /// own accounts (`Grant::held_from` .. `held_until`), among the grants `which` picks.
-    pub fn overlaps(&self, which: impl Fn(&Grant) -> bool) -> Vec<(&Grant, &Grant)> {
-        let mut picked: Vec<&Grant> = self
-            .grants
-            .iter()
-            .filter(|g| g.used() && which(g))
-            .collect();
-        picked.sort_by_key(|g| g.held_from());
-        let mut found = Vec::new();
-        for (i, a) in picked.iter().enumerate() {
-            let until = a.held_until(self.ttl);
-            for b in &picked[i + 1..] {
-                if b.held_from() >= until {
-                    break;
-                }
-                if b.owner != a.owner && b.held_from() < b.held_until(self.ttl) {
-                    found.push((*a, *b));
-                }
-            }
-        }
-        found
-    }
-
-    /// The first grant `node` made at or after `after`.
-    pub fn first_grant(&self, node: usize, after: Duration) -> Option<&Grant> {
-        self.grants
-            .iter()
-            .filter(|g| g.node == node && g.granted >= after)
-            .min_by_key(|g| g.granted)
-    }
-
-    /// Grants `which` picks.
-    pub fn count(&self, which: impl Fn(&Grant) -> bool) -> usize {
-        self.grants.iter().filter(|g| which(g)).count()
-    }
-
-    /// Accepted writes of grants `which` picks.
-    pub fn accepted(&self, which: impl Fn(&Grant) -> bool) -> usize {
-        self.grants
-            .iter()
-            .filter(|g| matches!(g.write, Write::Accepted(_)) && which(g))
-            .count()
-    }
-
-    /// When the first and the last refusal containing `code` came from `node`.
-    pub fn refused(&self, node: usize, code: &str) -> Option<(Duration, Duration, usize)> {
-        let times: Vec<Duration> = self
-            .refusals
-            .iter()
-            .filter(|r| r.node == node && r.error.contains(code))
-            .map(|r| r.at)
-            .collect();
-        Some((*times.iter().min()?, *times.iter().max()?, times.len()))
-    }
-}
-
-/// A file that sets a server's clock offset for libfaketime, removed when dropped.
-pub struct ClockFile(pub PathBuf);
-
-impl ClockFile {
-    pub fn new(tag: &str, offset: &str) -> Self {
-        let path = std::env::temp_dir().join(format!(
-            "lock-sentinel-{tag}-{}-{:?}",
-            std::process::id(),
-            std::thread::current().id()
-        ));
-        std::fs::write(&path, offset).expect("write the clock file");
-        Self(path)
-    }
-
-    /// The environment of a server with this clock, or `None` where libfaketime cannot run
-    /// (a jemalloc build, or no libfaketime).
-    pub fn env(&self) -> Option<Vec<(String, String)>> {
-        faketime_env(&self.0)
-    }
-}
-
-impl Drop for ClockFile {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.0);
-    }
 }

@@ -165,18 +165,14 @@ fn helper_line(out: &mut impl std::io::BufRead, prefix: &str) -> String {
 #[test]
 #[ignore = "fault suite: make test-faults"]
 fn sigstopped_holder_process_is_fenced_off() {
-    let store = Server::start();
+    let store = StoreServer::start();
     let lock = Server::start();
-    let sha: String = redis::cmd("SCRIPT")
-        .arg("LOAD")
-        .arg(FENCED_STORE)
-        .query(&mut store.con())
-        .unwrap();
+    let sha = store.sha.clone();
     let mut child = spawn_helper(
         "holder",
         &[
             ("LOCK_PORT", lock.port.to_string()),
-            ("STORE_PORT", store.port.to_string()),
+            ("STORE_PORT", store.port().to_string()),
             ("STORE_SHA", sha.clone()),
         ],
     );
@@ -189,7 +185,7 @@ fn sigstopped_holder_process_is_fenced_off() {
         .unwrap();
     stop_and_queue_go(&mut child);
     let mut c = lock.con();
-    let mut s = store.con();
+    let mut s = store.server.con();
     let next = int(&ok(
         &mut c,
         &["LOCK.ACQUIRE", LOCK, "next-holder", "5000", "WAIT", "2000"],

@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 
 use redis_lock_harness::netns;
 use redis_lock_harness::sentinel::*;
-use redis_lock_harness::{cmd, Value};
+use redis_lock_harness::{cmd, ClockFile, Value};
 
 /// What the promoted master's first grant may take beyond lease + failover: clients polling
 /// the Sentinels (every 50 ms, 300 ms connect timeouts) and reconnecting.
