@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use crate::client::Link;
 use crate::process::Process;
-use crate::wait::wait_link_up;
+use crate::wait::{link_up_within, LINK_UP_WITHIN};
 use crate::{Connection, Value};
 
 static NEXT_DIR: AtomicUsize = AtomicUsize::new(0);
@@ -283,8 +283,14 @@ impl ServerBuilder {
             self.server.extra.splice(0..0, replicaof);
         }
         self.server.launch();
-        if self.master.is_some() {
-            wait_link_up(&mut self.server.con());
+        if self.master.is_some() && !link_up_within(&mut self.server.con(), LINK_UP_WITHIN) {
+            let log = self.server.log();
+            let tail: Vec<&str> = log.lines().rev().take(30).collect();
+            let tail: Vec<&str> = tail.into_iter().rev().collect();
+            panic!(
+                "the replica never synced with its master; its log ends:\n{}",
+                tail.join("\n")
+            );
         }
         self.server
     }
