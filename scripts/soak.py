@@ -23,6 +23,8 @@ import suites
 
 
 def _spin() -> None:
+    # Ctrl-C reaches the whole process group: the hog ends by stop_hog's SIGTERM, quietly.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     while True:
         pass
 
