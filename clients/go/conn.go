@@ -14,7 +14,7 @@ import (
 )
 
 // conn.go: connections of their own, outside the client's pool (waits, session holds and
-// watchdogs), and what an error reply means.
+// the renewal loop's), and what an error reply means.
 
 // node returns the options of the master that serves key (the caller's client's own, or in a
 // cluster those of the node that serves key's slot).
@@ -36,20 +36,6 @@ func (l *Locker) node(ctx context.Context, key string) (*redis.Options, error) {
 
 // errUnsupported: the Locker's client is of a kind this package cannot make connections from.
 var errUnsupported = errors.New("redislock: unsupported client")
-
-// dedicated returns a connection of its own to the master that serves key: a go-redis Client
-// with a pool of one connection, made from the options of the caller's client (for a
-// FailoverClient, its dialer asks the Sentinels for the master on every connect). It takes
-// nothing from the caller's pool, so a busy pool cannot starve it, and closing it closes the
-// connection. timeout bounds each read and write, and so does ctx's deadline.
-func (l *Locker) dedicated(ctx context.Context, key string, timeout time.Duration) (*redis.Client, string, error) {
-	base, err := l.node(ctx, key)
-	if err != nil {
-		return nil, l.where(), err
-	}
-	c, err := l.connect(ctx, base, timeout)
-	return c, base.Addr, err
-}
 
 // connect is a connection of its own to the node of base (see own), dialed here first: a
 // refused dial comes back as an error, where go-redis's pool would log it (each time: the
@@ -193,32 +179,17 @@ func (l *Locker) Close() error {
 // reconnect prepares the next connection after err: in a cluster whose slot moved, the
 // client's map of slots is reloaded.
 func (l *Locker) reconnect(ctx context.Context, err error) {
-	if c, ok := l.client.(*redis.ClusterClient); ok && isAny(err, "MOVED", "ASK", "CLUSTERDOWN", "TRYAGAIN") {
+	if c, ok := l.client.(*redis.ClusterClient); ok && isRetryableReply(err) {
 		c.ReloadState(ctx)
 	}
 }
 
 // retryable reports whether a new connection may get an answer where err came: the link
 // broke or the node did not answer (not a node without the module), or the node cannot serve
-// the key now (see notHere). Then a wait asks again, with the same owner, and the watchdog
-// renews on a new connection.
+// the key now (see notHere). Then the watchdog renews on a new connection.
 func retryable(err error) bool {
 	k := classify(err)
-	return k == notHere || k == noAnswer && !isAny(err, "ERR unknown command")
-}
-
-// isAny reports whether err is an error reply starting with one of the codes.
-func isAny(err error, codes ...string) bool {
-	var reply redis.Error
-	if !errors.As(err, &reply) {
-		return false
-	}
-	for _, code := range codes {
-		if strings.HasPrefix(reply.Error(), code+" ") || reply.Error() == code {
-			return true
-		}
-	}
-	return false
+	return k == notHere || k == noAnswer && !isAny(err, codeUnknownModule)
 }
 
 // onceCmd is a command go-redis must not send twice (a guarded write or a release may have

@@ -20,6 +20,8 @@ type Locker struct {
 	bound     time.Duration // the unavailability bound (WithUnavailableAfter)
 	badOption error         // a LockerOption refused: every Obtain answers it
 
+	renewals *renewer // the watchdog: one loop renewing every hold of the Locker
+
 	mu     sync.Mutex
 	idle   map[string][]*waitConn // connections whose last wait was answered, by node
 	nodes  map[string]*health     // what is known of each node's answers, by address
@@ -34,26 +36,11 @@ type Locker struct {
 // WithUnavailableAfter sets how long a server may not answer before Obtain gives up on it.
 func New(client redis.UniversalClient, opts ...LockerOption) *Locker {
 	l := &Locker{client: client, bound: DefaultUnavailableAfter}
+	l.renewals = newRenewer(l)
 	for _, opt := range opts {
 		opt(l)
 	}
 	return l
-}
-
-// short is the client for one short command (see pooled), sharing the caller's pool: for a
-// *redis.Client, with reads and writes bounded by the bound too, so that a command left to end
-// in the background after the bound does end (else within the client's own timeouts). Made
-// per command (about 6 µs): it has the hooks the caller's client has now.
-func (l *Locker) short() redis.UniversalClient {
-	c, ok := l.client.(*redis.Client)
-	if !ok {
-		return l.client
-	}
-	timeout := c.Options().ReadTimeout
-	if timeout <= 0 || timeout > l.bound {
-		timeout = l.bound
-	}
-	return c.WithTimeout(timeout)
 }
 
 // How long a wait pauses before it asks again after a broken link.
@@ -117,10 +104,11 @@ func (l *Locker) Obtain(ctx context.Context, key string, ttl time.Duration, opts
 func (l *Locker) acquire(ctx context.Context, key, owner string, ttl time.Duration, o *options) (int64, *waitConn, time.Time, error) {
 	waits := !o.waitSet || o.wait > 0
 	if !waits && !o.session && o.replicas == 0 {
-		return l.try(ctx, key, o.args(key, owner, ttl, -1))
+		return l.try(ctx, key, o.acquireArgs(key, owner, ttl, -1))
 	}
 	deadline, bounded, byCtx := o.deadline(ctx)
 	start := time.Now()
+	var refused time.Time // the first reply of rule 19
 	for asked := false; ; asked = true {
 		wait, limit := int64(-1), time.Time{}
 		if waits {
@@ -138,7 +126,7 @@ func (l *Locker) acquire(ctx context.Context, key, owner string, ttl time.Durati
 		conn, base, err := l.waitConn(ctx, key, o.session)
 		if err == nil {
 			var token int64
-			token, err = l.ask(ctx, conn, key, owner, o.args(key, owner, ttl, wait), limit)
+			token, err = l.ask(ctx, conn, key, owner, o.acquireArgs(key, owner, ttl, wait), limit)
 			if err == nil {
 				return token, conn, leaseStart(sent, waits), nil
 			}
@@ -155,7 +143,10 @@ func (l *Locker) acquire(ctx context.Context, key, owner string, ttl time.Durati
 			return 0, nil, start, l.ended(ctx, base, start, err)
 		}
 		retry := waits && (!bounded || time.Now().Before(deadline))
-		if err := l.unavailable(l.addr(base), err, sent, retry); err != nil || !retry {
+		if classify(err) == notHere && refused.IsZero() {
+			refused = sent
+		}
+		if err := l.unavailable(l.addr(base), err, sent, refused, retry); err != nil || !retry {
 			return 0, nil, start, err
 		}
 		l.reconnect(ctx, err)
@@ -179,8 +170,8 @@ func leaseStart(sent time.Time, waits bool) time.Time {
 // is unavailable at its first failure.
 func (l *Locker) try(ctx context.Context, key string, args []any) (int64, *waitConn, time.Time, error) {
 	sent := time.Now()
-	token, err := pooled(ctx, l, key, func(ctx context.Context) (int64, error) {
-		return parseToken(once(ctx, l.short(), args...))
+	token, err := pooled(ctx, l, key, func(ctx context.Context, c redis.UniversalClient) (int64, error) {
+		return parseToken(once(ctx, c, args...))
 	})
 	return token, nil, sent, err
 }
@@ -279,7 +270,7 @@ func (l *Locker) durable(ctx context.Context, conn *waitConn, key, owner string,
 	start := time.Now()
 	var acked int64
 	err, cut := l.watched(ctx, conn, start, time.Time{}, func(ctx context.Context) (err error) {
-		acked, err = conn.Wait(ctx, o.replicas, o.replicasTimeout).Result()
+		acked, err = conn.Do(ctx, replicasArgs(o.replicas, o.replicasTimeout)...).Int64()
 		return err
 	})
 	switch {
@@ -311,8 +302,8 @@ func (l *Locker) giveBack(ctx context.Context, key, owner string, token int64) {
 // written may have run, so a broken link is not retried (a second one would answer 0, as if
 // the lease had gone) but answered as unavailable.
 func (l *Locker) release(ctx context.Context, key, owner string, token int64) (int64, error) {
-	return pooled(ctx, l, key, func(ctx context.Context) (int64, error) {
-		return once(ctx, l.short(), "LOCK.RELEASE", key, owner, "TOKEN", token).Int64()
+	return pooled(ctx, l, key, func(ctx context.Context, c redis.UniversalClient) (int64, error) {
+		return once(ctx, c, releaseArgs(key, owner, token)...).Int64()
 	})
 }
 
@@ -344,24 +335,6 @@ func timedOut(ctx context.Context, byCtx bool) error {
 // notObtained is the error of a wait that ctx ended.
 func notObtained(ctx context.Context) error {
 	return fmt.Errorf("%w: %w", ErrNotObtained, ctx.Err())
-}
-
-// parseToken reads LOCK.ACQUIRE's reply: the fencing token, or nil when not granted.
-func parseToken(cmd *redis.Cmd) (int64, error) {
-	v, err := cmd.Result()
-	switch {
-	case errors.Is(err, redis.Nil):
-		return 0, ErrNotObtained
-	case isAny(err, "DEADLOCK"):
-		return 0, &serverError{ErrDeadlock, err}
-	case err != nil:
-		return 0, err
-	}
-	token, ok := v.(int64)
-	if !ok {
-		return 0, fmt.Errorf("redislock: LOCK.ACQUIRE answered %v (%T), not a token", v, v)
-	}
-	return token, nil
 }
 
 // sleep pauses for d, or until ctx ends (its error).

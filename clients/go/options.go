@@ -76,12 +76,6 @@ func (o *options) check(ttl time.Duration) error {
 	return nil
 }
 
-// millis is d in whole milliseconds, rounded up (a lease is never shorter than asked), at
-// least 1.
-func millis(d time.Duration) int64 {
-	return max((d + time.Millisecond - 1).Milliseconds(), 1)
-}
-
 // A LockerOption changes a Locker (New).
 type LockerOption func(*Locker)
 
@@ -101,22 +95,4 @@ func WithUnavailableAfter(d time.Duration) LockerOption {
 		}
 		l.bound = d
 	}
-}
-
-// args is the LOCK.ACQUIRE command; wait < 0 sends no WAIT (one try), 0 waits without limit.
-func (o *options) args(key, owner string, ttl time.Duration, wait int64) []any {
-	args := []any{"LOCK.ACQUIRE", key, owner, millis(ttl)}
-	if o.shared {
-		args = append(args, "SHARED")
-	}
-	if o.limit != 0 {
-		args = append(args, "LIMIT", o.limit, "PERMITS", o.permits)
-	}
-	if o.session {
-		args = append(args, "SESSION")
-	}
-	if wait >= 0 {
-		args = append(args, "WAIT", wait)
-	}
-	return args
 }
