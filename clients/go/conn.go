@@ -34,25 +34,43 @@ func (l *Locker) node(ctx context.Context, key string) (*redis.Options, error) {
 		"NewFailoverClient) or a *redis.ClusterClient", errUnsupported, l.client)
 }
 
+// errSessionClosed: a session hold's connection broke (it is not made again).
+var errSessionClosed = errors.New("connection lost (a session's is not made again)")
+
+// closedConn is what a session's client dials after its connection broke: every read and
+// write fails with errSessionClosed.
+type closedConn struct{}
+
+func (closedConn) Read([]byte) (int, error)         { return 0, errSessionClosed }
+func (closedConn) Write([]byte) (int, error)        { return 0, errSessionClosed }
+func (closedConn) Close() error                     { return nil }
+func (closedConn) LocalAddr() net.Addr              { return &net.TCPAddr{} }
+func (closedConn) RemoteAddr() net.Addr             { return &net.TCPAddr{} }
+func (closedConn) SetDeadline(time.Time) error      { return nil }
+func (closedConn) SetReadDeadline(time.Time) error  { return nil }
+func (closedConn) SetWriteDeadline(time.Time) error { return nil }
+
 // errUnsupported: the Locker's client is of a kind this package cannot make connections from.
 var errUnsupported = errors.New("redislock: unsupported client")
 
 // connect is a connection of its own to the node of base (see own), dialed here first: a
 // refused dial comes back as an error, where go-redis's pool would log it (each time: the
 // log is the caller's, and a server that is down is an answer this package gives itself).
-func (l *Locker) connect(ctx context.Context, base *redis.Options, timeout time.Duration) (*redis.Client, error) {
+// A session's (once) is never made again: its hold ended with it.
+func (l *Locker) connect(ctx context.Context, base *redis.Options, timeout time.Duration, once bool) (*redis.Client, error) {
 	conn, err := base.Dialer(ctx, base.Network, base.Addr)
 	if err != nil {
 		return nil, err
 	}
-	return l.own(base, timeout, conn), nil
+	return l.own(base, timeout, conn, once), nil
 }
 
 // own is a go-redis Client with a pool of one connection, first on conn (later ones, after a
-// broken link, are dialed by base's dialer). Its handshake counts as the node's answer.
+// broken link, are dialed by base's dialer; none when once). Its handshake counts as the
+// node's answer.
 // timeout bounds each read and write, and so does the context's deadline (0: neither, for
 // waits, which the server ends itself, or the context by closing the connection).
-func (l *Locker) own(base *redis.Options, timeout time.Duration, conn net.Conn) *redis.Client {
+func (l *Locker) own(base *redis.Options, timeout time.Duration, conn net.Conn, once bool) *redis.Client {
 	opt := *base
 	opt.PoolSize, opt.MinIdleConns, opt.MaxIdleConns, opt.MaxActiveConns = 1, 0, 1, 1
 	opt.PipelinePoolSize = -1
@@ -76,8 +94,11 @@ func (l *Locker) own(base *redis.Options, timeout time.Duration, conn net.Conn) 
 		c := conn
 		conn = nil
 		first.Unlock()
-		if c != nil {
+		switch {
+		case c != nil:
 			return c, nil
+		case once:
+			return closedConn{}, nil // a failed dial would be logged, and probed again
 		}
 		return dial(ctx, network, addr)
 	}
@@ -134,7 +155,7 @@ func (l *Locker) waitConn(ctx context.Context, key string, session bool) (*waitC
 	}
 	dial, cancel := context.WithTimeout(ctx, l.bound)
 	defer cancel()
-	c, err := l.connect(dial, base, 0)
+	c, err := l.connect(dial, base, 0, session)
 	if err != nil {
 		return nil, base, err
 	}

@@ -155,7 +155,7 @@ func (l *Locker) ping(ctx context.Context, base *redis.Options, timeout time.Dur
 	in, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	sent := time.Now()
-	c, err := l.connect(in, base, timeout)
+	c, err := l.connect(in, base, timeout, false)
 	if err == nil {
 		err = c.Ping(in).Err()
 		_ = c.Close()

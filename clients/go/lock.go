@@ -96,10 +96,13 @@ func (l *Lock) lose(reason string, from phase) {
 	l.loseLocked(reason, from)
 }
 
-// loseLocked is lose, under mu.
+// loseLocked is lose, under mu. A session hold's connection is closed: its hold is over.
 func (l *Lock) loseLocked(reason string, from phase) {
 	if l.phase != from {
 		return
+	}
+	if l.session != nil {
+		_ = l.session.Close()
 	}
 	l.phase, l.err = lost, fmt.Errorf("%w: %s: %s", ErrLost, l.key, reason)
 	close(l.lost)

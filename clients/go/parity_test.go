@@ -67,17 +67,24 @@ func TestAReleaseThatFindsTheLeaseGoneMarksTheHoldLost(t *testing.T) {
 	lock := obtain(t, redislock.New(r), "k", 30*time.Second) // first renewal 10 s away
 	r.Do(ctx, "LOCK.FORCERELEASE", "k")
 	release(t, lock, false)
+	lostFor(t, lock, "the hold was gone when released (its lease ran out)")
+	release(t, lock, false)
+	if n := calls(r, "lock.release"); n != 1 {
+		t.Fatalf("%d LOCK.RELEASE sent, want 1 (the second release sends nothing)", n)
+	}
+}
+
+// lostFor fails the test unless lock is known lost (Lost closed), Err matching ErrLost and
+// ending with reason (rule 8's, word for word).
+func lostFor(t *testing.T, lock *redislock.Lock, reason string) {
+	t.Helper()
 	select {
 	case <-lock.Lost():
 	default:
 		t.Fatal("Lost is not closed")
 	}
-	if err := lock.Err(); !errors.Is(err, redislock.ErrLost) || !strings.Contains(err.Error(), "the hold was gone when released (its lease ran out)") {
-		t.Fatalf("Err: %v", err)
-	}
-	release(t, lock, false)
-	if n := calls(r, "lock.release"); n != 1 {
-		t.Fatalf("%d LOCK.RELEASE sent, want 1 (the second release sends nothing)", n)
+	if err := lock.Err(); !errors.Is(err, redislock.ErrLost) || !strings.HasSuffix(err.Error(), ": "+reason) {
+		t.Fatalf("Err: %v, want the reason %q", err, reason)
 	}
 }
 
@@ -283,14 +290,7 @@ func TestExtendAnswered0MarksTheHoldLost(t *testing.T) {
 	if ok, err := lock.Extend(ctx, 30*time.Second); ok || err != nil {
 		t.Fatalf("Extend = %v, %v; want false, nil", ok, err)
 	}
-	select {
-	case <-lock.Lost():
-	default:
-		t.Fatal("Lost is not closed")
-	}
-	if err := lock.Err(); !errors.Is(err, redislock.ErrLost) || !strings.HasSuffix(err.Error(), ": the lease ran out before it was renewed") {
-		t.Fatalf("Err: %v", err)
-	}
+	lostFor(t, lock, "the lease ran out before it was renewed")
 	release(t, lock, false)
 }
 

@@ -6,6 +6,7 @@ package redislock_test
 import (
 	"fmt"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -77,4 +78,34 @@ func TestOneLoopRenews1000HoldsOnOneConnection(t *testing.T) {
 	for _, h := range holds[2:] {
 		release(t, h, true)
 	}
+}
+
+// Rule 6 and the reasons of rule 8: a session hold renews on its own connection (not the
+// loop's); when that connection breaks the hold is lost, "the session's connection closed".
+func TestASessionHoldRenewsOnItsOwnConnection(t *testing.T) {
+	r := client(t, server(t))
+	lock := obtain(t, redislock.New(r), "s", 1500*time.Millisecond, redislock.WithSession()) // renewals every 500 ms
+	holders := info(t, r, "s")["holders"].([]any)
+	session, _ := asMap(holders[0])["session"].(int64)
+	eventually(t, 3*time.Second, "a renewal on the session's connection", func() bool {
+		for _, line := range strings.Split(r.ClientList(ctx).Val(), "\n") {
+			if parseID(line) == session && strings.Contains(line, "cmd=lock.extend") {
+				return true
+			}
+		}
+		return false
+	})
+	if err := r.ClientKillByFilter(ctx, "ID", itoa(session)).Err(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-lock.Lost():
+	case <-time.After(3 * time.Second): // the next renewal within 500 ms; 2.5 s for load
+		t.Fatal("not reported lost")
+	}
+	t.Logf("%v", lock.Err())
+	if err := lock.Err(); !strings.Contains(err.Error(), ": the session's connection closed: ") {
+		t.Fatalf("Err: %v", err)
+	}
+	release(t, lock, false)
 }

@@ -117,7 +117,7 @@ func (s *sender) connect(ctx context.Context) error {
 	if s.conn != nil {
 		return nil
 	}
-	c, err := s.w.l.connect(ctx, s.base, s.w.l.bound)
+	c, err := s.w.l.connect(ctx, s.base, s.w.l.bound, false)
 	if err == nil {
 		if err = c.Ping(ctx).Err(); err != nil {
 			_ = c.Close()
