@@ -199,7 +199,11 @@ func (w *renewer) dispatch(due []*renewal) {
 	batches := map[*sender][]*renewal{}
 	for _, r := range due {
 		s, err := w.senderFor(r)
-		if err != nil {
+		switch {
+		case errors.Is(err, errUnsupported):
+			w.fail([]*renewal{r}, reasonFailed+err.Error())
+			continue
+		case err != nil:
 			w.failed([]*renewal{r}, err)
 			continue
 		}
