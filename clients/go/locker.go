@@ -28,9 +28,11 @@ type Locker struct {
 	closed bool
 }
 
-// New returns a Locker on client. Short commands (a try without waiting, releases, guarded
-// writes) go through the client and its pool; waits, session holds, durable grants and
-// watchdogs each use a connection of their own, made with the client's options. A wait's
+// New returns a Locker on client. Short commands (a try without waiting, releases, extends,
+// guarded writes) go through the client and its pool; waits, session holds and durable grants
+// each use a connection of their own, made with the client's options, and the Locker's one
+// renewal loop (the watchdog of all its holds) one per server (per master in a cluster),
+// while it has holds to renew. A wait's
 // connection is kept for the next wait once its reply has come (the server can then no longer
 // grant to it); a wait that ends early closes it. Close closes the kept ones.
 // WithUnavailableAfter sets how long a server may not answer before Obtain gives up on it.

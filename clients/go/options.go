@@ -54,8 +54,8 @@ func WithOwner(owner string) Option {
 	return func(o *options) { o.owner = owner }
 }
 
-// WithWatchdog(false) keeps the lease fixed at ttl; by default a watchdog goroutine renews it
-// every ttl/3 until Release.
+// WithWatchdog(false) keeps the lease fixed at ttl (Lock.Extend moves its end); by default the
+// Locker's renewal loop renews it every ttl/3 until Release.
 func WithWatchdog(on bool) Option {
 	return func(o *options) { o.noWatchdog = !on }
 }

@@ -1,6 +1,7 @@
 package redislock
 
 import (
+	"container/heap"
 	"context"
 	"fmt"
 	"sync"
@@ -183,4 +184,55 @@ func (w *renewer) fail(batch []*renewal, reason string) {
 	w.mu.Unlock()
 	lose(losses)
 	w.poke()
+}
+
+// A sent renewal: what it was sent with.
+type sent struct {
+	r   *renewal
+	ttl time.Duration
+	gen int
+	due time.Time
+}
+
+// settle reads the replies of renewals sent at at (their pipeline's error err, ended by its
+// context when cut): it updates the holds that are still in the loop and returns the losses,
+// the lags of the successes, and whether the connection is to be made again.
+func (w *renewer) settle(batch []sent, cmds []*redis.Cmd, at, arrived time.Time, cut bool, session bool) (losses []loss, lags []time.Duration, broken bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for i, s := range batch {
+		r := s.r
+		if r.out {
+			continue // released or lost meanwhile: its reply is ignored
+		}
+		r.queued = false
+		n, err := cmds[i].Int64()
+		switch {
+		case err == nil && n == 1 && r.gen == s.gen:
+			r.leaseEnd, r.due, r.failure = at.Add(s.ttl), at.Add(renewEvery(s.ttl)), nil
+			lags = append(lags, arrived.Sub(s.due))
+		case err == nil && n == 1:
+			// Extend came meanwhile; this renewal may have run after it: the shorter lease
+			// counts until the next renewal, sent now.
+			if end := at.Add(s.ttl); end.Before(r.leaseEnd) {
+				r.leaseEnd, r.due = end, arrived
+			}
+		case err == nil:
+			w.takeOut(r)
+			losses = append(losses, loss{r, reasonRanOut})
+		case session && isFailure(err) && !cut:
+			w.takeOut(r)
+			losses = append(losses, loss{r, reasonSessionClosed + err.Error()})
+		case cut || retryable(err):
+			r.failure, r.due = err, arrived.Add(retryAfter(r.ttl))
+			broken = true
+		default:
+			w.takeOut(r)
+			losses = append(losses, loss{r, reasonRefused + err.Error()})
+		}
+		if !r.out {
+			heap.Fix(&w.holds, r.index)
+		}
+	}
+	return losses, lags, broken
 }
