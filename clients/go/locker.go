@@ -110,7 +110,7 @@ func (l *Locker) acquire(ctx context.Context, key, owner string, ttl time.Durati
 	}
 	deadline, bounded, byCtx := o.deadline(ctx)
 	start := time.Now()
-	var refused time.Time // the first reply of rule 19
+	var refused refusal
 	for asked := false; ; asked = true {
 		wait, limit := int64(-1), time.Time{}
 		if waits {
@@ -118,7 +118,7 @@ func (l *Locker) acquire(ctx context.Context, key, owner string, ttl time.Durati
 			if bounded {
 				left := time.Until(deadline)
 				if left <= 0 && asked { // one ask is always sent, however short the wait
-					return 0, nil, start, timedOut(ctx, byCtx)
+					return 0, nil, start, refused.or(func() error { return timedOut(ctx, byCtx) })
 				}
 				// Rounded up, at least 1 ms: the server's wait never ends before the deadline.
 				wait, limit = millis(left), deadline.Add(l.grace())
@@ -138,24 +138,50 @@ func (l *Locker) acquire(ctx context.Context, key, owner string, ttl time.Durati
 				// The server's WAIT timeout (ctx may end at the same moment).
 				return 0, nil, start, timedOut(ctx, byCtx)
 			case errors.Is(err, ErrNotObtained), errors.Is(err, ErrUnavailable):
-				return 0, nil, start, err
+				return 0, nil, start, refused.or(func() error { return err })
 			}
 		}
 		if ctx.Err() != nil {
-			return 0, nil, start, l.ended(ctx, base, start, err)
+			return 0, nil, start, refused.or(func() error { return l.ended(ctx, base, start, err) })
 		}
 		retry := waits && (!bounded || time.Now().Before(deadline))
-		if classify(err) == notHere && refused.IsZero() {
-			refused = sent
-		}
-		if err := l.unavailable(l.addr(base), err, sent, refused, retry); err != nil || !retry {
+		refused.note(l, l.addr(base), err, sent)
+		if err := l.unavailable(l.addr(base), err, sent, refused.since, retry); err != nil || !retry {
 			return 0, nil, start, err
 		}
 		l.reconnect(ctx, err)
 		if sleep(ctx, retryPause) != nil {
-			return 0, nil, start, l.ended(ctx, base, start, err)
+			return 0, nil, start, refused.or(func() error { return l.ended(ctx, base, start, err) })
 		}
 	}
+}
+
+// A refusal is the replies of rule 19 a wait has had in a row (the node cannot serve the key
+// now): when they began, and the last as an *UnavailableError (nil: the last answer was not).
+type refusal struct {
+	since time.Time
+	err   error
+}
+
+// note keeps err, an attempt's error (sent at sent, to addr), if it is a reply of rule 19.
+func (r *refusal) note(l *Locker, addr string, err error, sent time.Time) {
+	if classify(err) != notHere {
+		*r = refusal{}
+		return
+	}
+	if r.err == nil {
+		r.since = sent
+	}
+	r.err = l.unavailableAt(addr, err)
+}
+
+// or is the error of a wait that reached its deadline: unavailable after a reply of rule 19,
+// else otherwise's.
+func (r *refusal) or(otherwise func() error) error {
+	if r.err != nil {
+		return r.err
+	}
+	return otherwise()
 }
 
 // leaseStart is when a lease granted to a command sent at sent began, at the earliest the

@@ -344,6 +344,33 @@ func TestARetryableReplyToAnAcquireIsAskedAgain(t *testing.T) {
 	release(t, got.lock, true)
 }
 
+// Rule 19: a replica that stays one answers READONLY until the caller's deadline (WithWait's,
+// or the context's): the lock service cannot serve the key, ErrUnavailable with that reply.
+func TestARetryableReplyUntilTheDeadlineIsUnavailable(t *testing.T) {
+	master := server(t)
+	r := client(t, server(t, "--replicaof", "127.0.0.1", itoa(int64(master.Port))))
+	l := redislock.New(r)
+	for _, call := range []func() error{
+		func() error {
+			return unavailableErr(l.Obtain(ctx, "k", time.Second, redislock.WithWait(300*time.Millisecond)))
+		},
+		func() error {
+			short, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+			defer cancel()
+			return unavailableErr(l.Obtain(short, "k", time.Second))
+		},
+	} {
+		started := time.Now()
+		err := call()
+		if !errors.Is(err, redislock.ErrUnavailable) || !strings.Contains(err.Error(), "READONLY") {
+			t.Fatalf("Obtain: %v", err)
+		}
+		if took := time.Since(started); took > 300*time.Millisecond+margin {
+			t.Fatalf("unavailable after %v, want at the 300 ms deadline", took)
+		}
+	}
+}
+
 // Table, rule 8: a renewal refused (ACL SETUSER took lock.extend away from the loop's user)
 // loses the hold once, with the reason "renewal refused: NOPERM ...".
 func TestARenewalRefusedLosesTheHoldOnceWithTheReply(t *testing.T) {
