@@ -4,7 +4,11 @@ package redislock_test
 // and watchdogs' connections of their own included, goes to the master of the key's slot.
 
 import (
+	"errors"
 	"fmt"
+	"runtime"
+	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -80,5 +84,65 @@ func TestClusterRoutesEveryLockToItsSlotsMaster(t *testing.T) {
 		if calls(node, "lock.acquire") == 0 {
 			t.Fatalf("%s ran no LOCK.ACQUIRE", addr)
 		}
+	}
+}
+
+// shortCommands is how many goroutines are in the package's short commands (pooled).
+func shortCommands() int {
+	buf := make([]byte, 1<<22)
+	buf = buf[:runtime.Stack(buf, true)]
+	return strings.Count(string(buf), "redis-lock/clients/go.pooled[")
+}
+
+// Rule 14 in a cluster: a guarded write, an extend and a release to a frozen master are
+// unavailable within the bound, and the goroutine each left sending ends with the bound too,
+// although the cluster client never times out a read (ReadTimeout -1).
+func TestClusterShortCommandsToAFrozenMasterEndWithTheBound(t *testing.T) {
+	c, err := testserver.StartCluster()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Stop)
+	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: c.Addrs(), ReadTimeout: -1})
+	t.Cleanup(func() { _ = cc.Close() })
+	master, err := cc.MasterForKey(ctx, "{k}")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var frozen *testserver.Server
+	for _, n := range c.Nodes {
+		if n.Addr() == master.Options().Addr {
+			frozen = n
+		}
+	}
+	// One Locker per command: each finds the node answering so far, and sends through the pool.
+	calls := map[string]func(*redislock.Lock) error{
+		"Guard": func(l *redislock.Lock) error { return l.Guard(ctx, "SET", "{k}:x", "1").Err() },
+		"Extend": func(l *redislock.Lock) error {
+			_, err := l.Extend(ctx, time.Minute)
+			return err
+		},
+		"Release": func(l *redislock.Lock) error {
+			_, err := l.Release(ctx)
+			return err
+		},
+	}
+	holds := map[string]*redislock.Lock{}
+	for name := range calls {
+		l := redislock.New(cc, redislock.WithUnavailableAfter(bound))
+		holds[name] = obtain(t, l, "{k}:"+name, time.Minute, redislock.WithWatchdog(false))
+	}
+	frozen.Signal(syscall.SIGSTOP)
+	t.Cleanup(func() { frozen.Signal(syscall.SIGCONT) })
+	for name, call := range calls {
+		started := time.Now()
+		if err := call(holds[name]); !errors.Is(err, redislock.ErrUnavailable) {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if took := time.Since(started); took > bound+margin {
+			t.Fatalf("%s took %v", name, took)
+		}
+		// The bound passed: the command's goroutine ends now, not at a read timeout.
+		eventually(t, margin, name+"'s goroutine ends", func() bool { return shortCommands() == 0 })
 	}
 }

@@ -14,7 +14,7 @@ import (
 )
 
 // conn.go: connections of their own, outside the client's pool (waits, session holds and
-// watchdogs), and what an error reply means.
+// the renewal loop's), and what an error reply means.
 
 // node returns the options of the master that serves key (the caller's client's own, or in a
 // cluster those of the node that serves key's slot).
@@ -34,39 +34,43 @@ func (l *Locker) node(ctx context.Context, key string) (*redis.Options, error) {
 		"NewFailoverClient) or a *redis.ClusterClient", errUnsupported, l.client)
 }
 
+// errSessionClosed: a session hold's connection broke (it is not made again).
+var errSessionClosed = errors.New("connection lost (a session's is not made again)")
+
+// closedConn is what a session's client dials after its connection broke: every read and
+// write fails with errSessionClosed.
+type closedConn struct{}
+
+func (closedConn) Read([]byte) (int, error)         { return 0, errSessionClosed }
+func (closedConn) Write([]byte) (int, error)        { return 0, errSessionClosed }
+func (closedConn) Close() error                     { return nil }
+func (closedConn) LocalAddr() net.Addr              { return &net.TCPAddr{} }
+func (closedConn) RemoteAddr() net.Addr             { return &net.TCPAddr{} }
+func (closedConn) SetDeadline(time.Time) error      { return nil }
+func (closedConn) SetReadDeadline(time.Time) error  { return nil }
+func (closedConn) SetWriteDeadline(time.Time) error { return nil }
+
 // errUnsupported: the Locker's client is of a kind this package cannot make connections from.
 var errUnsupported = errors.New("redislock: unsupported client")
-
-// dedicated returns a connection of its own to the master that serves key: a go-redis Client
-// with a pool of one connection, made from the options of the caller's client (for a
-// FailoverClient, its dialer asks the Sentinels for the master on every connect). It takes
-// nothing from the caller's pool, so a busy pool cannot starve it, and closing it closes the
-// connection. timeout bounds each read and write, and so does ctx's deadline.
-func (l *Locker) dedicated(ctx context.Context, key string, timeout time.Duration) (*redis.Client, string, error) {
-	base, err := l.node(ctx, key)
-	if err != nil {
-		return nil, l.where(), err
-	}
-	c, err := l.connect(ctx, base, timeout)
-	return c, base.Addr, err
-}
 
 // connect is a connection of its own to the node of base (see own), dialed here first: a
 // refused dial comes back as an error, where go-redis's pool would log it (each time: the
 // log is the caller's, and a server that is down is an answer this package gives itself).
-func (l *Locker) connect(ctx context.Context, base *redis.Options, timeout time.Duration) (*redis.Client, error) {
+// A session's (once) is never made again: its hold ended with it.
+func (l *Locker) connect(ctx context.Context, base *redis.Options, timeout time.Duration, once bool) (*redis.Client, error) {
 	conn, err := base.Dialer(ctx, base.Network, base.Addr)
 	if err != nil {
 		return nil, err
 	}
-	return l.own(base, timeout, conn), nil
+	return l.own(base, timeout, conn, once), nil
 }
 
 // own is a go-redis Client with a pool of one connection, first on conn (later ones, after a
-// broken link, are dialed by base's dialer). Its handshake counts as the node's answer.
+// broken link, are dialed by base's dialer; none when once). Its handshake counts as the
+// node's answer.
 // timeout bounds each read and write, and so does the context's deadline (0: neither, for
 // waits, which the server ends itself, or the context by closing the connection).
-func (l *Locker) own(base *redis.Options, timeout time.Duration, conn net.Conn) *redis.Client {
+func (l *Locker) own(base *redis.Options, timeout time.Duration, conn net.Conn, once bool) *redis.Client {
 	opt := *base
 	opt.PoolSize, opt.MinIdleConns, opt.MaxIdleConns, opt.MaxActiveConns = 1, 0, 1, 1
 	opt.PipelinePoolSize = -1
@@ -90,8 +94,11 @@ func (l *Locker) own(base *redis.Options, timeout time.Duration, conn net.Conn) 
 		c := conn
 		conn = nil
 		first.Unlock()
-		if c != nil {
+		switch {
+		case c != nil:
 			return c, nil
+		case once:
+			return closedConn{}, nil // a failed dial would be logged, and probed again
 		}
 		return dial(ctx, network, addr)
 	}
@@ -148,7 +155,7 @@ func (l *Locker) waitConn(ctx context.Context, key string, session bool) (*waitC
 	}
 	dial, cancel := context.WithTimeout(ctx, l.bound)
 	defer cancel()
-	c, err := l.connect(dial, base, 0)
+	c, err := l.connect(dial, base, 0, session)
 	if err != nil {
 		return nil, base, err
 	}
@@ -193,32 +200,17 @@ func (l *Locker) Close() error {
 // reconnect prepares the next connection after err: in a cluster whose slot moved, the
 // client's map of slots is reloaded.
 func (l *Locker) reconnect(ctx context.Context, err error) {
-	if c, ok := l.client.(*redis.ClusterClient); ok && isAny(err, "MOVED", "ASK", "CLUSTERDOWN", "TRYAGAIN") {
+	if c, ok := l.client.(*redis.ClusterClient); ok && isRetryableReply(err) {
 		c.ReloadState(ctx)
 	}
 }
 
 // retryable reports whether a new connection may get an answer where err came: the link
 // broke or the node did not answer (not a node without the module), or the node cannot serve
-// the key now (see notHere). Then a wait asks again, with the same owner, and the watchdog
-// renews on a new connection.
+// the key now (see notHere). Then the watchdog renews on a new connection.
 func retryable(err error) bool {
 	k := classify(err)
-	return k == notHere || k == noAnswer && !isAny(err, "ERR unknown command")
-}
-
-// isAny reports whether err is an error reply starting with one of the codes.
-func isAny(err error, codes ...string) bool {
-	var reply redis.Error
-	if !errors.As(err, &reply) {
-		return false
-	}
-	for _, code := range codes {
-		if strings.HasPrefix(reply.Error(), code+" ") || reply.Error() == code {
-			return true
-		}
-	}
-	return false
+	return k == notHere || k == noAnswer && !isAny(err, codeUnknownModule)
 }
 
 // onceCmd is a command go-redis must not send twice (a guarded write or a release may have

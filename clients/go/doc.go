@@ -5,7 +5,7 @@
 // semaphores, session holds and guarded writes. This package writes the loop around them that
 // applications otherwise write by hand: wait in the server's queue without polling (the
 // context bounds the wait, and cancelling it leaves the queue), renew the lease while the work
-// runs (a watchdog goroutine), say when a hold is lost (Lock.Lost and Lock.Err), never renew a
+// runs (one renewal loop per Locker, on one connection of its own per server), say when a hold is lost (Lock.Lost and Lock.Err), never renew a
 // released hold, and carry the token to the write: Lock.Guard for data in Redis, Fenced for a
 // transaction of a SQL database (database/sql: PostgreSQL, MySQL/MariaDB, SQLite), which
 // raises the lock's fence as the transaction's first statement (docs/fencing.md).

@@ -70,46 +70,6 @@ func (h *health) doubtful() bool {
 	return h.heard.IsZero() || !h.failing.IsZero()
 }
 
-// pooled runs do, one command through the caller's client and its pool (l.short()), and
-// answers within the Locker's bound: when the command has no answer by then, it is left to end
-// in the background (within the bound's read timeout, or a cluster client's own timeouts) and
-// the error matches ErrUnavailable. When the node of key has not answered since its last
-// failure (or ever), it is sent PING first on a connection of its own: a node that is down is
-// then answered as unavailable without the caller's pool, which would log each failed dial.
-func pooled[T any](ctx context.Context, l *Locker, key string, do func(context.Context) (T, error)) (T, error) {
-	var zero T
-	sent := time.Now()
-	ctx, cancel := context.WithTimeout(ctx, l.bound)
-	defer cancel()
-	base, err := l.node(ctx, key)
-	addr := l.addr(base)
-	if err == nil && l.health(addr).doubtful() {
-		if err := l.ping(ctx, base, l.bound); err != nil {
-			return zero, l.unavailableAt(addr, err)
-		}
-	}
-	type answer struct {
-		v   T
-		err error
-	}
-	done := make(chan answer, 1)
-	go func() {
-		v, err := do(ctx)
-		done <- answer{v, err}
-	}()
-	var got answer
-	select {
-	case got = <-done:
-	case <-ctx.Done():
-		got.err = fmt.Errorf("no answer within %v: %w", time.Since(sent).Round(time.Millisecond), ctx.Err())
-	}
-	l.note(addr, got.err, sent)
-	if isFailure(got.err) {
-		return zero, l.unavailableAt(addr, got.err)
-	}
-	return got.v, got.err
-}
-
 // note records what err says of the node at addr: an answer (nil, or an error reply), or a
 // failure to get one that began at sent.
 func (l *Locker) note(addr string, err error, sent time.Time) {
@@ -144,10 +104,9 @@ func classify(err error) kind {
 		return answer
 	case errors.As(err, &unavailable):
 		return noAnswer
-	case errors.As(err, &reply) && isAny(err, "ERR unknown command"):
+	case errors.As(err, &reply) && isAny(err, codeUnknownModule):
 		return noAnswer
-	case errors.As(err, &reply) && isAny(err, "READONLY", "UNBLOCKED", "LOADING", "MASTERDOWN",
-		"MOVED", "ASK", "TRYAGAIN", "CLUSTERDOWN"):
+	case errors.As(err, &reply) && isRetryableReply(err):
 		return notHere
 	case errors.As(err, &reply):
 		return answer
@@ -157,13 +116,19 @@ func classify(err error) kind {
 
 // unavailable is err as the error of a service that did not answer, for a call whose
 // failures began at since: an *UnavailableError once the bound has passed (or when retrying
-// is not an option: retry false), else nil (the caller retries). Other errors pass unchanged.
-func (l *Locker) unavailable(addr string, err error, since time.Time, retry bool) error {
-	if !isFailure(err) {
+// is not an option: retry false), else nil (the caller retries). A reply of rule 19 (the
+// node cannot serve the key now) is the same, counted from refused, the call's first one.
+// Other errors pass unchanged.
+func (l *Locker) unavailable(addr string, err error, since, refused time.Time, retry bool) error {
+	switch classify(err) {
+	case answer:
 		return err
+	case notHere:
+		since = refused
+	default:
+		since = l.health(addr).failed(since)
 	}
-	began := l.health(addr).failed(since)
-	if retry && time.Since(began) < l.bound && !isAny(err, "ERR unknown command") {
+	if retry && time.Since(since) < l.bound && !isAny(err, codeUnknownModule) {
 		return nil
 	}
 	return l.unavailableAt(addr, err)
@@ -175,7 +140,7 @@ func (l *Locker) unavailableAt(addr string, cause error) error {
 	if errors.As(cause, &already) {
 		return cause
 	}
-	if isAny(cause, "ERR unknown command") {
+	if isAny(cause, codeUnknownModule) {
 		cause = fmt.Errorf("%w: %w", errNoModule, cause)
 	}
 	return &UnavailableError{Addr: addr, Err: cause}
@@ -190,7 +155,7 @@ func (l *Locker) ping(ctx context.Context, base *redis.Options, timeout time.Dur
 	in, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	sent := time.Now()
-	c, err := l.connect(in, base, timeout)
+	c, err := l.connect(in, base, timeout, false)
 	if err == nil {
 		err = c.Ping(in).Err()
 		_ = c.Close()

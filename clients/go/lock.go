@@ -20,18 +20,14 @@ type Lock struct {
 	// The connection a session hold lives on (closing it ends the hold), or nil.
 	session *redis.Client
 
-	// turn makes the watchdog's renewals and the release take turns: a renewal is sent only
-	// while phase is held, and the release moves it away from held, so none follows it.
-	turn sync.Mutex
-	// mu guards phase, err and abandon (read without waiting for a renewal).
+	// mu guards phase and err (read without waiting for a renewal).
 	mu      sync.Mutex
 	phase   phase
-	err     error              // why the hold was lost
-	abandon context.CancelFunc // ends the renewal in flight at once (closes its connection)
-	lost    chan struct{}      // closed once, when the hold is lost
-	stop    chan struct{}      // closed by the release: the watchdog ends
-	done    chan struct{}      // closed when the watchdog has ended (nil: no watchdog)
-	fixed   *time.Timer        // loses a fixed lease (no watchdog) at its end (nil: a watchdog)
+	err     error         // why the hold was lost
+	lost    chan struct{} // closed once, when the hold is lost
+	renewal *renewal      // the hold in the Locker's renewal loop (nil: a fixed lease)
+	fixed   *time.Timer   // loses a fixed lease (no watchdog) at its end (nil: a watchdog)
+	end     time.Time     // a fixed lease's end (Extend moves it)
 }
 
 type phase int
@@ -42,8 +38,9 @@ const (
 	lost
 )
 
-// hold starts the Lock of a grant whose lease began at start, and its watchdog; a fixed lease
-// (no watchdog) is lost at its end by a timer, after which release and guard answer at once.
+// hold starts the Lock of a grant whose lease began at start, in the Locker's renewal loop
+// (a session hold renewed on its own connection); a fixed lease (no watchdog) is lost at its
+// end by a timer, after which release and guard answer at once.
 func (l *Locker) hold(key, owner string, token int64, ttl time.Duration, start time.Time, session *redis.Client, watchdog bool) *Lock {
 	lock := &Lock{
 		locker:  l,
@@ -52,16 +49,17 @@ func (l *Locker) hold(key, owner string, token int64, ttl time.Duration, start t
 		token:   token,
 		session: session,
 		lost:    make(chan struct{}),
-		stop:    make(chan struct{}),
 	}
-	if watchdog {
-		lock.done = make(chan struct{})
-		go lock.watch(ttl, start)
-	} else {
-		lock.fixed = time.AfterFunc(time.Until(start.Add(ttl)), func() {
-			lock.lose("the lease ended (a fixed lease: no watchdog)", held)
-		})
+	if !watchdog {
+		lock.end = start.Add(ttl)
+		lock.fixed = time.AfterFunc(time.Until(lock.end), lock.fixedEnded)
+		return lock
 	}
+	lock.renewal = &renewal{lock: lock, ttl: ttl, due: start.Add(renewEvery(ttl)), leaseEnd: start.Add(ttl)}
+	if session != nil {
+		lock.renewal.own = newSender(l.renewals, nil, session)
+	}
+	l.renewals.add(lock.renewal)
 	return lock
 }
 
@@ -95,8 +93,16 @@ func (l *Lock) Err() error {
 func (l *Lock) lose(reason string, from phase) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	l.loseLocked(reason, from)
+}
+
+// loseLocked is lose, under mu. A session hold's connection is closed: its hold is over.
+func (l *Lock) loseLocked(reason string, from phase) {
 	if l.phase != from {
 		return
+	}
+	if l.session != nil {
+		_ = l.session.Close()
 	}
 	l.phase, l.err = lost, fmt.Errorf("%w: %s: %s", ErrLost, l.key, reason)
 	close(l.lost)
@@ -115,26 +121,18 @@ func (l *Lock) live() bool {
 // never retried (it may have run). In a cluster, the command's keys must be in the lock's
 // slot: use a hash tag ({sku:9}:lock, {sku:9}:stock).
 func (l *Lock) Guard(ctx context.Context, args ...any) *redis.Cmd {
-	all := append([]any{"LOCK.GUARD", l.key, l.token}, args...)
+	all := guardArgs(l.key, l.token, args)
 	cmd := redis.NewCmd(ctx, all...)
-	l.mu.Lock()
-	ph, why := l.phase, l.err
-	l.mu.Unlock()
-	switch ph {
-	case lost:
-		cmd.SetErr(fmt.Errorf("%w: %w", ErrStale, why))
-		return cmd
-	case released:
-		cmd.SetErr(fmt.Errorf("%w: %s: the hold was released", ErrStale, l.key))
+	if err := l.known(); err != nil {
+		cmd.SetErr(fmt.Errorf("%w: %w", ErrStale, err))
 		return cmd
 	}
-	// Sent as a command of its own: it may still end in the background after the bound.
-	sent, err := pooled(ctx, l.locker, l.key, func(ctx context.Context) (*redis.Cmd, error) {
-		c := once(ctx, l.locker.short(), all...)
-		return c, c.Err()
+	sent, err := pooled(ctx, l.locker, l.key, func(ctx context.Context, c redis.UniversalClient) (*redis.Cmd, error) {
+		c2 := once(ctx, c, all...)
+		return c2, c2.Err()
 	})
 	switch {
-	case isAny(err, "STALE"):
+	case isAny(err, codeStale):
 		cmd.SetErr(&serverError{ErrStale, err})
 	case err != nil:
 		cmd.SetErr(err)
@@ -144,49 +142,111 @@ func (l *Lock) Guard(ctx context.Context, args ...any) *redis.Cmd {
 	return cmd
 }
 
+// known is nil while the hold is live, else why not (lost: the loss; or released).
+func (l *Lock) known() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	switch l.phase {
+	case lost:
+		return l.err
+	case released:
+		return fmt.Errorf("%s: the hold was released", l.key)
+	}
+	return nil
+}
+
 // Release ends the hold (LOCK.RELEASE key owner TOKEN token) and reports whether it was still
 // live. A hold known lost or already released answers false at once, without the server. The
-// watchdog stops in the same step, before the release is sent: no renewal follows it. A
+// hold leaves the renewal loop first, before the release is sent: no renewal of it follows
+// (the reply of one already on its way is ignored; the other holds' renewals go on). A
 // release that finds the lease already gone answers false and marks the hold lost (Lost is
 // closed, Err matches ErrLost): the work done under it may have to be undone. A session
 // hold's connection is closed. When the server does not answer, the error matches
 // ErrUnavailable (and the hold is no longer renewed).
 func (l *Lock) Release(ctx context.Context) (bool, error) {
 	l.mu.Lock()
-	was, abandon := l.phase, l.abandon
+	was := l.phase
 	if was == held {
 		l.phase = released
-		close(l.stop)
 	}
 	l.mu.Unlock()
 	if was != held {
 		return false, nil
 	}
-	// A renewal in flight is abandoned, not awaited (the server may be silent): its connection
-	// closes, it fails at once and gives back the turn. No renewal starts after this (the
-	// phase is no longer held); the watchdog's goroutine ends while the release is on its way.
-	if abandon != nil {
-		abandon()
+	if l.renewal != nil {
+		l.locker.renewals.remove(l.renewal)
 	}
 	if l.fixed != nil {
 		l.fixed.Stop()
 	}
-	l.turn.Lock() // the renewal has ended: nothing it sends follows the release
-	//lint:ignore SA2001 taking the turn is the wait
-	l.turn.Unlock()
 	n, err := l.locker.release(ctx, l.key, l.owner, l.token)
 	if l.session != nil {
 		_ = l.session.Close()
-	}
-	if l.done != nil {
-		<-l.done
 	}
 	switch {
 	case err != nil:
 		return false, err
 	case n == 0:
-		l.lose("the lease ended before the release", released)
+		l.lose(reasonGoneAtRelease, released)
 		return false, nil
 	}
 	return true, nil
+}
+
+// Extend renews the lease now (LOCK.EXTEND key owner ttl TOKEN token): it ends ttl from now,
+// longer or shorter than before, and the watchdog, if on, renews by ttl from then on; a fixed
+// lease (WithWatchdog(false)) is kept this way, on the caller's schedule. It answers true
+// while the hold is live; false when the server answers 0 (the hold is then lost, "the lease
+// ran out before it was renewed"), and false at once, without the server, for a hold known
+// lost or already released. A ttl under 1ms is ErrInvalidArgument; when the server does not
+// answer, the error matches ErrUnavailable (the hold is as it was).
+func (l *Lock) Extend(ctx context.Context, ttl time.Duration) (bool, error) {
+	if ttl < time.Millisecond {
+		return false, invalid("ttl %v: must be at least 1ms", ttl)
+	}
+	if !l.live() {
+		return false, nil
+	}
+	sent := time.Now()
+	n, err := pooled(ctx, l.locker, l.key, func(ctx context.Context, c redis.UniversalClient) (int64, error) {
+		return once(ctx, c, extendArgs(l.key, l.owner, ttl, l.token)...).Int64()
+	})
+	switch {
+	case err != nil:
+		return false, err
+	case n == 0:
+		if l.renewal != nil {
+			l.locker.renewals.remove(l.renewal)
+		}
+		l.lose(reasonRanOut, held)
+		return false, nil
+	}
+	if l.renewal != nil {
+		l.locker.renewals.extended(l.renewal, sent, ttl)
+	}
+	return l.extendFixed(sent.Add(ttl)), nil
+}
+
+// extendFixed moves a fixed lease's end to end; false when the hold is no longer live.
+func (l *Lock) extendFixed(end time.Time) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.phase != held {
+		return false
+	}
+	if l.fixed != nil {
+		l.end = end
+		l.fixed.Reset(time.Until(end))
+	}
+	return true
+}
+
+// fixedEnded is the fixed lease's timer: the hold is lost unless Extend moved its end.
+func (l *Lock) fixedEnded() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if time.Now().Before(l.end) {
+		return // moved meanwhile: the timer was set again
+	}
+	l.loseLocked(reasonFixedEnded, held)
 }

@@ -20,40 +20,29 @@ type Locker struct {
 	bound     time.Duration // the unavailability bound (WithUnavailableAfter)
 	badOption error         // a LockerOption refused: every Obtain answers it
 
+	renewals *renewer // the watchdog: one loop renewing every hold of the Locker
+
 	mu     sync.Mutex
 	idle   map[string][]*waitConn // connections whose last wait was answered, by node
 	nodes  map[string]*health     // what is known of each node's answers, by address
 	closed bool
 }
 
-// New returns a Locker on client. Short commands (a try without waiting, releases, guarded
-// writes) go through the client and its pool; waits, session holds, durable grants and
-// watchdogs each use a connection of their own, made with the client's options. A wait's
+// New returns a Locker on client. Short commands (a try without waiting, releases, extends,
+// guarded writes) go through the client and its pool; waits, session holds and durable grants
+// each use a connection of their own, made with the client's options, and the Locker's one
+// renewal loop (the watchdog of all its holds) one per server (per master in a cluster),
+// while it has holds to renew. A wait's
 // connection is kept for the next wait once its reply has come (the server can then no longer
 // grant to it); a wait that ends early closes it. Close closes the kept ones.
 // WithUnavailableAfter sets how long a server may not answer before Obtain gives up on it.
 func New(client redis.UniversalClient, opts ...LockerOption) *Locker {
 	l := &Locker{client: client, bound: DefaultUnavailableAfter}
+	l.renewals = newRenewer(l)
 	for _, opt := range opts {
 		opt(l)
 	}
 	return l
-}
-
-// short is the client for one short command (see pooled), sharing the caller's pool: for a
-// *redis.Client, with reads and writes bounded by the bound too, so that a command left to end
-// in the background after the bound does end (else within the client's own timeouts). Made
-// per command (about 6 µs): it has the hooks the caller's client has now.
-func (l *Locker) short() redis.UniversalClient {
-	c, ok := l.client.(*redis.Client)
-	if !ok {
-		return l.client
-	}
-	timeout := c.Options().ReadTimeout
-	if timeout <= 0 || timeout > l.bound {
-		timeout = l.bound
-	}
-	return c.WithTimeout(timeout)
 }
 
 // How long a wait pauses before it asks again after a broken link.
@@ -117,10 +106,11 @@ func (l *Locker) Obtain(ctx context.Context, key string, ttl time.Duration, opts
 func (l *Locker) acquire(ctx context.Context, key, owner string, ttl time.Duration, o *options) (int64, *waitConn, time.Time, error) {
 	waits := !o.waitSet || o.wait > 0
 	if !waits && !o.session && o.replicas == 0 {
-		return l.try(ctx, key, o.args(key, owner, ttl, -1))
+		return l.try(ctx, key, o.acquireArgs(key, owner, ttl, -1))
 	}
 	deadline, bounded, byCtx := o.deadline(ctx)
 	start := time.Now()
+	var refused refusal
 	for asked := false; ; asked = true {
 		wait, limit := int64(-1), time.Time{}
 		if waits {
@@ -128,7 +118,7 @@ func (l *Locker) acquire(ctx context.Context, key, owner string, ttl time.Durati
 			if bounded {
 				left := time.Until(deadline)
 				if left <= 0 && asked { // one ask is always sent, however short the wait
-					return 0, nil, start, timedOut(ctx, byCtx)
+					return 0, nil, start, refused.or(func() error { return timedOut(ctx, byCtx) })
 				}
 				// Rounded up, at least 1 ms: the server's wait never ends before the deadline.
 				wait, limit = millis(left), deadline.Add(l.grace())
@@ -138,7 +128,7 @@ func (l *Locker) acquire(ctx context.Context, key, owner string, ttl time.Durati
 		conn, base, err := l.waitConn(ctx, key, o.session)
 		if err == nil {
 			var token int64
-			token, err = l.ask(ctx, conn, key, owner, o.args(key, owner, ttl, wait), limit)
+			token, err = l.ask(ctx, conn, key, owner, o.acquireArgs(key, owner, ttl, wait), limit)
 			if err == nil {
 				return token, conn, leaseStart(sent, waits), nil
 			}
@@ -148,21 +138,50 @@ func (l *Locker) acquire(ctx context.Context, key, owner string, ttl time.Durati
 				// The server's WAIT timeout (ctx may end at the same moment).
 				return 0, nil, start, timedOut(ctx, byCtx)
 			case errors.Is(err, ErrNotObtained), errors.Is(err, ErrUnavailable):
-				return 0, nil, start, err
+				return 0, nil, start, refused.or(func() error { return err })
 			}
 		}
 		if ctx.Err() != nil {
-			return 0, nil, start, l.ended(ctx, base, start, err)
+			return 0, nil, start, refused.or(func() error { return l.ended(ctx, base, start, err) })
 		}
 		retry := waits && (!bounded || time.Now().Before(deadline))
-		if err := l.unavailable(l.addr(base), err, sent, retry); err != nil || !retry {
+		refused.note(l, l.addr(base), err, sent)
+		if err := l.unavailable(l.addr(base), err, sent, refused.since, retry); err != nil || !retry {
 			return 0, nil, start, err
 		}
 		l.reconnect(ctx, err)
 		if sleep(ctx, retryPause) != nil {
-			return 0, nil, start, l.ended(ctx, base, start, err)
+			return 0, nil, start, refused.or(func() error { return l.ended(ctx, base, start, err) })
 		}
 	}
+}
+
+// A refusal is the replies of rule 19 a wait has had in a row (the node cannot serve the key
+// now): when they began, and the last as an *UnavailableError (nil: the last answer was not).
+type refusal struct {
+	since time.Time
+	err   error
+}
+
+// note keeps err, an attempt's error (sent at sent, to addr), if it is a reply of rule 19.
+func (r *refusal) note(l *Locker, addr string, err error, sent time.Time) {
+	if classify(err) != notHere {
+		*r = refusal{}
+		return
+	}
+	if r.err == nil {
+		r.since = sent
+	}
+	r.err = l.unavailableAt(addr, err)
+}
+
+// or is the error of a wait that reached its deadline: unavailable after a reply of rule 19,
+// else otherwise's.
+func (r *refusal) or(otherwise func() error) error {
+	if r.err != nil {
+		return r.err
+	}
+	return otherwise()
 }
 
 // leaseStart is when a lease granted to a command sent at sent began, at the earliest the
@@ -179,8 +198,8 @@ func leaseStart(sent time.Time, waits bool) time.Time {
 // is unavailable at its first failure.
 func (l *Locker) try(ctx context.Context, key string, args []any) (int64, *waitConn, time.Time, error) {
 	sent := time.Now()
-	token, err := pooled(ctx, l, key, func(ctx context.Context) (int64, error) {
-		return parseToken(once(ctx, l.short(), args...))
+	token, err := pooled(ctx, l, key, func(ctx context.Context, c redis.UniversalClient) (int64, error) {
+		return parseToken(once(ctx, c, args...))
 	})
 	return token, nil, sent, err
 }
@@ -279,7 +298,7 @@ func (l *Locker) durable(ctx context.Context, conn *waitConn, key, owner string,
 	start := time.Now()
 	var acked int64
 	err, cut := l.watched(ctx, conn, start, time.Time{}, func(ctx context.Context) (err error) {
-		acked, err = conn.Wait(ctx, o.replicas, o.replicasTimeout).Result()
+		acked, err = conn.Do(ctx, replicasArgs(o.replicas, o.replicasTimeout)...).Int64()
 		return err
 	})
 	switch {
@@ -311,8 +330,8 @@ func (l *Locker) giveBack(ctx context.Context, key, owner string, token int64) {
 // written may have run, so a broken link is not retried (a second one would answer 0, as if
 // the lease had gone) but answered as unavailable.
 func (l *Locker) release(ctx context.Context, key, owner string, token int64) (int64, error) {
-	return pooled(ctx, l, key, func(ctx context.Context) (int64, error) {
-		return once(ctx, l.short(), "LOCK.RELEASE", key, owner, "TOKEN", token).Int64()
+	return pooled(ctx, l, key, func(ctx context.Context, c redis.UniversalClient) (int64, error) {
+		return once(ctx, c, releaseArgs(key, owner, token)...).Int64()
 	})
 }
 
@@ -344,24 +363,6 @@ func timedOut(ctx context.Context, byCtx bool) error {
 // notObtained is the error of a wait that ctx ended.
 func notObtained(ctx context.Context) error {
 	return fmt.Errorf("%w: %w", ErrNotObtained, ctx.Err())
-}
-
-// parseToken reads LOCK.ACQUIRE's reply: the fencing token, or nil when not granted.
-func parseToken(cmd *redis.Cmd) (int64, error) {
-	v, err := cmd.Result()
-	switch {
-	case errors.Is(err, redis.Nil):
-		return 0, ErrNotObtained
-	case isAny(err, "DEADLOCK"):
-		return 0, &serverError{ErrDeadlock, err}
-	case err != nil:
-		return 0, err
-	}
-	token, ok := v.(int64)
-	if !ok {
-		return 0, fmt.Errorf("redislock: LOCK.ACQUIRE answered %v (%T), not a token", v, v)
-	}
-	return token, nil
 }
 
 // sleep pauses for d, or until ctx ends (its error).

@@ -54,8 +54,8 @@ func WithOwner(owner string) Option {
 	return func(o *options) { o.owner = owner }
 }
 
-// WithWatchdog(false) keeps the lease fixed at ttl; by default a watchdog goroutine renews it
-// every ttl/3 until Release.
+// WithWatchdog(false) keeps the lease fixed at ttl (Lock.Extend moves its end); by default the
+// Locker's renewal loop renews it every ttl/3 until Release.
 func WithWatchdog(on bool) Option {
 	return func(o *options) { o.noWatchdog = !on }
 }
@@ -74,12 +74,6 @@ func (o *options) check(ttl time.Duration) error {
 		return invalid("WithReplicas(%d, ...): n must not be negative", o.replicas)
 	}
 	return nil
-}
-
-// millis is d in whole milliseconds, rounded up (a lease is never shorter than asked), at
-// least 1.
-func millis(d time.Duration) int64 {
-	return max((d + time.Millisecond - 1).Milliseconds(), 1)
 }
 
 // A LockerOption changes a Locker (New).
@@ -101,22 +95,4 @@ func WithUnavailableAfter(d time.Duration) LockerOption {
 		}
 		l.bound = d
 	}
-}
-
-// args is the LOCK.ACQUIRE command; wait < 0 sends no WAIT (one try), 0 waits without limit.
-func (o *options) args(key, owner string, ttl time.Duration, wait int64) []any {
-	args := []any{"LOCK.ACQUIRE", key, owner, millis(ttl)}
-	if o.shared {
-		args = append(args, "SHARED")
-	}
-	if o.limit != 0 {
-		args = append(args, "LIMIT", o.limit, "PERMITS", o.permits)
-	}
-	if o.session {
-		args = append(args, "SESSION")
-	}
-	if wait >= 0 {
-		args = append(args, "WAIT", wait)
-	}
-	return args
 }

@@ -4,6 +4,7 @@ package redislock_test
 // docs/clients.md: one test per row, on a server of its own.
 
 import (
+	"context"
 	"errors"
 	"strings"
 	"syscall"
@@ -66,17 +67,24 @@ func TestAReleaseThatFindsTheLeaseGoneMarksTheHoldLost(t *testing.T) {
 	lock := obtain(t, redislock.New(r), "k", 30*time.Second) // first renewal 10 s away
 	r.Do(ctx, "LOCK.FORCERELEASE", "k")
 	release(t, lock, false)
+	lostFor(t, lock, "the hold was gone when released (its lease ran out)")
+	release(t, lock, false)
+	if n := calls(r, "lock.release"); n != 1 {
+		t.Fatalf("%d LOCK.RELEASE sent, want 1 (the second release sends nothing)", n)
+	}
+}
+
+// lostFor fails the test unless lock is known lost (Lost closed), Err matching ErrLost and
+// ending with reason (rule 8's, word for word).
+func lostFor(t *testing.T, lock *redislock.Lock, reason string) {
+	t.Helper()
 	select {
 	case <-lock.Lost():
 	default:
 		t.Fatal("Lost is not closed")
 	}
-	if err := lock.Err(); !errors.Is(err, redislock.ErrLost) || !strings.Contains(err.Error(), "before the release") {
-		t.Fatalf("Err: %v", err)
-	}
-	release(t, lock, false)
-	if n := calls(r, "lock.release"); n != 1 {
-		t.Fatalf("%d LOCK.RELEASE sent, want 1 (the second release sends nothing)", n)
+	if err := lock.Err(); !errors.Is(err, redislock.ErrLost) || !strings.HasSuffix(err.Error(), ": "+reason) {
+		t.Fatalf("Err: %v, want the reason %q", err, reason)
 	}
 }
 
@@ -236,4 +244,149 @@ func TestAFixedLeaseIsLostAtItsEnd(t *testing.T) {
 	if n := calls(r, "lock.guard") + calls(r, "lock.release"); n != 0 {
 		t.Fatalf("%d LOCK.GUARD or LOCK.RELEASE sent", n)
 	}
+}
+
+// Table, rule 20: extend of a live hold answers true; the lease ends ttl from now (LOCK.INFO's
+// ttl), and the watchdog renews by that ttl: a 30 s hold extended to 1.5 s outlives 1.5 s
+// only if the loop renews it every 500 ms, not every 10 s.
+func TestExtendOfALiveHoldMovesItsLease(t *testing.T) {
+	r := client(t, server(t))
+	lock := obtain(t, redislock.New(r), "k", 30*time.Second)
+	if ok, err := lock.Extend(ctx, 1500*time.Millisecond); !ok || err != nil {
+		t.Fatalf("Extend = %v, %v; want true", ok, err)
+	}
+	if left := info(t, r, "k")["ttl"].(int64); left > 1500 {
+		t.Fatalf("LOCK.INFO ttl %d ms after Extend(1.5s)", left)
+	}
+	// Two leases of 1.5 s: renewals every 500 ms with 1 s of slack each.
+	for end := time.Now().Add(3 * time.Second); time.Now().Before(end); {
+		time.Sleep(100 * time.Millisecond)
+		if fence(r, "k") != lock.Token() {
+			t.Fatalf("not renewed by the new ttl: %v", lock.Err())
+		}
+	}
+	if left := info(t, r, "k")["ttl"].(int64); left > 1500 {
+		t.Fatalf("renewed by %d ms, want by 1.5 s", left)
+	}
+	// A fixed lease is kept on the caller's schedule: 1 s extended to 3 s outlives its 1 s.
+	fixed := obtain(t, redislock.New(r), "f", time.Second, redislock.WithWatchdog(false))
+	if ok, err := fixed.Extend(ctx, 3*time.Second); !ok || err != nil {
+		t.Fatalf("Extend of a fixed lease = %v, %v; want true", ok, err)
+	}
+	time.Sleep(1500 * time.Millisecond) // past the first end, 1.5 s before the new one
+	if fixed.Err() != nil || fence(r, "f") != fixed.Token() {
+		t.Fatalf("the fixed lease ended at its first end: %v", fixed.Err())
+	}
+	release(t, lock, true)
+	release(t, fixed, true)
+}
+
+// Table, rule 20: extend answered 0 (the lease gone: force-released) answers false and marks
+// the hold lost, once, with the reason of a renewal answered 0.
+func TestExtendAnswered0MarksTheHoldLost(t *testing.T) {
+	r := client(t, server(t))
+	lock := obtain(t, redislock.New(r), "k", 30*time.Second) // first renewal 10 s away
+	r.Do(ctx, "LOCK.FORCERELEASE", "k")
+	if ok, err := lock.Extend(ctx, 30*time.Second); ok || err != nil {
+		t.Fatalf("Extend = %v, %v; want false, nil", ok, err)
+	}
+	lostFor(t, lock, "the lease ran out before it was renewed")
+	release(t, lock, false)
+}
+
+// Table, rule 20: extend of a hold known lost or released answers false, nil without the
+// server.
+func TestExtendOfAHoldKnownLostOrReleasedSendsNothing(t *testing.T) {
+	r := client(t, server(t))
+	lost := lostHold(t, r)
+	released := obtain(t, redislock.New(r), "r", 10*time.Second)
+	release(t, released, true)
+	before := calls(r, "lock.extend")
+	for _, lock := range []*redislock.Lock{lost, released} {
+		if ok, err := lock.Extend(ctx, time.Second); ok || err != nil {
+			t.Fatalf("Extend of %s = %v, %v; want false, nil", lock.Key(), ok, err)
+		}
+	}
+	if n := calls(r, "lock.extend") - before; n != 0 {
+		t.Fatalf("%d LOCK.EXTEND sent", n)
+	}
+	if _, err := released.Extend(ctx, 0); !errors.Is(err, redislock.ErrInvalidArgument) {
+		t.Fatalf("Extend(0): %v", err)
+	}
+}
+
+// Table, rule 19: a retryable reply to an acquire (READONLY: the server is a replica) is asked
+// again with the same owner; once the replica is promoted, before the caller's deadline, the
+// hold is granted there, to that owner.
+func TestARetryableReplyToAnAcquireIsAskedAgain(t *testing.T) {
+	master := server(t)
+	s := server(t)
+	r := client(t, s)
+	if err := r.Do(ctx, "REPLICAOF", "127.0.0.1", itoa(int64(master.Port))).Err(); err != nil {
+		t.Fatal(err)
+	}
+	waitCtx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	waiting := obtainAsync(waitCtx, redislock.New(r), "k", 5*time.Second, redislock.WithOwner("asker"))
+	eventually(t, 5*time.Second, "LOCK.ACQUIRE answered READONLY", func() bool {
+		return testserver.Info(ctx, r, "errorstats", "errorstat_READONLY") != ""
+	})
+	if err := r.Do(ctx, "REPLICAOF", "NO", "ONE").Err(); err != nil {
+		t.Fatal(err)
+	}
+	got := await(t, waiting, 10*time.Second)
+	if got.err != nil {
+		t.Fatalf("Obtain: %v", got.err)
+	}
+	if info(t, r, "k")["owner"] != "asker" || fence(r, "k") != got.lock.Token() {
+		t.Fatalf("the hold on the promoted server: %v", info(t, r, "k"))
+	}
+	release(t, got.lock, true)
+}
+
+// Rule 19: a replica that stays one answers READONLY until the caller's deadline (WithWait's,
+// or the context's): the lock service cannot serve the key, ErrUnavailable with that reply.
+func TestARetryableReplyUntilTheDeadlineIsUnavailable(t *testing.T) {
+	master := server(t)
+	r := client(t, server(t, "--replicaof", "127.0.0.1", itoa(int64(master.Port))))
+	l := redislock.New(r)
+	for _, call := range []func() error{
+		func() error {
+			return unavailableErr(l.Obtain(ctx, "k", time.Second, redislock.WithWait(300*time.Millisecond)))
+		},
+		func() error {
+			short, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+			defer cancel()
+			return unavailableErr(l.Obtain(short, "k", time.Second))
+		},
+	} {
+		started := time.Now()
+		err := call()
+		if !errors.Is(err, redislock.ErrUnavailable) || !strings.Contains(err.Error(), "READONLY") {
+			t.Fatalf("Obtain: %v", err)
+		}
+		if took := time.Since(started); took > 300*time.Millisecond+margin {
+			t.Fatalf("unavailable after %v, want at the 300 ms deadline", took)
+		}
+	}
+}
+
+// Table, rule 8: a renewal refused (ACL SETUSER took lock.extend away from the loop's user)
+// loses the hold once, with the reason "renewal refused: NOPERM ...".
+func TestARenewalRefusedLosesTheHoldOnceWithTheReply(t *testing.T) {
+	r := client(t, server(t))
+	lock := obtain(t, redislock.New(r), "k", 1500*time.Millisecond) // renewals every 500 ms
+	if err := r.Do(ctx, "ACL", "SETUSER", "default", "-lock.extend").Err(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r.Do(ctx, "ACL", "SETUSER", "default", "+@all") })
+	select {
+	case <-lock.Lost():
+	case <-time.After(3 * time.Second): // the next renewal within 500 ms; 2.5 s for load
+		t.Fatal("not reported lost")
+	}
+	if err := lock.Err(); !strings.Contains(err.Error(), ": renewal refused: NOPERM") {
+		t.Fatalf("Err: %v", err)
+	}
+	release(t, lock, false)
 }

@@ -1,0 +1,117 @@
+package redislock
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// protocol.go: the wire protocol, written once (docs/clients.md): the commands this package
+// sends, how their replies read, the reasons a hold is lost (rule 8, word for word) and the
+// error replies that are asked again elsewhere (rule 19).
+
+// acquireArgs is LOCK.ACQUIRE for o; wait < 0 sends no WAIT (one try), 0 waits without limit.
+func (o *options) acquireArgs(key, owner string, ttl time.Duration, wait int64) []any {
+	args := []any{"LOCK.ACQUIRE", key, owner, millis(ttl)}
+	if o.shared {
+		args = append(args, "SHARED")
+	}
+	if o.limit != 0 {
+		args = append(args, "LIMIT", o.limit, "PERMITS", o.permits)
+	}
+	if o.session {
+		args = append(args, "SESSION")
+	}
+	if wait >= 0 {
+		args = append(args, "WAIT", wait)
+	}
+	return args
+}
+
+// releaseArgs is LOCK.RELEASE of one hold: 1 when it was live, 0 when it was gone.
+func releaseArgs(key, owner string, token int64) []any {
+	return []any{"LOCK.RELEASE", key, owner, "TOKEN", token}
+}
+
+// extendArgs is LOCK.EXTEND of one hold (a renewal, or Extend): its lease ends ttl from now;
+// 1 when it was live, 0 when it was gone. The token keeps it from extending a newer hold.
+func extendArgs(key, owner string, ttl time.Duration, token int64) []any {
+	return []any{"LOCK.EXTEND", key, owner, millis(ttl), "TOKEN", token}
+}
+
+// guardArgs is LOCK.GUARD: command runs only while token is the live exclusive hold's.
+func guardArgs(key string, token int64, command []any) []any {
+	return append([]any{"LOCK.GUARD", key, token}, command...)
+}
+
+// replicasArgs is WAIT: how many replicas have the writes so far, within timeout.
+func replicasArgs(n int, timeout time.Duration) []any {
+	return []any{"WAIT", n, timeout.Milliseconds()}
+}
+
+// millis is d in whole milliseconds, rounded up (a lease is never shorter than asked), at
+// least 1.
+func millis(d time.Duration) int64 {
+	return max((d + time.Millisecond - 1).Milliseconds(), 1)
+}
+
+// parseToken reads LOCK.ACQUIRE's reply: the fencing token, or nil when not granted.
+func parseToken(cmd *redis.Cmd) (int64, error) {
+	v, err := cmd.Result()
+	switch {
+	case errors.Is(err, redis.Nil):
+		return 0, ErrNotObtained
+	case isAny(err, codeDeadlock):
+		return 0, &serverError{ErrDeadlock, err}
+	case err != nil:
+		return 0, err
+	}
+	token, ok := v.(int64)
+	if !ok {
+		return 0, fmt.Errorf("redislock: LOCK.ACQUIRE answered %v (%T), not a token", v, v)
+	}
+	return token, nil
+}
+
+// The reasons a hold is lost (rule 8), each word for word in every client.
+const (
+	reasonRanOut        = "the lease ran out before it was renewed"
+	reasonUnreachable   = "the server could not be reached before the lease ended: " // + cause
+	reasonRefused       = "renewal refused: "                                        // + the error reply
+	reasonFailed        = "the watchdog failed: "                                    // + cause
+	reasonGoneAtRelease = "the hold was gone when released (its lease ran out)"
+	reasonFixedEnded    = "the lease ended (a fixed lease, not extended in time)"
+	reasonSessionClosed = "the session's connection closed: " // + cause
+)
+
+// Error replies with a meaning of their own.
+const (
+	codeStale         = "STALE"               // a guarded write refused: the token is not the live one
+	codeDeadlock      = "DEADLOCK"            // an upgrade beside other readers
+	codeUnknownModule = "ERR unknown command" // the server lacks the module
+)
+
+// retryableCodes (rule 19): this server did not run the command and cannot serve the key
+// now; asked again (after a redirect, or a new connection) with the same owner.
+var retryableCodes = []string{"MOVED", "ASK", "TRYAGAIN", "CLUSTERDOWN", "READONLY", "LOADING",
+	"MASTERDOWN", "UNBLOCKED"}
+
+// isRetryableReply reports whether err is an error reply of retryableCodes.
+func isRetryableReply(err error) bool { return isAny(err, retryableCodes...) }
+
+// isAny reports whether err is an error reply starting with one of the codes.
+func isAny(err error, codes ...string) bool {
+	var reply redis.Error
+	if !errors.As(err, &reply) {
+		return false
+	}
+	for _, code := range codes {
+		if strings.HasPrefix(reply.Error(), code+" ") || reply.Error() == code {
+			return true
+		}
+	}
+	return false
+}
