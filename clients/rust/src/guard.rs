@@ -1,0 +1,168 @@
+//! The guard of a granted hold: its token, its loss (a future, a flag, a reason), guarded
+//! writes, and its release (now, or in the background when dropped).
+
+use std::future::Future;
+use std::sync::Arc;
+
+use redis::aio::MultiplexedConnection;
+use redis::FromRedisValue;
+use tokio::task::JoinHandle;
+
+use crate::acquire::{Granted, LockBuilder};
+use crate::hold::{self, HoldState};
+use crate::locker::Locker;
+use crate::protocol::{self, HoldId};
+use crate::renewal::{self, Lease};
+use crate::Error;
+
+/// A granted hold. Release it with `release().await`; dropped without it, it is released in the
+/// background. `lost()` resolves when the hold is lost before its release.
+pub struct LockGuard {
+    locker: Locker,
+    id: HoldId,
+    state: Arc<HoldState>,
+    /// The lease's timer and the watchdog (`hold::keep`).
+    keeper: Option<JoinHandle<()>>,
+    /// For a session hold: the connection it lives on (closing it ends the hold).
+    session: Option<MultiplexedConnection>,
+    released: bool,
+}
+
+impl std::fmt::Debug for LockGuard {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LockGuard")
+            .field("key", &self.id.key)
+            .field("owner", &self.id.owner)
+            .field("token", &self.id.token)
+            .finish()
+    }
+}
+
+impl LockGuard {
+    pub(crate) fn start(builder: LockBuilder, id: HoldId, granted: Granted) -> Self {
+        let state = HoldState::new();
+        let lease = Lease {
+            ttl: builder.ttl,
+            start: granted.lease_start,
+            renew: builder.watchdog,
+        };
+        let keeper = tokio::spawn(renewal::keep(
+            builder.locker.clone(),
+            id.clone(),
+            state.clone(),
+            lease,
+        ));
+        LockGuard {
+            locker: builder.locker,
+            id,
+            state,
+            keeper: Some(keeper),
+            session: builder.session.then_some(granted.conn),
+            released: false,
+        }
+    }
+
+    /// The fencing token of this hold: pass it to the storage with every write.
+    pub fn token(&self) -> u64 {
+        self.id.token
+    }
+
+    pub fn key(&self) -> &str {
+        &self.id.key
+    }
+
+    pub fn owner(&self) -> &str {
+        &self.id.owner
+    }
+
+    /// Why the hold was lost, if it was.
+    pub fn lost_reason(&self) -> Option<String> {
+        self.state.lost_reason()
+    }
+
+    /// Whether the hold was lost (`lost_reason` says why).
+    pub fn is_lost(&self) -> bool {
+        self.state.lost_reason().is_some()
+    }
+
+    /// Resolves with the reason when the hold is lost: its lease ended with no renewal since
+    /// (the server could not be reached, or did not answer in time), a renewal answered 0, or
+    /// the release found the lease already gone. Pending forever while the hold lives. The
+    /// future does not borrow the guard: it can be spawned, and outlives a `release`.
+    pub fn lost(&self) -> impl Future<Output = String> + Send + 'static {
+        let mut rx = self.state.subscribe();
+        async move {
+            loop {
+                if let Some(reason) = rx.borrow_and_update().clone() {
+                    return reason;
+                }
+                if rx.changed().await.is_err() {
+                    std::future::pending::<()>().await;
+                }
+            }
+        }
+    }
+
+    /// `LOCK.GUARD key token <cmd>`: run `cmd` only while this is the live exclusive hold
+    /// (`Error::Stale` otherwise, at once when the hold is known lost); replicated as `cmd`
+    /// itself. Not repeated after a broken link (it may have run): `Error::Unavailable`.
+    pub async fn run<T: FromRedisValue>(&self, cmd: &redis::Cmd) -> Result<T, Error> {
+        if let Some(reason) = self.state.lost_reason() {
+            let key = &self.id.key;
+            return Err(Error::Stale(format!(
+                "the hold on {key} was lost: {reason}"
+            )));
+        }
+        let guarded = protocol::guard(&self.id.key, self.id.token, cmd);
+        self.locker.call(&guarded, false).await
+    }
+
+    /// Release the hold: `Ok(false)` if it had been lost (at once, nothing sent, when that was
+    /// known; a release that finds the lease gone marks it lost, and `lost()` resolves). The
+    /// watchdog stops first, so a released hold is never renewed. `Error::Unavailable` when the
+    /// server cannot be reached within the locker's bound (the lease then ends by itself).
+    ///
+    /// A second release does not compile (`release` takes the guard):
+    ///
+    /// ```compile_fail,E0382
+    /// async fn twice(guard: redis_lock_client::LockGuard) {
+    ///     let _ = guard.release().await;
+    ///     let _ = guard.release().await;
+    /// }
+    /// ```
+    pub async fn release(mut self) -> Result<bool, Error> {
+        self.released = true;
+        if let Some(keeper) = self.keeper.take() {
+            keeper.abort();
+            let _ = keeper.await; // gone: no renewal, no loss marked after this point
+        }
+        let released = hold::release(&self.locker, &self.id, &self.state).await;
+        self.session = None;
+        released
+    }
+}
+
+impl Drop for LockGuard {
+    fn drop(&mut self) {
+        if self.released {
+            return;
+        }
+        let keeper = self.keeper.take();
+        if let Some(keeper) = &keeper {
+            keeper.abort();
+        }
+        // Released in the background, on the runtime this guard lives in (if it still runs);
+        // a session's connection closes after it.
+        if let Ok(handle) = tokio::runtime::Handle::try_current() {
+            let (locker, id, state) = (self.locker.clone(), self.id.clone(), self.state.clone());
+            let session = self.session.take();
+            handle.spawn(async move {
+                if let Some(keeper) = keeper {
+                    let _ = keeper.await;
+                }
+                let _ = hold::release(&locker, &id, &state).await;
+                drop(session);
+            });
+        }
+    }
+}

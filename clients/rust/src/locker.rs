@@ -1,0 +1,282 @@
+//! The `Locker`: where connections come from (one server, or the master Sentinel names), its
+//! shared connection for short commands, and how a call is asked again or given up (rules 4
+//! and 14 of docs/clients.md).
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use redis::aio::MultiplexedConnection;
+use redis::sentinel::SentinelClient;
+use redis::{AsyncConnectionConfig, FromRedisValue, RedisError};
+use tokio::sync::Mutex;
+use tokio::time::timeout_at;
+
+use crate::acquire::LockBuilder;
+use crate::availability::{Availability, DEFAULT_UNAVAILABLE_AFTER, REPLY_GRACE, RETRY_PAUSE};
+use crate::error::{self, Failure};
+use crate::Error;
+
+/// `cmd`'s reply on `conn`, and whether it failed at once: a connection whose link had already
+/// broken refuses on the first poll (its driver is gone). Only a hint: on a loaded machine a
+/// command may also be written, answered by a broken link and fail within that first poll, so
+/// only commands safe to send twice (an acquire with its owner) may act on it.
+pub(crate) async fn query<T: FromRedisValue>(
+    cmd: &redis::Cmd,
+    conn: &mut MultiplexedConnection,
+) -> (Result<T, RedisError>, bool) {
+    let mut reply = std::pin::pin!(cmd.query_async::<T>(conn));
+    let mut first_poll = true;
+    let mut unsent = false;
+    let reply = std::future::poll_fn(|cx| {
+        let poll = reply.as_mut().poll(cx);
+        unsent = first_poll && matches!(&poll, std::task::Poll::Ready(Err(_)));
+        first_poll = false;
+        poll
+    })
+    .await;
+    (reply, unsent)
+}
+
+/// Where connections come from.
+#[derive(Clone)]
+pub(crate) enum Source {
+    /// One server.
+    Client(redis::Client),
+    /// Whichever master Sentinel names, asked on every connect.
+    Sentinel(Arc<Mutex<SentinelClient>>),
+}
+
+impl Source {
+    /// A connection without timeouts of its own: each caller bounds its calls (rule 14).
+    /// Through Sentinel, `availability` learns the master's address.
+    pub(crate) async fn connect(
+        &self,
+        availability: &Availability,
+    ) -> Result<MultiplexedConnection, RedisError> {
+        let client = match self {
+            Source::Client(client) => client.clone(),
+            Source::Sentinel(sentinel) => {
+                let client = sentinel.lock().await.async_get_client().await?;
+                let master = client.get_connection_info().addr();
+                availability.found(format!("{master} (the master Sentinel named)"));
+                client
+            }
+        };
+        let config = AsyncConnectionConfig::new()
+            .set_connection_timeout(None)
+            .set_response_timeout(None);
+        client
+            .get_multiplexed_async_connection_with_config(&config)
+            .await
+    }
+
+    /// The address `Error::Unavailable` names.
+    fn address(&self) -> String {
+        match self {
+            Source::Client(client) => client.get_connection_info().addr().to_string(),
+            Source::Sentinel(_) => "the master Sentinel names (none named yet)".to_string(),
+        }
+    }
+}
+
+/// The entry point: one per application (it keeps a connection for short commands).
+#[derive(Clone)]
+pub struct Locker {
+    pub(crate) source: Source,
+    pub(crate) shared: Arc<Mutex<Option<MultiplexedConnection>>>,
+    pub(crate) availability: Arc<Availability>,
+}
+
+impl Locker {
+    pub fn new(client: redis::Client) -> Self {
+        Self::from_source(Source::Client(client))
+    }
+
+    /// Locks on the master that `sentinel` (a `SentinelClient` for the master, built with
+    /// `SentinelServerType::Master`) names. Every connection (the shared one, each wait's,
+    /// each watchdog's) is made by asking the Sentinels, so each follows a failover when it
+    /// reconnects: a waiter whose link broke asks again on the new master, a watchdog renews
+    /// there (or reports the hold lost if the new master does not have it).
+    pub fn sentinel(sentinel: SentinelClient) -> Self {
+        Self::from_source(Source::Sentinel(Arc::new(Mutex::new(sentinel))))
+    }
+
+    fn from_source(source: Source) -> Self {
+        let availability = Availability::new(source.address(), DEFAULT_UNAVAILABLE_AFTER);
+        Self {
+            source,
+            shared: Arc::new(Mutex::new(None)),
+            availability: Arc::new(availability),
+        }
+    }
+
+    /// The unavailability bound (default 10 s): a call that cannot reach the lock service (or
+    /// gets no answer) asks again with the same owner until the caller's deadline or this long
+    /// after the first failure since the server last answered, whichever is first, then fails
+    /// with `Error::Unavailable`. A wait longer than this is watched by a `PING` every half
+    /// bound on another connection. Zero is refused: `acquire` answers `Error::InvalidArgument`.
+    pub fn unavailable_after(mut self, bound: Duration) -> Self {
+        self.availability = Arc::new(Availability::new(self.source.address(), bound));
+        self
+    }
+
+    /// A lock on `key`; set it up with the builder, then `acquire().await`.
+    pub fn lock(&self, key: impl Into<String>) -> LockBuilder {
+        LockBuilder::new(self.clone(), key.into())
+    }
+
+    /// The shared connection, made on first use (again once `forget` dropped it).
+    pub(crate) async fn conn(&self) -> Result<MultiplexedConnection, RedisError> {
+        Ok(self.reused_conn().await?.0)
+    }
+
+    /// The shared connection, and whether it was made before this call (its link may have
+    /// broken since, while idle).
+    async fn reused_conn(&self) -> Result<(MultiplexedConnection, bool), RedisError> {
+        let mut shared = self.shared.lock().await;
+        if let Some(conn) = shared.as_ref() {
+            return Ok((conn.clone(), true));
+        }
+        let conn = self.source.connect(&self.availability).await?;
+        *shared = Some(conn.clone());
+        Ok((conn, false))
+    }
+
+    /// Drop the shared connection (its link failed, or its server is no longer the master), so
+    /// the next command connects again (through Sentinel, to the new master).
+    pub(crate) async fn forget(&self) {
+        *self.shared.lock().await = None;
+    }
+
+    /// A connection of its own (a wait's, a session's, a watchdog's).
+    pub(crate) async fn dedicated(&self) -> Result<MultiplexedConnection, RedisError> {
+        self.source.connect(&self.availability).await
+    }
+
+    pub(crate) fn failure(&self, e: &RedisError) -> Failure {
+        error::failure(e)
+    }
+
+    /// `cmd` on the shared connection, asked again after a connection error until the bound
+    /// (rule 14) only while it was not written: once written it may have run (a guarded write,
+    /// a release whose reply was lost), so a broken link then is `Error::Unavailable`. With
+    /// `probe`, a connection made before is checked by a `PING` first: one whose link broke
+    /// while idle fails that, and `cmd` goes on a new connection.
+    pub(crate) async fn call<T: FromRedisValue>(
+        &self,
+        cmd: &redis::Cmd,
+        probe: bool,
+    ) -> Result<T, Error> {
+        self.availability.begin();
+        let mut give_up = self.availability.until(None);
+        loop {
+            let started = Instant::now();
+            let sent = async {
+                let (mut conn, reused) = self.reused_conn().await.map_err(|e| (e, true))?;
+                if probe && reused {
+                    let ping = redis::cmd("PING").query_async::<()>(&mut conn).await;
+                    ping.map_err(|e| (e, true))?;
+                }
+                cmd.query_async::<T>(&mut conn)
+                    .await
+                    .map_err(|e| (e, false))
+            };
+            match timeout_at(give_up.into(), sent).await {
+                Err(_) => return Err(self.silent(started).await),
+                Ok(Ok(value)) => {
+                    self.availability.answered();
+                    return Ok(value);
+                }
+                Ok(Err((e, true))) => give_up = self.after_failure(e, None).await?,
+                Ok(Err((e, false))) => return Err(self.settle(e).await),
+            }
+        }
+    }
+
+    /// After a failed try of a call that may ask again until `deadline` (the caller's) or the
+    /// bound: when the next try must answer by (after a pause), or the error to return.
+    pub(crate) async fn after_failure(
+        &self,
+        e: RedisError,
+        deadline: Option<Instant>,
+    ) -> Result<Instant, Error> {
+        if self.failure(&e) != Failure::Unreachable {
+            return Err(self.settle(e).await);
+        }
+        self.forget().await;
+        self.availability.failed();
+        // No try that would begin at (or past) the end: it could only fail as silent.
+        let (give_up, next) = (
+            self.availability.until(deadline),
+            Instant::now() + RETRY_PAUSE,
+        );
+        if next >= give_up {
+            return Err(self.availability.error_from(e));
+        }
+        tokio::time::sleep_until(next.into()).await;
+        Ok(give_up)
+    }
+
+    /// `e` as the caller sees it, with no try left: the server's own refusal, or unavailable.
+    pub(crate) async fn settle(&self, e: RedisError) -> Error {
+        match self.failure(&e) {
+            Failure::Refused => {
+                self.availability.answered();
+                e.into()
+            }
+            Failure::Unreachable => {
+                self.forget().await;
+                self.availability.failed();
+                self.availability.error_from(e)
+            }
+            Failure::NotLockService => {
+                self.forget().await;
+                self.availability
+                    .error(format!("not Redis with the redis-lock module ({e})"))
+            }
+        }
+    }
+
+    /// How late after the server's own deadline (a wait's end, `WAIT`'s timeout) its reply may
+    /// come before the server counts as silent: min(1 s, bound).
+    pub(crate) fn reply_grace(&self) -> Duration {
+        REPLY_GRACE.min(self.availability.bound())
+    }
+
+    /// A call begun at `started` got no answer in time.
+    pub(crate) async fn silent(&self, started: Instant) -> Error {
+        self.forget().await;
+        self.availability.failed();
+        self.availability.silence(started.elapsed())
+    }
+
+    /// For a wait in the server's queue (rule 14): a `PING` on the shared connection every half
+    /// bound; the unavailable error once none has answered for the bound (the waiting
+    /// connection may be on a server that froze).
+    pub(crate) async fn watch(&self) -> Error {
+        let bound = self.availability.bound();
+        let mut answered = Instant::now();
+        loop {
+            tokio::time::sleep((bound / 2).max(Duration::from_millis(10))).await;
+            let sent = Instant::now();
+            let ping = async {
+                redis::cmd("PING")
+                    .query_async::<()>(&mut self.conn().await?)
+                    .await
+            };
+            match timeout_at((answered + bound).into(), ping).await {
+                Ok(Ok(())) => {
+                    answered = sent;
+                    self.availability.answered();
+                }
+                Ok(Err(e)) if self.failure(&e) == Failure::Unreachable => {
+                    self.forget().await;
+                    self.availability.failed();
+                }
+                Ok(Err(e)) => return self.settle(e).await,
+                Err(_) => return self.silent(answered).await,
+            }
+        }
+    }
+}
