@@ -40,6 +40,14 @@ pub struct LockBuilder {
     owner: Option<String>,
 }
 
+/// A ttl the server would refuse, refused before anything is sent (rule 17).
+pub(crate) fn check_ttl(ttl: Duration) -> Result<(), Error> {
+    if ttl < Duration::from_millis(1) {
+        return Err(Error::InvalidArgument(format!("ttl {ttl:?} is under 1 ms")));
+    }
+    Ok(())
+}
+
 /// A `LOCK.ACQUIRE` that did not reach the server.
 struct Unreached {
     error: RedisError,
@@ -126,10 +134,7 @@ impl LockBuilder {
                 "unavailable_after is zero: no call could wait for an answer".to_string(),
             ));
         }
-        if self.ttl < Duration::from_millis(1) {
-            let ttl = self.ttl;
-            return Err(Error::InvalidArgument(format!("ttl {ttl:?} is under 1 ms")));
-        }
+        check_ttl(self.ttl)?;
         if let Mode::Permits { limit, n } = self.mode {
             if n == 0 || n > limit {
                 return Err(Error::InvalidArgument(format!(

@@ -3,16 +3,17 @@
 
 use std::future::Future;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use redis::aio::MultiplexedConnection;
 use redis::FromRedisValue;
-use tokio::task::JoinHandle;
 
-use crate::acquire::{Granted, LockBuilder};
+use crate::acquire::{check_ttl, Granted, LockBuilder};
 use crate::hold::{self, HoldState};
 use crate::locker::Locker;
-use crate::protocol::{self, HoldId};
-use crate::renewal::{self, Lease};
+use crate::protocol::{self, reason, HoldId};
+use crate::renewal::{Lease, Renewals};
+use crate::schedule::Ticket;
 use crate::Error;
 
 /// A granted hold. Release it with `release().await`; dropped without it, it is released in the
@@ -21,8 +22,9 @@ pub struct LockGuard {
     locker: Locker,
     id: HoldId,
     state: Arc<HoldState>,
-    /// The lease's timer and the watchdog (`hold::keep`).
-    keeper: Option<JoinHandle<()>>,
+    /// The loop that keeps its lease (the locker's; a session hold's own) and its place there.
+    renewals: Renewals,
+    ticket: Ticket,
     /// For a session hold: the connection it lives on (closing it ends the hold).
     session: Option<MultiplexedConnection>,
     released: bool,
@@ -46,18 +48,21 @@ impl LockGuard {
             start: granted.lease_start,
             renew: builder.watchdog,
         };
-        let keeper = tokio::spawn(renewal::keep(
-            builder.locker.clone(),
-            id.clone(),
-            state.clone(),
-            lease,
-        ));
+        let locker = builder.locker;
+        let (renewals, session) = if builder.session {
+            let own = Renewals::session(granted.conn.clone(), locker.availability.clone());
+            (own, Some(granted.conn))
+        } else {
+            (locker.renewals.clone(), None)
+        };
+        let ticket = renewals.add(id.clone(), state.clone(), lease);
         LockGuard {
-            locker: builder.locker,
+            locker,
             id,
             state,
-            keeper: Some(keeper),
-            session: builder.session.then_some(granted.conn),
+            renewals,
+            ticket,
+            session,
             released: false,
         }
     }
@@ -117,6 +122,33 @@ impl LockGuard {
         self.locker.call(&guarded, false).await
     }
 
+    /// `LOCK.EXTEND key owner ttl TOKEN token` now (rule 20): the lease ends `ttl` from now
+    /// (longer or shorter than before), and the watchdog, if on, goes on renewing by `ttl`.
+    /// `Ok(true)` while the hold is live; `Ok(false)` when the server answers 0 (the hold is
+    /// then lost: `the lease ran out before it was renewed`) and, without sending anything,
+    /// for a hold known lost. How a fixed lease (`.watchdog(false)`) is kept on the caller's
+    /// schedule. A ttl under 1 ms is `Error::InvalidArgument`; a server that cannot be reached
+    /// within the locker's bound, `Error::Unavailable` (the lease runs on as it was).
+    pub async fn extend(&self, ttl: Duration) -> Result<bool, Error> {
+        check_ttl(ttl)?;
+        if !self.state.is_held() {
+            return Ok(false);
+        }
+        let sent = Instant::now();
+        let live: i64 = self
+            .locker
+            .call(&protocol::extend(&self.id, ttl), true)
+            .await?;
+        if !protocol::was_live(live) {
+            if self.renewals.remove(self.ticket) {
+                self.state.mark_lost(reason::RAN_OUT.to_string());
+            }
+            return Ok(false);
+        }
+        // Lost meanwhile (its deadline passed while the extend was on its way): still lost.
+        Ok(self.renewals.extended(self.ticket, sent, ttl))
+    }
+
     /// Release the hold: `Ok(false)` if it had been lost (at once, nothing sent, when that was
     /// known; a release that finds the lease gone marks it lost, and `lost()` resolves). The
     /// watchdog stops first, so a released hold is never renewed. `Error::Unavailable` when the
@@ -132,10 +164,7 @@ impl LockGuard {
     /// ```
     pub async fn release(mut self) -> Result<bool, Error> {
         self.released = true;
-        if let Some(keeper) = self.keeper.take() {
-            keeper.abort();
-            let _ = keeper.await; // gone: no renewal, no loss marked after this point
-        }
+        self.renewals.remove(self.ticket); // no renewal, no loss marked after this point
         let released = hold::release(&self.locker, &self.id, &self.state).await;
         self.session = None;
         released
@@ -147,19 +176,13 @@ impl Drop for LockGuard {
         if self.released {
             return;
         }
-        let keeper = self.keeper.take();
-        if let Some(keeper) = &keeper {
-            keeper.abort();
-        }
+        self.renewals.remove(self.ticket);
         // Released in the background, on the runtime this guard lives in (if it still runs);
         // a session's connection closes after it.
         if let Ok(handle) = tokio::runtime::Handle::try_current() {
             let (locker, id, state) = (self.locker.clone(), self.id.clone(), self.state.clone());
             let session = self.session.take();
             handle.spawn(async move {
-                if let Some(keeper) = keeper {
-                    let _ = keeper.await;
-                }
                 let _ = hold::release(&locker, &id, &state).await;
                 drop(session);
             });

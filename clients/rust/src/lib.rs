@@ -54,6 +54,7 @@ mod hold;
 mod locker;
 mod protocol;
 mod renewal;
+mod schedule;
 
 /// The `redis` crate this one is built on (1.x): its `Client` makes a `Locker`, its `cmd`
 /// builds what `LockGuard::run` sends.

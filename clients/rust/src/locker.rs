@@ -15,6 +15,7 @@ use tokio::time::timeout_at;
 use crate::acquire::LockBuilder;
 use crate::availability::{Availability, DEFAULT_UNAVAILABLE_AFTER, REPLY_GRACE, RETRY_PAUSE};
 use crate::error::{self, Failure};
+use crate::renewal::Renewals;
 use crate::Error;
 
 /// `cmd`'s reply on `conn`, and whether it failed at once: a connection whose link had already
@@ -86,6 +87,8 @@ pub struct Locker {
     pub(crate) source: Source,
     pub(crate) shared: Arc<Mutex<Option<MultiplexedConnection>>>,
     pub(crate) availability: Arc<Availability>,
+    /// The renewal loop of every watchdog hold of this locker (its clones share it).
+    pub(crate) renewals: Renewals,
 }
 
 impl Locker {
@@ -104,10 +107,15 @@ impl Locker {
 
     fn from_source(source: Source) -> Self {
         let availability = Availability::new(source.address(), DEFAULT_UNAVAILABLE_AFTER);
+        Self::with(source, Arc::new(availability))
+    }
+
+    fn with(source: Source, availability: Arc<Availability>) -> Self {
         Self {
+            renewals: Renewals::new(source.clone(), availability.clone()),
             source,
             shared: Arc::new(Mutex::new(None)),
-            availability: Arc::new(availability),
+            availability,
         }
     }
 
@@ -116,9 +124,17 @@ impl Locker {
     /// after the first failure since the server last answered, whichever is first, then fails
     /// with `Error::Unavailable`. A wait longer than this is watched by a `PING` every half
     /// bound on another connection. Zero is refused: `acquire` answers `Error::InvalidArgument`.
-    pub fn unavailable_after(mut self, bound: Duration) -> Self {
-        self.availability = Arc::new(Availability::new(self.source.address(), bound));
-        self
+    pub fn unavailable_after(self, bound: Duration) -> Self {
+        let availability = Availability::new(self.source.address(), bound);
+        Self::with(self.source, Arc::new(availability))
+    }
+
+    /// The lags of the renewals answered since the last call: each reply's arrival after its
+    /// renewal fell due (the last success's send time plus ttl/3). For the bench program.
+    #[cfg(feature = "bench")]
+    #[doc(hidden)]
+    pub fn renewal_lags(&self) -> Vec<Duration> {
+        self.renewals.take_lags()
     }
 
     /// A lock on `key`; set it up with the builder, then `acquire().await`.
