@@ -4,10 +4,10 @@
 
 use std::time::{Duration, Instant};
 
-use redis::aio::MultiplexedConnection;
 use redis::{RedisError, Value};
 use tokio::time::timeout_at;
 
+use crate::cluster::Conn;
 use crate::guard::LockGuard;
 use crate::hold::{self, HoldState};
 use crate::locker::{query, Locker};
@@ -60,7 +60,7 @@ struct Unreached {
 /// A grant, before its guard.
 pub(crate) struct Granted {
     pub(crate) token: u64,
-    pub(crate) conn: MultiplexedConnection,
+    pub(crate) conn: Conn,
     pub(crate) lease_start: Instant,
 }
 
@@ -190,7 +190,9 @@ impl LockBuilder {
         let wait = Wait::until(deadline);
         let blocking = wait.blocks();
         let locker = &self.locker;
-        let shared = !blocking && !self.session;
+        // A durable grant's `WAIT` goes on the grant's connection: on a cluster, the node's.
+        let durable_on_cluster = self.replicas.is_some() && locker.source.is_cluster();
+        let shared = !blocking && !self.session && !durable_on_cluster;
         let reused = shared && locker.shared.lock().await.is_some();
         let (started, bound) = (Instant::now(), locker.availability.until(None));
         // A wait's reply is due when its deadline passed, and min(1 s, bound) for its trip; a
@@ -204,7 +206,7 @@ impl LockBuilder {
         let conn = if shared {
             timeout_at(connect_by.into(), locker.conn()).await
         } else {
-            timeout_at(connect_by.into(), locker.dedicated()).await
+            timeout_at(connect_by.into(), locker.dedicated(&self.key)).await
         };
         let mut conn = match conn {
             Err(_) => return Err(locker.silent(started).await),
@@ -294,7 +296,7 @@ impl LockBuilder {
     /// and min(1 s, bound).
     async fn replicated(
         &self,
-        conn: &mut MultiplexedConnection,
+        conn: &mut Conn,
         n: usize,
         timeout: Duration,
     ) -> Result<bool, Error> {

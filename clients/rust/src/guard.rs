@@ -5,10 +5,10 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use redis::aio::MultiplexedConnection;
 use redis::FromRedisValue;
 
 use crate::acquire::{check_ttl, Granted, LockBuilder};
+use crate::cluster::Conn;
 use crate::hold::{self, HoldState};
 use crate::locker::Locker;
 use crate::protocol::{self, reason, HoldId};
@@ -26,7 +26,7 @@ pub struct LockGuard {
     renewals: Renewals,
     ticket: Ticket,
     /// For a session hold: the connection it lives on (closing it ends the hold).
-    session: Option<MultiplexedConnection>,
+    session: Option<Conn>,
     released: bool,
 }
 

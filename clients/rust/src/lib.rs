@@ -2,9 +2,11 @@
 //!
 //! The server does the hard parts (fair FIFO waits, fencing tokens, leases, shared locks,
 //! semaphores, session holds, guarded writes); this crate writes the loop around them: wait
-//! without polling, renew the lease while working (a watchdog task), say when a hold is lost
-//! (`LockGuard::lost`), never renew a released hold, carry the token to the write, and say
-//! `Error::Unavailable` within a bound when the lock service cannot be reached.
+//! without polling, renew the leases while working (one renewal loop per `Locker`, on one
+//! connection of its own per server), say when a hold is lost (`LockGuard::lost`), never renew
+//! a released hold, carry the token to the write, and say `Error::Unavailable` within a bound
+//! when the lock service cannot be reached. One server, Sentinel (`Locker::sentinel`) or a
+//! Redis Cluster (`Locker::cluster`).
 //!
 //! The crate re-exports the `redis` crate it is built on (`redis_lock_client::redis`), so an
 //! application without a `redis` dependency of its own needs no matching version.
@@ -46,11 +48,13 @@ pub struct ReadmeDoctests;
 
 mod acquire;
 mod availability;
+mod cluster;
 mod error;
 #[cfg(feature = "sqlx")]
 pub mod fence;
 mod guard;
 mod hold;
+mod link;
 mod locker;
 mod protocol;
 mod renewal;

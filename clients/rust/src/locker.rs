@@ -7,14 +7,20 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use redis::aio::MultiplexedConnection;
+use redis::cluster::ClusterClient;
 use redis::sentinel::SentinelClient;
-use redis::{AsyncConnectionConfig, FromRedisValue, RedisError};
+use redis::{
+    AsyncConnectionConfig, ConnectionAddr, ConnectionInfo, ErrorKind, FromRedisValue,
+    IntoConnectionInfo, RedisError, Value,
+};
 use tokio::sync::Mutex;
 use tokio::time::timeout_at;
 
 use crate::acquire::LockBuilder;
 use crate::availability::{Availability, DEFAULT_UNAVAILABLE_AFTER, REPLY_GRACE, RETRY_PAUSE};
+use crate::cluster::{Conn, SlotMap};
 use crate::error::{self, Failure};
+use crate::protocol;
 use crate::renewal::Renewals;
 use crate::Error;
 
@@ -24,7 +30,7 @@ use crate::Error;
 /// only commands safe to send twice (an acquire with its owner) may act on it.
 pub(crate) async fn query<T: FromRedisValue>(
     cmd: &redis::Cmd,
-    conn: &mut MultiplexedConnection,
+    conn: &mut Conn,
 ) -> (Result<T, RedisError>, bool) {
     let mut reply = std::pin::pin!(cmd.query_async::<T>(conn));
     let mut first_poll = true;
@@ -39,6 +45,11 @@ pub(crate) async fn query<T: FromRedisValue>(
     (reply, unsent)
 }
 
+/// Whether `e` is an error reply of rule 19's list (the server did not run the command).
+fn is_retryable_reply(e: &RedisError) -> bool {
+    e.code().is_some_and(protocol::is_retryable)
+}
+
 /// Where connections come from.
 #[derive(Clone)]
 pub(crate) enum Source {
@@ -46,13 +57,32 @@ pub(crate) enum Source {
     Client(redis::Client),
     /// Whichever master Sentinel names, asked on every connect.
     Sentinel(Arc<Mutex<SentinelClient>>),
+    /// A Redis Cluster: short commands on its cluster connection, the rest on the master of
+    /// the key's slot.
+    Cluster(Arc<ClusterSource>),
+}
+
+pub(crate) struct ClusterSource {
+    client: ClusterClient,
+    /// The first node's settings (user, password, database): each node's connection has them.
+    template: ConnectionInfo,
+    /// The slot map last read (`CLUSTER SLOTS`); dropped after a failure, read again.
+    slots: std::sync::Mutex<Option<SlotMap>>,
+}
+
+/// No timeouts of the `redis` crate's: each caller bounds its calls (rule 14).
+fn unbounded() -> AsyncConnectionConfig {
+    AsyncConnectionConfig::new()
+        .set_connection_timeout(None)
+        .set_response_timeout(None)
 }
 
 impl Source {
-    /// A connection without timeouts of its own: each caller bounds its calls (rule 14).
-    /// Through Sentinel, `availability` learns the master's address.
+    /// A connection of its own to the server of `key` (through Sentinel, `availability` learns
+    /// the master's address; on a cluster, the master of the key's slot).
     pub(crate) async fn connect(
         &self,
+        key: &str,
         availability: &Availability,
     ) -> Result<MultiplexedConnection, RedisError> {
         let client = match self {
@@ -63,13 +93,67 @@ impl Source {
                 availability.found(format!("{master} (the master Sentinel named)"));
                 client
             }
+            Source::Cluster(cluster) => cluster.client_for(&self.node(key).await?)?,
         };
-        let config = AsyncConnectionConfig::new()
-            .set_connection_timeout(None)
-            .set_response_timeout(None);
         client
-            .get_multiplexed_async_connection_with_config(&config)
+            .get_multiplexed_async_connection_with_config(&unbounded())
             .await
+    }
+
+    /// The server that serves `key` (`host:port`; the same for every key but on a cluster).
+    pub(crate) async fn node(&self, key: &str) -> Result<String, RedisError> {
+        let Source::Cluster(cluster) = self else {
+            return Ok(String::new());
+        };
+        let known = cluster.map().and_then(|m| m.node_of(key));
+        let (host, port) = match known {
+            Some(node) => node,
+            None => cluster.read_map().await?.node_of(key).ok_or_else(|| {
+                RedisError::from((
+                    ErrorKind::ClusterConnectionNotFound,
+                    "no master serves the slot",
+                ))
+            })?,
+        };
+        Ok(format!("{host}:{port}"))
+    }
+
+    /// A connection of its own to the server at `node` (from `node`).
+    pub(crate) async fn connect_node(
+        &self,
+        node: &str,
+        availability: &Availability,
+    ) -> Result<MultiplexedConnection, RedisError> {
+        match self {
+            Source::Cluster(cluster) => {
+                let client = cluster.client_for(node)?;
+                client
+                    .get_multiplexed_async_connection_with_config(&unbounded())
+                    .await
+            }
+            _ => self.connect("", availability).await,
+        }
+    }
+
+    /// The shared connection: a server's, or the cluster's (it routes by key).
+    async fn shared(&self, availability: &Availability) -> Result<Conn, RedisError> {
+        match self {
+            Source::Cluster(cluster) => {
+                Ok(Conn::Cluster(cluster.client.get_async_connection().await?))
+            }
+            _ => Ok(Conn::Single(self.connect("", availability).await?)),
+        }
+    }
+
+    /// After a failure: the slot map is read again before the next use.
+    pub(crate) fn forget(&self) {
+        if let Source::Cluster(cluster) = self {
+            *cluster.slots.lock().unwrap_or_else(|p| p.into_inner()) = None;
+        }
+    }
+
+    pub(crate) fn is_cluster(&self) -> bool {
+        matches!(self, Source::Cluster(_))
     }
 
     /// The address `Error::Unavailable` names.
@@ -77,7 +161,36 @@ impl Source {
         match self {
             Source::Client(client) => client.get_connection_info().addr().to_string(),
             Source::Sentinel(_) => "the master Sentinel names (none named yet)".to_string(),
+            Source::Cluster(cluster) => format!("the cluster of {}", cluster.template.addr()),
         }
+    }
+}
+
+impl ClusterSource {
+    fn map(&self) -> Option<SlotMap> {
+        self.slots.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// `CLUSTER SLOTS`, asked through the cluster connection.
+    async fn read_map(&self) -> Result<SlotMap, RedisError> {
+        let mut conn = self.client.get_async_connection().await?;
+        let reply: Value = redis::cmd("CLUSTER")
+            .arg("SLOTS")
+            .query_async(&mut conn)
+            .await?;
+        let map = SlotMap::parse(&reply).ok_or_else(|| {
+            RedisError::from((ErrorKind::Parse, "CLUSTER SLOTS", format!("{reply:?}")))
+        })?;
+        *self.slots.lock().unwrap_or_else(|p| p.into_inner()) = Some(map.clone());
+        Ok(map)
+    }
+
+    /// A client for the node at `node` (`host:port`), with the first node's settings.
+    fn client_for(&self, node: &str) -> Result<redis::Client, RedisError> {
+        let (host, port) = node.rsplit_once(':').unwrap_or((node, "6379"));
+        let port = port.parse().unwrap_or(6379);
+        let addr = ConnectionAddr::Tcp(host.to_string(), port);
+        redis::Client::open(self.template.clone().set_addr(addr))
     }
 }
 
@@ -85,7 +198,7 @@ impl Source {
 #[derive(Clone)]
 pub struct Locker {
     pub(crate) source: Source,
-    pub(crate) shared: Arc<Mutex<Option<MultiplexedConnection>>>,
+    pub(crate) shared: Arc<Mutex<Option<Conn>>>,
     pub(crate) availability: Arc<Availability>,
     /// The renewal loop of every watchdog hold of this locker (its clones share it).
     pub(crate) renewals: Renewals,
@@ -103,6 +216,39 @@ impl Locker {
     /// there (or reports the hold lost if the new master does not have it).
     pub fn sentinel(sentinel: SentinelClient) -> Self {
         Self::from_source(Source::Sentinel(Arc::new(Mutex::new(sentinel))))
+    }
+
+    /// Locks on a Redis Cluster of these nodes (any of its masters or replicas): short commands
+    /// (tries, releases, guarded writes, extends) go on the `redis` crate's async cluster
+    /// connection, which follows the slot of each key; waits, sessions and the renewal loop
+    /// on connections of their own to the master of the key's slot (one per master for the
+    /// loop). A lock and the data it guards belong in one slot: a hash tag, `{order:42}:lock`
+    /// and `{order:42}:stock`. `MOVED`, `ASK` and the other retryable replies (rule 19) are
+    /// asked again, after the slot map is read again, until the deadline or the bound.
+    pub fn cluster<T: IntoConnectionInfo>(
+        nodes: impl IntoIterator<Item = T>,
+    ) -> Result<Self, RedisError> {
+        let nodes = nodes
+            .into_iter()
+            .map(|n| n.into_connection_info())
+            .collect::<Result<Vec<_>, _>>()?;
+        let template = nodes.first().cloned().ok_or_else(|| {
+            RedisError::from((ErrorKind::InvalidClientConfig, "no cluster node given"))
+        })?;
+        // No retries of the crate's: a command whose link broke after it was written may have
+        // run (a release, a guarded write), and is not sent again (rules 4 and 14 decide).
+        let client = ClusterClient::builder(nodes)
+            .retries(0)
+            .connection_timeout(Duration::from_secs(3600))
+            .response_timeout(Duration::from_secs(3600 * 24))
+            .build()?;
+        let slots = std::sync::Mutex::new(None);
+        let source = ClusterSource {
+            client,
+            template,
+            slots,
+        };
+        Ok(Self::from_source(Source::Cluster(Arc::new(source))))
     }
 
     fn from_source(source: Source) -> Self {
@@ -143,18 +289,18 @@ impl Locker {
     }
 
     /// The shared connection, made on first use (again once `forget` dropped it).
-    pub(crate) async fn conn(&self) -> Result<MultiplexedConnection, RedisError> {
+    pub(crate) async fn conn(&self) -> Result<Conn, RedisError> {
         Ok(self.reused_conn().await?.0)
     }
 
     /// The shared connection, and whether it was made before this call (its link may have
     /// broken since, while idle).
-    async fn reused_conn(&self) -> Result<(MultiplexedConnection, bool), RedisError> {
+    async fn reused_conn(&self) -> Result<(Conn, bool), RedisError> {
         let mut shared = self.shared.lock().await;
         if let Some(conn) = shared.as_ref() {
             return Ok((conn.clone(), true));
         }
-        let conn = self.source.connect(&self.availability).await?;
+        let conn = self.source.shared(&self.availability).await?;
         *shared = Some(conn.clone());
         Ok((conn, false))
     }
@@ -163,11 +309,13 @@ impl Locker {
     /// the next command connects again (through Sentinel, to the new master).
     pub(crate) async fn forget(&self) {
         *self.shared.lock().await = None;
+        self.source.forget();
     }
 
-    /// A connection of its own (a wait's, a session's, a watchdog's).
-    pub(crate) async fn dedicated(&self) -> Result<MultiplexedConnection, RedisError> {
-        self.source.connect(&self.availability).await
+    /// A connection of its own to the server of `key` (a wait's, a session's).
+    pub(crate) async fn dedicated(&self, key: &str) -> Result<Conn, RedisError> {
+        let conn = self.source.connect(key, &self.availability).await?;
+        Ok(Conn::Single(conn))
     }
 
     pub(crate) fn failure(&self, e: &RedisError) -> Failure {
@@ -204,8 +352,11 @@ impl Locker {
                     self.availability.answered();
                     return Ok(value);
                 }
-                Ok(Err((e, true))) => give_up = self.after_failure(e, None).await?,
-                Ok(Err((e, false))) => return Err(self.settle(e).await),
+                // A retryable reply (rule 19) says the command did not run: asked again.
+                Ok(Err((e, unsent))) if unsent || is_retryable_reply(&e) => {
+                    give_up = self.after_failure(e, None).await?
+                }
+                Ok(Err((e, _))) => return Err(self.settle(e).await),
             }
         }
     }

@@ -10,16 +10,19 @@
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
+use std::collections::HashMap;
+
 use futures_util::stream::{FuturesUnordered, StreamExt};
-use redis::aio::MultiplexedConnection;
 use redis::{RedisError, RedisResult, Value};
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 use tokio::time::timeout_at;
 
 use crate::availability::{Availability, RETRY_PAUSE};
+use crate::cluster::Conn;
 use crate::error::{self, Failure};
 use crate::hold::HoldState;
+use crate::link::{lock, Link};
 use crate::locker::Source;
 use crate::protocol::{self, reason, HoldId};
 use crate::schedule::{Renewal, Renewed, Schedule, Ticket};
@@ -37,70 +40,6 @@ pub(crate) struct Lease {
     pub(crate) start: Instant,
     /// The loop renews it (false: a fixed lease, lost at its end unless extended).
     pub(crate) renew: bool,
-}
-
-/// Where the loop's renewals go.
-#[allow(clippy::large_enum_variant)] // one per loop: its size does not matter
-enum Link {
-    /// The locker's server (through Sentinel: the master it names on each connect), on a
-    /// connection the loop makes itself and makes again when it breaks.
-    Server {
-        source: Source,
-        /// The connection and its generation (a count of those made), so that a failed batch
-        /// drops only the one it was sent on.
-        conn: Mutex<(u64, Option<MultiplexedConnection>)>,
-        /// Held while connecting: one connection made at a time.
-        connecting: tokio::sync::Mutex<()>,
-    },
-    /// A session hold's own connection: when it breaks, the hold is gone.
-    Session(MultiplexedConnection),
-}
-
-impl Link {
-    /// The connection to send on, and its generation.
-    async fn conn(
-        &self,
-        availability: &Availability,
-    ) -> Result<(u64, MultiplexedConnection), RedisError> {
-        let (source, slot, connecting) = match self {
-            Link::Session(conn) => return Ok((0, conn.clone())),
-            Link::Server {
-                source,
-                conn,
-                connecting,
-            } => (source, conn, connecting),
-        };
-        let current = || {
-            let slot = lock(slot);
-            slot.1.clone().map(|conn| (slot.0, conn))
-        };
-        if let Some(made) = current() {
-            return Ok(made);
-        }
-        let _connecting = connecting.lock().await;
-        if let Some(made) = current() {
-            return Ok(made);
-        }
-        let conn = source.connect(availability).await?;
-        let mut slot = lock(slot);
-        *slot = (slot.0 + 1, Some(conn.clone()));
-        Ok((slot.0, conn))
-    }
-
-    /// The connection of `generation` failed: the next batch makes a new one.
-    fn forget(&self, generation: u64) {
-        if let Link::Server { conn, .. } = self {
-            let mut slot = lock(conn);
-            if slot.0 == generation {
-                slot.1 = None;
-            }
-        }
-    }
-}
-
-/// `mutex`'s content; poisoned only by a panic elsewhere, and still whole.
-fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 struct Book {
@@ -122,33 +61,30 @@ struct Shared {
 #[derive(Clone)]
 pub(crate) struct Renewals(Arc<Shared>);
 
-/// A batch's outcome: its renewals, when it was sent, and the pipeline's replies.
+/// A batch's outcome: its renewals, when it was sent, and each one's reply.
 struct Answered {
     batch: Vec<Renewal>,
-    generation: u64,
     sent: Instant,
-    replies: Result<Vec<RedisResult<Value>>, BatchFailure>,
+    replies: Vec<Reply>,
 }
 
-enum BatchFailure {
-    Link(RedisError),
-    /// No answer before the earliest deadline of the batch.
+/// What came back for one renewal.
+enum Reply {
+    Server(RedisResult<Value>),
+    /// The link to its node failed (or the node could not be found): the cause.
+    Link(String),
+    /// No answer before the batch's earliest deadline.
     Silent,
 }
 
 impl Renewals {
     /// The loop of a locker whose connections come from `source`.
     pub(crate) fn new(source: Source, availability: Arc<Availability>) -> Self {
-        let link = Link::Server {
-            source,
-            conn: Mutex::new((0, None)),
-            connecting: tokio::sync::Mutex::new(()),
-        };
-        Self::on(link, availability)
+        Self::on(Link::server(source), availability)
     }
 
     /// The loop of one session hold, on its connection.
-    pub(crate) fn session(conn: MultiplexedConnection, availability: Arc<Availability>) -> Self {
+    pub(crate) fn session(conn: Conn, availability: Arc<Availability>) -> Self {
         Self::on(Link::Session(conn), availability)
     }
 
@@ -225,93 +161,154 @@ impl Shared {
         Some((book.schedule.next_wake(), batch))
     }
 
-    /// Sends `batch` as one pipeline; its replies are awaited until its earliest deadline.
+    /// Sends `batch`, one pipeline per node; the replies are awaited until its earliest
+    /// deadline. A node whose link failed, or that answered a retryable reply, is forgotten
+    /// (connected again, through Sentinel or the cluster's map, for the next batch).
     async fn send(self: Arc<Self>, batch: Batch) -> Answered {
         let sent = Instant::now();
-        let mut generation = 0;
-        let replies = timeout_at(batch.reply_by.into(), async {
-            let (made, mut conn) = self.link.conn(&self.availability).await?;
-            generation = made;
-            batch.pipe.query_async(&mut conn).await
+        let mut replies: Vec<Reply> = batch.cmds.iter().map(|_| Reply::Silent).collect();
+        let mut waiting: HashMap<String, Vec<usize>> = HashMap::new();
+        let answered = timeout_at(batch.reply_by.into(), async {
+            for (i, (key, _)) in batch.cmds.iter().enumerate() {
+                match self.link.node(key).await {
+                    Ok(node) => waiting.entry(node).or_default().push(i),
+                    Err(e) => replies[i] = Reply::Link(e.to_string()),
+                }
+            }
+            let mut groups: FuturesUnordered<_> = waiting
+                .iter()
+                .map(|(node, group)| self.send_to(node, group, &batch.cmds))
+                .collect();
+            while let Some((node, group, outcome)) = groups.next().await {
+                self.answered(node, group, outcome, &mut replies);
+            }
         })
         .await;
-        let replies = match replies {
-            Ok(Ok(replies)) => Ok(replies),
-            Ok(Err(e)) => Err(BatchFailure::Link(e)),
-            Err(_) => Err(BatchFailure::Silent),
-        };
+        if answered.is_err() {
+            for (node, group) in &waiting {
+                if group.iter().any(|&i| matches!(replies[i], Reply::Silent)) {
+                    self.link.forget(node, None);
+                }
+            }
+        }
         Answered {
             batch: batch.renewals,
-            generation,
             sent,
             replies,
         }
     }
 
-    /// What a batch's answer does to its holds.
+    /// The renewals `group` (indexes into `cmds`) as one pipeline to `node`.
+    async fn send_to<'a>(
+        &self,
+        node: &'a str,
+        group: &'a [usize],
+        cmds: &[(String, redis::Cmd)],
+    ) -> (
+        &'a str,
+        &'a [usize],
+        Result<Vec<RedisResult<Value>>, (Option<u64>, RedisError)>,
+    ) {
+        let mut pipe = redis::pipe();
+        pipe.ignore_errors();
+        for &i in group {
+            pipe.add_command(cmds[i].1.clone());
+        }
+        let outcome = async {
+            let (generation, mut conn) = self
+                .link
+                .conn(node, &self.availability)
+                .await
+                .map_err(|e| (None, e))?;
+            pipe.query_async(&mut conn)
+                .await
+                .map_err(|e| (Some(generation), e))
+        };
+        (node, group, outcome.await)
+    }
+
+    /// A node's replies into `replies`.
+    fn answered(
+        &self,
+        node: &str,
+        group: &[usize],
+        outcome: Result<Vec<RedisResult<Value>>, (Option<u64>, RedisError)>,
+        replies: &mut [Reply],
+    ) {
+        match outcome {
+            Ok(answers) => {
+                let moved = answers
+                    .iter()
+                    .any(|a| matches!(a, Err(e) if error::failure(e) == Failure::Unreachable));
+                if moved {
+                    self.link.forget(node, None);
+                }
+                for (&i, answer) in group.iter().zip(answers) {
+                    replies[i] = Reply::Server(answer);
+                }
+            }
+            Err((generation, e)) => {
+                self.link.forget(node, generation);
+                for &i in group {
+                    replies[i] = Reply::Link(e.to_string());
+                }
+            }
+        }
+    }
+
+    /// What a batch's replies do to its holds.
     fn settle(&self, answered: Answered) {
         let Answered {
             batch,
-            generation,
             sent,
             replies,
         } = answered;
-        let cause = match replies {
-            Ok(replies) => {
-                if self.each(&batch, sent, replies) {
-                    self.link.forget(generation);
-                }
-                return;
-            }
-            Err(BatchFailure::Link(e)) => e.to_string(),
-            Err(BatchFailure::Silent) => "no answer to the renewal".to_string(),
-        };
-        self.availability.failed();
-        self.link.forget(generation);
-        let session = matches!(self.link, Link::Session(_));
-        let mut book = self.book();
-        for renewal in &batch {
-            if session {
-                if let Some(hold) = book.schedule.remove(renewal.ticket) {
-                    hold.state.mark_lost(reason::session_closed(&cause));
-                }
-            } else {
-                let retry = Instant::now() + RETRY_PAUSE;
-                book.schedule.failed(renewal, cause.clone(), retry);
-            }
-        }
-    }
-
-    /// Each renewal's reply; true when one said this server cannot serve the key now (rule 19:
-    /// the connection is made again, through Sentinel to the current master).
-    fn each(&self, batch: &[Renewal], sent: Instant, replies: Vec<RedisResult<Value>>) -> bool {
-        let (now, mut reconnect) = (Instant::now(), false);
+        let now = Instant::now();
         let mut book = self.book();
         for (renewal, reply) in batch.iter().zip(replies) {
-            let outcome = match reply {
-                Ok(Value::Int(live)) if protocol::was_live(live) => {
+            let lost = match reply {
+                Reply::Server(Ok(Value::Int(live))) if protocol::was_live(live) => {
                     self.availability.answered();
                     if let Renewed::Extended { lag } = book.schedule.renewed(renewal, sent, now) {
                         self.record(lag);
                     }
                     continue;
                 }
-                Ok(Value::Int(_)) => reason::RAN_OUT.to_string(),
-                Ok(other) => reason::watchdog_failed(&format!("LOCK.EXTEND answered {other:?}")),
-                Err(e) if error::failure(&e) == Failure::Unreachable => {
-                    reconnect = true;
-                    let retry = now + RETRY_PAUSE;
+                Reply::Server(Ok(Value::Int(_))) => reason::RAN_OUT.to_string(),
+                Reply::Server(Ok(other)) => {
+                    reason::watchdog_failed(&format!("LOCK.EXTEND answered {other:?}"))
+                }
+                Reply::Server(Err(e)) if error::failure(&e) != Failure::Unreachable => {
+                    reason::refused(&protocol::error_reply(&e))
+                }
+                Reply::Server(Err(e)) => {
+                    // Rule 19: this node cannot serve the key now; asked again.
                     book.schedule
-                        .failed(renewal, protocol::error_reply(&e), retry);
+                        .failed(renewal, protocol::error_reply(&e), now + RETRY_PAUSE);
                     continue;
                 }
-                Err(e) => reason::refused(&protocol::error_reply(&e)),
+                Reply::Link(cause) if self.link.is_session() => reason::session_closed(&cause),
+                Reply::Silent if self.link.is_session() => {
+                    let cause = "no answer to the renewal".to_string();
+                    book.schedule.failed(renewal, cause, now + RETRY_PAUSE);
+                    continue;
+                }
+                Reply::Link(cause) => {
+                    self.availability.failed();
+                    book.schedule.failed(renewal, cause, now + RETRY_PAUSE);
+                    continue;
+                }
+                Reply::Silent => {
+                    self.availability.failed();
+                    let cause = "no answer to the renewal".to_string();
+                    book.schedule.failed(renewal, cause, now);
+                    continue;
+                }
             };
             if let Some(hold) = book.schedule.remove(renewal.ticket) {
-                hold.state.mark_lost(outcome);
+                hold.state.mark_lost(lost);
             }
         }
-        reconnect
     }
 
     #[cfg(feature = "bench")]
@@ -323,28 +320,29 @@ impl Shared {
     fn record(&self, _lag: Duration) {}
 }
 
-/// The renewals due now, as one pipeline.
+/// The renewals due now, each with its key and command.
 struct Batch {
     renewals: Vec<Renewal>,
-    pipe: redis::Pipeline,
+    cmds: Vec<(String, redis::Cmd)>,
     /// The earliest lease deadline of the batch: no reply is awaited past it (rule 15).
     reply_by: Instant,
 }
 
 impl Batch {
-    fn of(schedule: &Schedule<Hold>, renewals: Vec<Renewal>) -> Self {
-        let mut pipe = redis::pipe();
-        pipe.ignore_errors();
-        for renewal in &renewals {
+    fn of(schedule: &Schedule<Hold>, due: Vec<Renewal>) -> Self {
+        let mut renewals = Vec::with_capacity(due.len());
+        let mut cmds = Vec::with_capacity(due.len());
+        for renewal in due {
             if let Some(hold) = schedule.hold(renewal.ticket) {
-                pipe.add_command(protocol::extend(&hold.id, renewal.ttl));
+                cmds.push((hold.id.key.clone(), protocol::extend(&hold.id, renewal.ttl)));
+                renewals.push(renewal);
             }
         }
         let deadlines = renewals.iter().filter_map(|r| schedule.deadline(r.ticket));
         let reply_by = deadlines.min().unwrap_or_else(Instant::now);
         Self {
             renewals,
-            pipe,
+            cmds,
             reply_by,
         }
     }

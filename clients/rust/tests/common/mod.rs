@@ -1,6 +1,7 @@
 //! What more than one test file asks the server.
 
-use std::time::Duration;
+use std::future::Future;
+use std::time::{Duration, Instant};
 
 use redis_lock_client::{redis, LockGuard, Locker};
 use redis_lock_harness::*;
@@ -29,4 +30,21 @@ pub async fn known_lost(s: &Server) -> LockGuard {
         "the lease ended (a fixed lease, not extended in time)"
     );
     g
+}
+
+/// `answer`'s outcome, checked to come at once (300 ms: no round trip to wait for, on a loaded
+/// machine) with no `command` sent to the server.
+#[allow(dead_code)] // not every test file uses it
+pub async fn without_the_server<T>(
+    s: &Server,
+    command: &str,
+    answer: impl Future<Output = T>,
+) -> T {
+    let before = calls(s, command);
+    let started = Instant::now();
+    let outcome = answer.await;
+    let took = started.elapsed();
+    assert!(took < Duration::from_millis(300), "answered after {took:?}");
+    assert_eq!(calls(s, command), before, "no {command} sent");
+    outcome
 }
