@@ -87,7 +87,11 @@ fn quantile(sorted: &[Duration], q: f64) -> f64 {
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args = args()?;
     let client = redis::Client::open(format!("redis://127.0.0.1:{}/", args.port))?;
-    let mut info = client.get_multiplexed_async_connection().await?;
+    // No response timeout: LOCK.INFO of 10,000 keys is one pipeline.
+    let config = redis::AsyncConnectionConfig::new().set_response_timeout(None);
+    let mut info = client
+        .get_multiplexed_async_connection_with_config(&config)
+        .await?;
     let locker = Locker::new(client);
     // One command: the locker's shared connection is open (a fixed lease, never renewed).
     let first = locker.lock("renew:first").watchdog(false);
