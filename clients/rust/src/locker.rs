@@ -194,7 +194,9 @@ impl ClusterSource {
     }
 }
 
-/// The entry point: one per application (it keeps a connection for short commands).
+/// The entry point: one per application. It keeps a connection for short commands, and one
+/// renewal loop (a tokio task, on a connection of its own per server) for every watchdog hold
+/// taken through it or its clones.
 #[derive(Clone)]
 pub struct Locker {
     pub(crate) source: Source,

@@ -1,16 +1,15 @@
 //! One renewal loop per `Locker` (rules 6, 7, 8 and 15 of docs/clients.md): one tokio task
-//! renews every live watchdog hold of the locker on one connection of its own, the renewals
-//! falling due together in one pipeline, and marks a hold lost, once, when its lease deadline
+//! renews every live watchdog hold of the locker on one connection of its own (per master on a
+//! cluster: `link.rs`), the renewals falling due together in one pipeline, and marks a hold lost, once, when its lease deadline
 //! passes with no successful renewal, a renewal answers 0, or the server refuses one. The task
 //! runs while the locker has holds, and starts again with the next.
 //!
 //! A session hold has a loop of its own, on its session's connection (closing that connection
 //! ends the hold, so it is never made again).
 
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
-
-use std::collections::HashMap;
 
 use futures_util::stream::{FuturesUnordered, StreamExt};
 use redis::{RedisError, RedisResult, Value};

@@ -180,3 +180,37 @@ async fn a_thousand_holds_add_one_connection_and_one_released_or_lost_leaves_the
         }
     });
 }
+
+/// A session hold renews on its own connection, not in the locker's loop: when that connection
+/// breaks (`CLIENT KILL`), the server ends the hold and the next renewal reports it lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_hold_is_lost_when_its_own_connection_closes() {
+    let s = Server::start();
+    let g = locker(&s)
+        .lock("k")
+        .session()
+        .ttl(Duration::from_millis(900));
+    let g = g.acquire().await.unwrap().unwrap();
+    let mut con = s.con();
+    let Value::BulkString(list) = ok(&mut con, &["CLIENT", "LIST"]) else {
+        panic!("CLIENT LIST")
+    };
+    let list = String::from_utf8(list).unwrap();
+    let session = list.lines().find(|l| l.contains("cmd=lock.acquire"));
+    let id = session.and_then(|l| l.split(' ').find_map(|f| f.strip_prefix("id=")));
+    ok(
+        &mut con,
+        &[
+            "CLIENT",
+            "KILL",
+            "ID",
+            id.expect("the session's connection"),
+        ],
+    );
+    let reason = tokio::time::timeout(Duration::from_secs(2), g.lost()).await;
+    let reason = reason.expect("lost at the next renewal (within 300 ms)");
+    assert!(
+        reason.starts_with("the session's connection closed: "),
+        "{reason}"
+    );
+}
