@@ -59,6 +59,7 @@ mod locker;
 mod protocol;
 mod renewal;
 mod schedule;
+mod source;
 
 /// The `redis` crate this one is built on (1.x): its `Client` makes a `Locker`, its `cmd`
 /// builds what `LockGuard::run` sends.

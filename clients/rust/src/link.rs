@@ -9,7 +9,7 @@ use redis::RedisError;
 
 use crate::availability::Availability;
 use crate::cluster::Conn;
-use crate::locker::Source;
+use crate::source::Source;
 
 /// Where a loop's renewals go.
 pub(crate) enum Link {

@@ -22,9 +22,9 @@ use crate::cluster::Conn;
 use crate::error::{self, Failure};
 use crate::hold::HoldState;
 use crate::link::{lock, Link};
-use crate::locker::Source;
 use crate::protocol::{self, reason, HoldId};
 use crate::schedule::{Renewal, Renewed, Schedule, Ticket};
+use crate::source::Source;
 
 /// A hold as the loop knows it.
 struct Hold {
