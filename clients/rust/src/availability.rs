@@ -6,6 +6,8 @@
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use redis::RedisError;
+
 use crate::Error;
 
 /// The bound unless `Locker::unavailable_after` sets one.
@@ -76,19 +78,29 @@ impl Availability {
 
     /// Sentinel named the master at `address`.
     pub(crate) fn found(&self, address: String) {
-        *self.address.lock().unwrap_or_else(|p| p.into_inner()) = address;
+        *self.address() = address;
     }
 
     /// The error naming this service's address and `cause`.
     pub(crate) fn error(&self, cause: impl std::fmt::Display) -> Error {
+        self.unavailable(cause.to_string(), None)
+    }
+
+    /// The error naming this service's address and the Redis client's error `e` (its source).
+    pub(crate) fn error_from(&self, e: RedisError) -> Error {
+        self.unavailable(e.to_string(), Some(Box::new(e)))
+    }
+
+    fn unavailable(&self, cause: String, source: Option<Box<RedisError>>) -> Error {
         Error::Unavailable {
-            address: self
-                .address
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .clone(),
-            cause: cause.to_string(),
+            address: self.address().clone(),
+            cause,
+            source,
         }
+    }
+
+    fn address(&self) -> std::sync::MutexGuard<'_, String> {
+        self.address.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// The cause for a call that got no answer in time.

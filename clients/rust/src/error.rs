@@ -2,7 +2,9 @@
 //! deadlock, another error reply), the server could not be reached, or what answered is not
 //! Redis with the redis-lock module (rules 5 and 14 of docs/clients.md).
 
-use redis::{ErrorKind, RedisError, ServerErrorKind};
+use redis::{ErrorKind, RedisError};
+
+use crate::protocol;
 
 /// What can go wrong.
 #[derive(Debug)]
@@ -23,6 +25,8 @@ pub enum Error {
         address: String,
         /// What went wrong last (`connection refused`, `no answer within 2s`, ...).
         cause: String,
+        /// The Redis client's error behind `cause`, when there was one (`Error::source`).
+        source: Option<Box<RedisError>>,
     },
     /// An argument refused before anything was sent (a ttl under 1 ms, permits over the limit).
     InvalidArgument(String),
@@ -36,7 +40,7 @@ impl std::fmt::Display for Error {
         match self {
             Error::Redis(e) => write!(f, "{e}"),
             Error::Stale(m) | Error::Deadlock(m) => f.write_str(m),
-            Error::Unavailable { address, cause } => {
+            Error::Unavailable { address, cause, .. } => {
                 write!(f, "lock service unavailable at {address}: {cause}")
             }
             Error::InvalidArgument(m) => write!(f, "invalid argument: {m}"),
@@ -50,6 +54,9 @@ impl std::error::Error for Error {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
             Error::Redis(e) => Some(e),
+            Error::Unavailable {
+                source: Some(e), ..
+            } => Some(e.as_ref()),
             #[cfg(feature = "sqlx")]
             Error::Database(e) => Some(e),
             _ => None,
@@ -64,15 +71,14 @@ impl From<sqlx::Error> for Error {
     }
 }
 
+/// The server's refusals, by their error code (the reply's first word): `STALE` and `DEADLOCK`
+/// are this crate's own errors, the rest the Redis client's.
 impl From<RedisError> for Error {
     fn from(e: RedisError) -> Self {
-        let text = e.to_string();
-        if e.code() == Some("STALE") || text.contains("STALE") {
-            Error::Stale(text)
-        } else if e.code() == Some("DEADLOCK") || text.contains("DEADLOCK") {
-            Error::Deadlock(text)
-        } else {
-            Error::Redis(e)
+        match e.code() {
+            Some("STALE") => Error::Stale(e.to_string()),
+            Some("DEADLOCK") => Error::Deadlock(e.to_string()),
+            _ => Error::Redis(e),
         }
     }
 }
@@ -90,12 +96,12 @@ pub(crate) enum Failure {
     Refused,
 }
 
-/// What `e` says; `sentinel`: the connection's master was named by Sentinel, so `READONLY`
-/// means it was demoted and the next connection finds the new one.
-pub(crate) fn failure(e: &RedisError, sentinel: bool) -> Failure {
+/// What `e` says, by its kind (the link) or its error code (the server's reply): a retryable
+/// code (rule 19) is a server that cannot serve the key now, as a broken link is.
+pub(crate) fn failure(e: &RedisError) -> Failure {
     let unknown_command = e.code() == Some("ERR")
         && e.detail()
-            .is_some_and(|d| d.to_ascii_lowercase().contains("unknown command"));
+            .is_some_and(|d| d.to_ascii_lowercase().starts_with("unknown command"));
     if e.kind() == ErrorKind::Parse || unknown_command {
         Failure::NotLockService
     } else if e.is_io_error()
@@ -103,11 +109,48 @@ pub(crate) fn failure(e: &RedisError, sentinel: bool) -> Failure {
         || e.is_timeout()
         || e.is_connection_refusal()
         || e.kind() == ErrorKind::MasterNameNotFoundBySentinel
-        || e.kind() == ErrorKind::Server(ServerErrorKind::BusyLoading)
-        || (sentinel && e.code() == Some("READONLY"))
+        || e.kind() == ErrorKind::ClusterConnectionNotFound
+        || e.code().is_some_and(protocol::is_retryable)
     {
         Failure::Unreachable
     } else {
         Failure::Refused
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use redis::Value;
+
+    fn reply(text: &str) -> RedisError {
+        let Value::ServerError(e) =
+            redis::parse_redis_value(format!("-{text}\r\n").as_bytes()).expect("an error reply")
+        else {
+            panic!("not an error reply")
+        };
+        RedisError::from(e)
+    }
+
+    #[test]
+    fn errors_are_classified_by_their_code() {
+        assert!(matches!(
+            Error::from(reply("STALE token 3 < 4")),
+            Error::Stale(_)
+        ));
+        assert!(matches!(
+            Error::from(reply("DEADLOCK upgrade")),
+            Error::Deadlock(_)
+        ));
+        // The word in the message does not make it stale: the code does.
+        assert!(matches!(
+            Error::from(reply("ERR STALE in text")),
+            Error::Redis(_)
+        ));
+        assert_eq!(failure(&reply("READONLY replica")), Failure::Unreachable);
+        assert_eq!(failure(&reply("UNBLOCKED failover")), Failure::Unreachable);
+        assert_eq!(failure(&reply("NOPERM no")), Failure::Refused);
+        let unknown = reply("ERR unknown command 'LOCK.ACQUIRE'");
+        assert_eq!(failure(&unknown), Failure::NotLockService);
     }
 }

@@ -1,0 +1,216 @@
+//! The renewal loop and extend (rules 6, 7, 19 and 20 of docs/clients.md), one test per row of
+//! the "same case, same answer" table: extend of a live hold, answered 0, of a hold known lost;
+//! a retryable reply to an acquire; a renewal refused; 1,000 holds on one connection, one of
+//! them released and one lost while the others go on being renewed.
+
+use std::time::{Duration, Instant};
+
+use redis_lock_client::{redis, LockGuard};
+use redis_lock_harness::*;
+
+mod common;
+use common::{known_lost, locker, without_the_server};
+
+/// "At once": nothing sent, or one round trip, on a loaded machine.
+const AT_ONCE: Duration = Duration::from_millis(300);
+
+/// `key`'s lease left on the server (None: not held), from a blocking connection.
+fn left(s: &Server, key: &str) -> Option<Duration> {
+    let ms = tokio::task::block_in_place(|| lease_left(&mut s.con(), key))?;
+    Some(Duration::from_millis(ms.max(0) as u64))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn extend_of_a_live_hold_sets_the_lease_and_the_watchdog_renews_by_it() {
+    let s = Server::start();
+    let l = locker(&s);
+    let g = l.lock("w").ttl(Duration::from_secs(1)).acquire().await;
+    let g = g.unwrap().unwrap();
+    let extended = Instant::now();
+    assert!(
+        g.extend(Duration::from_secs(6)).await.unwrap(),
+        "live: true"
+    );
+    // 6 s from now, less the round trip.
+    assert!(
+        left(&s, "w").unwrap() > Duration::from_secs(5),
+        "ends 6 s from now"
+    );
+    // 3.5 s later: renewed by 6 s once its new period (2 s) passed, ~4.5 s left; without a
+    // renewal 2.5 s would be left, with the old ttl at most 1 s (margin: 1 s either way).
+    tokio::time::sleep_until((extended + Duration::from_millis(3500)).into()).await;
+    assert!(left(&s, "w").unwrap() > Duration::from_millis(3500));
+    // A fixed lease (watchdog off) is kept on the caller's schedule.
+    let f = l.lock("f").ttl(Duration::from_millis(600)).watchdog(false);
+    let f = f.acquire().await.unwrap().unwrap();
+    assert!(f.extend(Duration::from_secs(5)).await.unwrap());
+    tokio::time::sleep(Duration::from_millis(1200)).await; // twice the first lease
+    assert!(
+        !f.is_lost() && left(&s, "f").is_some(),
+        "extended, not lost"
+    );
+    assert!(g.release().await.unwrap() && f.release().await.unwrap());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn extend_answered_0_is_false_and_the_hold_lost() {
+    let s = Server::start();
+    let g = locker(&s).lock("k").acquire().await.unwrap().unwrap();
+    ok(&mut s.con(), &["LOCK.FORCERELEASE", "k"]);
+    assert!(
+        !g.extend(Duration::from_secs(5)).await.unwrap(),
+        "gone: false"
+    );
+    let reason = tokio::time::timeout(AT_ONCE, g.lost()).await;
+    assert_eq!(reason.unwrap(), "the lease ran out before it was renewed");
+    assert!(!g.extend(Duration::from_secs(5)).await.unwrap());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn extend_of_a_hold_known_lost_is_false_and_sends_nothing() {
+    let s = Server::start();
+    let g = known_lost(&s).await;
+    let extend = g.extend(Duration::from_secs(5));
+    assert!(!without_the_server(&s, "lock.extend", extend).await.unwrap());
+    // A released hold cannot be extended: `release` takes the guard (not expressible).
+}
+
+/// The lock server is a replica: `LOCK.ACQUIRE` answers `READONLY` (rule 19), asked again with
+/// the same owner; promoted before the caller's deadline, it grants to that owner.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retryable_reply_to_an_acquire_is_asked_again_until_granted() {
+    let master = Server::start();
+    let replica = Server::builder().replica_of(&master).start();
+    let refused = cmd(&mut replica.con(), &["LOCK.ACQUIRE", "k", "x", "1000"]);
+    assert!(
+        refused.unwrap_err().starts_with("READONLY"),
+        "a replica refuses"
+    );
+    let l = locker(&replica);
+    let waiter = l.lock("k").owner("me").wait(Duration::from_secs(8));
+    let waiter = tokio::spawn(async move { (waiter.acquire().await, Instant::now()) });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(!waiter.is_finished(), "still asking while a replica");
+    let promoted = Instant::now();
+    ok(&mut replica.con(), &["REPLICAOF", "NO", "ONE"]);
+    let (granted, at) = waiter.await.unwrap();
+    let g = granted.expect("granted, not an error").expect("granted");
+    assert!(at >= promoted, "granted after the promotion");
+    assert_eq!(g.owner(), "me");
+    let held_by = holder_tokens(&mut replica.con(), "k");
+    assert_eq!(
+        held_by,
+        [("me".to_string(), g.token() as i64)],
+        "the same owner"
+    );
+}
+
+/// `ACL SETUSER default -lock.extend` after the grant: the next renewal gets `NOPERM`, not
+/// retryable: the hold is lost once, with the reply in its reason.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_renewal_refused_is_lost_once_with_the_reply() {
+    let s = Server::start();
+    let g = locker(&s).lock("k").ttl(Duration::from_millis(900));
+    let g = g.acquire().await.unwrap().unwrap();
+    ok(&mut s.con(), &["ACL", "SETUSER", "default", "-lock.extend"]);
+    let reason = tokio::time::timeout(Duration::from_secs(3), g.lost()).await;
+    ok(&mut s.con(), &["ACL", "SETUSER", "default", "+@all"]);
+    let reason = reason.expect("lost by the refused renewal");
+    assert!(reason.starts_with("renewal refused: NOPERM"), "{reason}");
+    tokio::time::sleep(Duration::from_millis(400)).await; // past the lease: no second loss
+    assert_eq!(g.lost_reason(), Some(reason), "reported once");
+    assert!(!g.release().await.unwrap());
+}
+
+/// `connected_clients` on one kept connection.
+fn connected(con: &mut redis::Connection) -> i64 {
+    let clients = info_field(con, "clients", "connected_clients");
+    clients.parse().unwrap()
+}
+
+/// 1,000 holds on 3 s leases, held ~7 s: one connection added (the loop's), none lost; then
+/// one released and one lost (released by another connection): the others still renewed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_thousand_holds_add_one_connection_and_one_released_or_lost_leaves_the_rest() {
+    const HOLDS: usize = 1000;
+    const TTL: Duration = Duration::from_secs(3);
+    let s = Server::start();
+    let mut info = s.con();
+    let l = locker(&s);
+    let first = l.lock("first").watchdog(false).wait(Duration::ZERO);
+    first
+        .acquire()
+        .await
+        .unwrap()
+        .unwrap()
+        .release()
+        .await
+        .unwrap(); // the shared connection
+    let before = connected(&mut info);
+    let mut guards: Vec<LockGuard> = Vec::with_capacity(HOLDS);
+    for i in 0..HOLDS {
+        let lock = l.lock(format!("renew:{i}")).ttl(TTL).wait(Duration::ZERO);
+        guards.push(lock.acquire().await.unwrap().expect("free"));
+    }
+    let mut most = before;
+    let started = Instant::now();
+    while started.elapsed() < Duration::from_secs(7) {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        most = most.max(tokio::task::block_in_place(|| connected(&mut info)));
+    }
+    // The loop's one connection, and a margin of one (the contract's bound: 2).
+    assert!(most <= before + 2, "{before} before, {most} with the holds");
+    assert!(guards.iter().all(|g| !g.is_lost()), "none lost");
+    let mut guards = guards.into_iter();
+    assert!(guards.next().unwrap().release().await.unwrap());
+    let lost = guards.next().unwrap();
+    let owner = lost.owner().to_string();
+    ok(&mut s.con(), &["LOCK.RELEASE", "renew:1", &owner]);
+    let reason = tokio::time::timeout(TTL, lost.lost()).await;
+    assert_eq!(reason.unwrap(), "the lease ran out before it was renewed");
+    // Two periods later: without a renewal since, at most a third of the ttl would be left.
+    tokio::time::sleep(TTL * 2 / 3).await;
+    let rest: Vec<LockGuard> = guards.collect();
+    assert!(rest.iter().all(|g| !g.is_lost()), "the others not lost");
+    let third = TTL.as_millis() as i64 / 3;
+    tokio::task::block_in_place(|| {
+        for g in &rest {
+            let left = lease_left(&mut info, g.key()).expect("held");
+            assert!(left > third, "{} renewed since: {left} ms left", g.key());
+        }
+    });
+}
+
+/// A session hold renews on its own connection, not in the locker's loop: when that connection
+/// breaks (`CLIENT KILL`), the server ends the hold and the next renewal reports it lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_hold_is_lost_when_its_own_connection_closes() {
+    let s = Server::start();
+    let g = locker(&s)
+        .lock("k")
+        .session()
+        .ttl(Duration::from_millis(900));
+    let g = g.acquire().await.unwrap().unwrap();
+    let mut con = s.con();
+    let Value::BulkString(list) = ok(&mut con, &["CLIENT", "LIST"]) else {
+        panic!("CLIENT LIST")
+    };
+    let list = String::from_utf8(list).unwrap();
+    let session = list.lines().find(|l| l.contains("cmd=lock.acquire"));
+    let id = session.and_then(|l| l.split(' ').find_map(|f| f.strip_prefix("id=")));
+    ok(
+        &mut con,
+        &[
+            "CLIENT",
+            "KILL",
+            "ID",
+            id.expect("the session's connection"),
+        ],
+    );
+    let reason = tokio::time::timeout(Duration::from_secs(2), g.lost()).await;
+    let reason = reason.expect("lost at the next renewal (within 300 ms)");
+    assert!(
+        reason.starts_with("the session's connection closed: "),
+        "{reason}"
+    );
+}
