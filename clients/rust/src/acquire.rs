@@ -248,17 +248,29 @@ impl LockBuilder {
                 return Ok(Err(Unreached { error, stale }));
             }
         };
-        match protocol::grant(&reply) {
+        self.judge(&reply, conn, lease_start)
+    }
+
+    /// What a `LOCK.ACQUIRE` that was answered means: the grant, `None`, or unavailable (the
+    /// service answered, but not as Redis with this module).
+    fn judge(
+        &self,
+        reply: &Value,
+        conn: Conn,
+        lease_start: Instant,
+    ) -> Result<Result<Option<Granted>, Unreached>, Error> {
+        let availability = &self.locker.availability;
+        match protocol::grant(reply) {
             Ok(Some(token)) => Ok(Ok(Some(Granted {
                 token,
                 conn,
                 lease_start,
             }))),
             Ok(None) => {
-                locker.availability.answered();
+                availability.answered();
                 Ok(Ok(None))
             }
-            Err(other) => Err(locker.availability.error(format!(
+            Err(other) => Err(availability.error(format!(
                 "not Redis with the redis-lock module (LOCK.ACQUIRE answered {other})"
             ))),
         }
