@@ -123,24 +123,36 @@ export function why(err: unknown): string {
   return err instanceof Error ? err.message || err.name : String(err);
 }
 
+/**
+ * `fn` after `ms`, once the replies already received have been read: timers run before the
+ * event loop reads its sockets, so a process that was paused (GC, SIGSTOP) would otherwise see a
+ * timeout for a reply waiting in its socket. The timer is unref'ed (the immediate is not: an
+ * unref'ed one would let the loop block in its poll first); the function returned cancels it.
+ */
+export function afterReplies(ms: number, fn: () => void): () => void {
+  let immediate: NodeJS.Immediate | undefined;
+  const timer = setTimeout(() => (immediate = setImmediate(fn)), Math.min(Math.max(0, ms), MAX_TIMER));
+  timer.unref();
+  return () => {
+    clearTimeout(timer);
+    if (immediate) clearImmediate(immediate);
+  };
+}
+
 /** `promise`, or a `LinkTimeout` after `ms` (then `onTimeout` runs: close the link). */
 export function within<T>(promise: Promise<T>, ms: number, onTimeout: () => void): Promise<T> {
   return new Promise<T>((resolve, reject) => {
-    const timer = setTimeout(
-      () => {
-        onTimeout();
-        reject(new LinkTimeout(`no answer within ${Math.round(ms)} ms`));
-      },
-      Math.min(ms, MAX_TIMER),
-    );
-    timer.unref();
+    const cancel = afterReplies(ms, () => {
+      onTimeout();
+      reject(new LinkTimeout(`no answer within ${Math.round(ms)} ms`));
+    });
     promise.then(
       (v) => {
-        clearTimeout(timer);
+        cancel();
         resolve(v);
       },
       (e: unknown) => {
-        clearTimeout(timer);
+        cancel();
         reject(e);
       },
     );

@@ -5,7 +5,7 @@
  * command sent twice. Releases and extends go on them too. A session hold's own connection is
  * a `Link` that is never made again: the hold ends when it closes.
  */
-import { CONNECT_TIMEOUT, type Adapter, type Connection } from "./adapter.js";
+import { CONNECT_TIMEOUT, LinkTimeout, afterReplies, noop, type Adapter, type Connection } from "./adapter.js";
 import type { Arg } from "./protocol.js";
 
 /** A session hold's connection that has closed (the server ended the hold with it). */
@@ -15,12 +15,20 @@ export class LinkGone extends Error {
 
 type Make = (key: string, timeout: number) => Promise<Connection>;
 
+/** One reply of a pipeline, and when it arrived (`performance.now()`). */
+export interface Reply {
+  result: PromiseSettledResult<unknown>;
+  arrived: number;
+}
+
 export class Link {
   #conn: Connection | undefined;
   #connecting: Promise<Connection> | undefined;
   /** Commands and pipelines awaiting a reply or a connection: the link is not closed under them. */
   #waiting = 0;
   #closed = false;
+  /** When the last reply on this link arrived: a stall is a silence, not a long queue. */
+  #lastReply = -Infinity;
 
   /** `make`: how a new connection is made; undefined for a session hold's, given as `conn`. */
   private constructor(
@@ -75,9 +83,41 @@ export class Link {
     }
   }
 
-  /** `commands` written together on `conn` (a pipeline, no MULTI): a promise per reply. */
-  pipeline(conn: Connection, commands: readonly (readonly Arg[])[]): Promise<unknown>[] {
-    return conn.pipeline?.(commands) ?? commands.map((args) => conn.send(args));
+  /** One command on `conn`; its reply counts as the connection's progress. */
+  send(conn: Connection, args: readonly Arg[]): Promise<unknown> {
+    return conn.send(args).finally(() => (this.#lastReply = performance.now()));
+  }
+
+  /**
+   * `commands` written together on `conn` (a pipeline, no MULTI): each one's reply (or error)
+   * and when it arrived. When no reply came on the connection for `wait` ms (to these commands
+   * or to others before them) the link is stalled (`stalled`) and this rejects with
+   * `LinkTimeout`; a long queue whose replies keep coming is not.
+   */
+  replies(conn: Connection, commands: readonly (readonly Arg[])[], wait: number): Promise<Reply[]> {
+    const sent = performance.now();
+    const arrived = (result: PromiseSettledResult<unknown>): Reply => ({
+      result,
+      arrived: (this.#lastReply = performance.now()),
+    });
+    const each = (conn.pipeline?.(commands) ?? commands.map((args) => conn.send(args))).map((reply) =>
+      reply.then(
+        (value) => arrived({ status: "fulfilled", value }),
+        (reason: unknown) => arrived({ status: "rejected", reason }),
+      ),
+    );
+    const all = this.track(Promise.all(each));
+    return new Promise((resolve, reject) => {
+      let cancel = noop;
+      const check = (): void => {
+        const quiet = performance.now() - Math.max(sent, this.#lastReply);
+        if (quiet < wait) return void (cancel = afterReplies(wait - quiet, check));
+        this.stalled(conn);
+        reject(new LinkTimeout(`no answer within ${Math.round(wait)} ms`));
+      };
+      cancel = afterReplies(wait, check);
+      all.then(resolve, reject).finally(() => cancel());
+    });
   }
 
   /** `work`, counted as awaited on this link until it settles. */

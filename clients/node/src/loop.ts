@@ -6,7 +6,7 @@
  * finds lost is taken out and told once, with the reason of rule 8.
  */
 import { channel } from "node:diagnostics_channel";
-import { LinkTimeout, MAX_TIMER, isLinkError, isReplyError, why, within, type Connection } from "./adapter.js";
+import { LinkTimeout, afterReplies, isLinkError, isReplyError, noop, why, type Connection } from "./adapter.js";
 import type { Lease } from "./lease.js";
 import { LinkGone, type Link, type Links } from "./links.js";
 import { extendArgs, isRetryableReply, refused, sessionClosed, watchdogFailed } from "./protocol.js";
@@ -45,7 +45,8 @@ interface Sent {
 
 export class RenewalLoop {
   readonly #holds = new Set<Renewed>();
-  #timer: NodeJS.Timeout | undefined;
+  /** Cancels the loop's one timer. */
+  #cancel: () => void = noop;
   #wakeAt = Infinity;
   #linger: NodeJS.Timeout | undefined;
 
@@ -102,17 +103,18 @@ export class RenewalLoop {
   /** The timer, to fire at `at` unless it fires sooner already. */
   #arm(at: number): void {
     if (at >= this.#wakeAt) return;
-    clearTimeout(this.#timer);
+    this.#cancel();
     this.#wakeAt = at;
-    const delay = Math.min(Math.max(0, at - performance.now()), MAX_TIMER);
-    this.#timer = setTimeout(() => this.#wake(), delay);
-    this.#timer.unref(); // a hold never keeps the process alive
+    const delay = at - performance.now();
+    // After the replies already received are read (`afterReplies`): a process paused past a
+    // renewal's due time and back finds its renewal's answer before it looks at the lease's end.
+    this.#cancel = afterReplies(delay, () => this.#wake()); // unref'ed: a hold never keeps the process alive
   }
 
   /** Loses the holds whose lease has ended; sends the renewals due, grouped by link. */
   #wake(): void {
     this.#wakeAt = Infinity;
-    this.#timer = undefined;
+    this.#cancel = noop;
     const now = performance.now();
     const due = new Map<Link, Renewed[]>();
     const early: Renewed[] = [];
@@ -134,10 +136,14 @@ export class RenewalLoop {
     this.#arm(next);
   }
 
-  /** One pipeline of renewals on `link`, each reply awaited no longer than its lease has left. */
+  /**
+   * One pipeline of renewals on `link`. Each hold is lost at its own lease's end meanwhile (the
+   * loop's deadline check; a reply after that is ignored), so the link counts as stalled only
+   * once no reply came for as long as the longest of its leases allows (a renewal period at most).
+   */
   async #renew(link: Link, holds: Renewed[]): Promise<void> {
     const replyWait = (now: number, sent: Renewed[]): number =>
-      sent.reduce((w, hold) => Math.min(w, hold.lease.replyWait(now)), Infinity);
+      sent.reduce((w, hold) => Math.max(w, hold.lease.replyWait(now)), 1);
     let conn: Connection | undefined;
     try {
       conn = await link.open(holds[0]!.key, replyWait(performance.now(), holds));
@@ -147,10 +153,9 @@ export class RenewalLoop {
       const sent = live.map((hold): Sent => ({ hold, ttl: hold.lease.ttl, due: hold.lease.due }));
       const at = performance.now();
       const commands = sent.map(({ hold, ttl }) => extendArgs(hold.key, hold.owner, ttl, hold.token));
-      const replies = link.track(Promise.allSettled(link.pipeline(conn, commands)));
       const c = conn;
-      const settled = await within(replies, replyWait(at, live), () => link.stalled(c));
-      settled.forEach((result, i) => this.#settle(link, c, sent[i]!, at, result));
+      const replies = await link.replies(c, commands, replyWait(at, live));
+      replies.forEach(({ result, arrived }, i) => this.#settle(link, c, sent[i]!, at, result, arrived));
     } catch (e) {
       // Not connected, or no reply in time: every renewal of the pipeline failed with the link.
       for (const hold of holds) this.#failed(link, hold, e);
@@ -158,8 +163,15 @@ export class RenewalLoop {
     for (const hold of holds) if (this.#holds.has(hold)) this.#arm(this.#nextEvent(hold));
   }
 
-  /** The reply (or error) to one renewal sent at `at`. */
-  #settle(link: Link, conn: Connection, sent: Sent, at: number, result: PromiseSettledResult<unknown>): void {
+  /** The reply (or error) to one renewal sent at `at`, arrived at `arrived`. */
+  #settle(
+    link: Link,
+    conn: Connection,
+    sent: Sent,
+    at: number,
+    result: PromiseSettledResult<unknown>,
+    arrived: number,
+  ): void {
     const { hold, ttl, due } = sent;
     if (!this.#holds.has(hold)) return; // released or lost meanwhile: its reply means nothing now
     if (result.status === "rejected") {
@@ -176,7 +188,7 @@ export class RenewalLoop {
       reason = watchdogFailed(e); // a reply that is not an integer: nobody would hear of it otherwise
     }
     if (reason !== undefined) return this.#lose(hold, reason);
-    if (renewals.hasSubscribers) renewals.publish({ key: hold.key, lag: performance.now() - due });
+    if (renewals.hasSubscribers) renewals.publish({ key: hold.key, lag: arrived - due });
   }
 
   /**

@@ -93,7 +93,7 @@ export class Reach {
       let conn: Connection | undefined;
       try {
         conn = await link.open(key, end - performance.now());
-        return await within(conn.send(args), end - performance.now(), noop);
+        return await within(link.send(conn, args), end - performance.now(), noop);
       } catch (e) {
         if (e instanceof LinkGone) throw e;
         // A session's connection that broke ended the hold with it.
