@@ -52,11 +52,6 @@ export class RenewalLoop {
 
   constructor(readonly links: Links) {}
 
-  /** How many holds it keeps. */
-  get size(): number {
-    return this.#holds.size;
-  }
-
   add(hold: Renewed): void {
     this.#holds.add(hold);
     clearTimeout(this.#linger);
