@@ -1,11 +1,9 @@
 /**
- * The one small interface between the lock rules and a Redis client library. `adapt` makes one
- * for a node-redis client, cluster or Sentinel, or an ioredis `Redis` (standalone or Sentinel)
- * or `Cluster`; anything else can implement `Adapter` itself.
+ * The one small interface between the lock rules and a Redis client library, and what every
+ * connection of the library's own shares (bounds, link failures in a few words). `adapt.ts`
+ * makes an `Adapter` for a node-redis or ioredis client; this file imports neither.
  */
 import type { Arg } from "./protocol.js";
-import { ioredisAdapter, isIoredis } from "./ioredis.js";
-import { isNodeRedis, nodeRedisAdapter } from "./node-redis.js";
 
 /** A connection of the library's own: a wait's, a watchdog's or a session hold's. */
 export interface Connection {
@@ -15,6 +13,12 @@ export interface Connection {
   close(): void;
   /** Whether it keeps the process alive (a watchdog's and an idle one's do not). */
   ref(keepAlive: boolean): void;
+  /** Several commands written together, without MULTI (a pipeline); each reply settles its own
+   * promise. Default: `send` for each, in the same tick. */
+  pipeline?(commands: readonly (readonly Arg[])[]): Promise<unknown>[];
+  /** Whether it is still connected (false once it closed: a command sent now is not written).
+   * Default: true. */
+  isOpen?(): boolean;
 }
 
 export interface ConnectOptions {
@@ -43,27 +47,6 @@ export interface Adapter {
   route(key: string): string;
   /** The server's address for messages (`127.0.0.1:6379`); default: the adapter's name. */
   address?(key: string): string;
-}
-
-/** The client (or adapter) `Locks` was given, as an adapter. */
-export function adapt(client: unknown): Adapter {
-  if (isAdapter(client)) return client;
-  if (isIoredis(client)) return ioredisAdapter(client);
-  if (isNodeRedis(client)) return nodeRedisAdapter(client);
-  throw new TypeError(
-    "redis-lock-client: expected a node-redis client, cluster or sentinel, an ioredis Redis or Cluster, or an Adapter",
-  );
-}
-
-function isAdapter(x: unknown): x is Adapter {
-  const a = x as Partial<Adapter> | null;
-  return (
-    typeof a === "object" &&
-    a !== null &&
-    typeof a.send === "function" &&
-    typeof a.connect === "function" &&
-    typeof a.route === "function"
-  );
 }
 
 /** Whether `err` is an error reply of the server (else the link failed: it broke, timed out or
@@ -140,21 +123,36 @@ export function why(err: unknown): string {
   return err instanceof Error ? err.message || err.name : String(err);
 }
 
+/**
+ * `fn` after `ms`, once the replies already received have been read: timers run before the
+ * event loop reads its sockets, so a process that was paused (GC, SIGSTOP) would otherwise see a
+ * timeout for a reply waiting in its socket. The timer is unref'ed (the immediate is not: an
+ * unref'ed one would let the loop block in its poll first); the function returned cancels it.
+ */
+export function afterReplies(ms: number, fn: () => void): () => void {
+  let immediate: NodeJS.Immediate | undefined;
+  const timer = setTimeout(() => (immediate = setImmediate(fn)), Math.min(Math.max(0, ms), MAX_TIMER));
+  timer.unref();
+  return () => {
+    clearTimeout(timer);
+    if (immediate) clearImmediate(immediate);
+  };
+}
+
 /** `promise`, or a `LinkTimeout` after `ms` (then `onTimeout` runs: close the link). */
 export function within<T>(promise: Promise<T>, ms: number, onTimeout: () => void): Promise<T> {
   return new Promise<T>((resolve, reject) => {
-    const timer = setTimeout(() => {
+    const cancel = afterReplies(ms, () => {
       onTimeout();
       reject(new LinkTimeout(`no answer within ${Math.round(ms)} ms`));
-    }, ms);
-    timer.unref();
+    });
     promise.then(
       (v) => {
-        clearTimeout(timer);
+        cancel();
         resolve(v);
       },
       (e: unknown) => {
-        clearTimeout(timer);
+        cancel();
         reject(e);
       },
     );

@@ -1,31 +1,20 @@
 /**
- * A granted hold: its token, guarded writes, the watchdog that renews it, the loss signal, and
- * the release that stops the watchdog in the same step.
+ * A granted hold: its token, guarded writes, extend, the loss signal, and the release that takes
+ * it out of the renewal loop in the same step. The renewals are the loop's (`loop.ts`).
  */
 import { EventEmitter } from "node:events";
-import { MAX_TIMER, isReplyError, why, within, type Connection } from "./adapter.js";
 import "./dispose.js";
 import { LockLostError, StaleError } from "./errors.js";
-import {
-  FIXED_LEASE_ENDED,
-  GONE_AT_RELEASE,
-  LEASE_RAN_OUT,
-  RETRY_PAUSE,
-  Renewals,
-  extendArgs,
-  guardArgs,
-  int,
-  movedAway,
-  refused,
-  releaseArgs,
-  watchdogFailed,
-  type Arg,
-} from "./protocol.js";
+import { Lease } from "./lease.js";
+import { LinkGone, type Link } from "./links.js";
+import type { RenewalLoop, Renewed } from "./loop.js";
+import { GONE_AT_RELEASE, extendArgs, guardArgs, int, releaseArgs, sessionClosed, type Arg } from "./protocol.js";
 import type { Reach } from "./reach.js";
 
 /** What `Locks` hands a new hold. */
 export interface Grant {
   reach: Reach;
+  loop: RenewalLoop;
   key: string;
   owner: string;
   token: number;
@@ -35,8 +24,8 @@ export interface Grant {
   leaseFrom: number;
   semaphore: boolean;
   watchdog: boolean;
-  /** A session hold's own connection (closing it ends the hold). */
-  session?: Connection;
+  /** A session hold's own connection (closing it ends the hold): renewed and released on it. */
+  session?: Link;
   onLost?: (reason: string) => void;
   raiseOnLost: boolean;
 }
@@ -67,11 +56,8 @@ export class Hold extends EventEmitter<HoldEvents> implements AsyncDisposable {
   #phase: Phase = "held";
   #reason: string | undefined;
   #announce!: (reason: string) => void;
-  #renewals: Renewals;
-  #timer: NodeJS.Timeout | undefined;
-  /** Fires at the lease's end (rule 15): the hold is lost then unless renewed meanwhile. */
-  #leaseTimer: NodeJS.Timeout | undefined;
-  #conn: Connection | undefined;
+  /** What the renewal loop keeps of this hold (its lease, and how it is told of a loss). */
+  #renewed: Renewed;
   #released: Promise<boolean> | undefined;
 
   /** @internal made by `Locks.acquire` */
@@ -82,9 +68,16 @@ export class Hold extends EventEmitter<HoldEvents> implements AsyncDisposable {
     this.owner = grant.owner;
     this.token = grant.token;
     this.lost = new Promise<string>((resolve) => (this.#announce = resolve));
-    this.#renewals = new Renewals(grant.ttl, grant.leaseFrom);
-    this.#armLease();
-    if (grant.watchdog) this.#schedule();
+    this.#renewed = {
+      key: grant.key,
+      owner: grant.owner,
+      token: grant.token,
+      lease: new Lease(grant.ttl, grant.leaseFrom),
+      watchdog: grant.watchdog,
+      session: grant.session,
+      lost: (reason) => this.#lose(reason),
+    };
+    grant.loop.add(this.#renewed);
   }
 
   /** Why the hold was lost; undefined while it holds (or if it was released in time). */
@@ -109,20 +102,26 @@ export class Hold extends EventEmitter<HoldEvents> implements AsyncDisposable {
     return await this.#grant.reach.send(this.key, guardArgs(this.key, this.token, command), false);
   }
 
-  /** Set the lease to `ttl` ms from now (default: the acquire's ttl); whether the hold was
-   * still live. For fixed leases (`watchdog: false`); the watchdog renews by itself. */
-  async extend(ttl: number = this.#grant.ttl): Promise<boolean> {
+  /**
+   * `LOCK.EXTEND` now: the lease ends `ttl` ms from now (longer or shorter than before; default:
+   * the hold's ttl), and from this call on the watchdog, if on, renews by `ttl`. True while the
+   * hold is live; false when the server answers 0 (the hold is then lost, once) and, without
+   * sending anything, for a hold known lost or released. How a fixed lease (`watchdog: false`)
+   * is kept on the caller's schedule. Sent on the renewal loop's connection, asked again after a
+   * broken link within the bound (it carries the token), else `UnavailableError`.
+   */
+  async extend(ttl: number = this.#renewed.lease.ttl): Promise<boolean> {
     if (!(ttl >= 1 && ttl < Infinity)) throw new RangeError("ttl must be a finite number of ms >= 1");
     if (this.#phase !== "held") return false;
+    const lease = this.#renewed.lease;
+    lease.ttl = ttl; // the renewals sent from now on carry it
     const sent = performance.now();
-    const reply = await this.#grant.reach.send(this.key, extendArgs(this.key, this.owner, ttl, this.token), true);
-    if (int(reply) === 1) {
-      this.#renewals.leaseEnd = Math.max(this.#renewals.leaseEnd, sent + ttl);
-      if (this.#phase === "held") this.#armLease(); // not after a release meanwhile
-      return true;
-    }
-    this.#lose(LEASE_RAN_OUT);
-    return false;
+    const reply = await this.#send(extendArgs(this.key, this.owner, ttl, this.token), true);
+    if (reply === undefined) return false; // a session's connection closed: lost
+    const reason = lease.answered(sent, reply, ttl);
+    if (reason !== undefined) this.#lose(reason);
+    else this.#grant.loop.moved(this.#renewed);
+    return reason === undefined && this.#reason === undefined; // not lost meanwhile
   }
 
   /**
@@ -143,24 +142,36 @@ export class Hold extends EventEmitter<HoldEvents> implements AsyncDisposable {
   async #release(): Promise<boolean> {
     const wasHeld = this.#phase === "held";
     this.#phase = "released";
-    this.#stopTimers();
+    // Rule 7: out of the loop before the release is sent; a renewal of it already on the wire
+    // went before it on the same connection, and its reply is ignored.
+    this.#grant.loop.remove(this.#renewed);
     if (!wasHeld) {
       this.#grant.session?.close();
       return false; // known lost: answered at once, nothing sent
     }
-    // A renewal in flight is abandoned (its connection closed), not awaited: against a silent
-    // server it would hold the release up to its own timeout. It carries the token: reaching the
-    // server after the release, it finds nothing of this hold to extend.
-    this.#closeWatchdog();
     let released: boolean;
     try {
-      const args = releaseArgs(this.key, this.owner, this.token);
-      released = int(await this.#grant.reach.send(this.key, args, false)) === 1;
+      const reply = await this.#send(releaseArgs(this.key, this.owner, this.token), false);
+      if (reply === undefined) return false; // a session's connection closed: lost
+      released = int(reply) === 1;
     } finally {
       this.#grant.session?.close(); // closing it ends the session hold in any case
     }
     if (!released) this.#lose(GONE_AT_RELEASE, true);
     return released;
+  }
+
+  /** `args` on the renewal loop's connection (a session hold's own); undefined, the hold lost,
+   * if that is a session's that has closed. */
+  async #send(args: Arg[], retry: boolean): Promise<unknown> {
+    const { reach, loop } = this.#grant;
+    try {
+      return await reach.sendOn(loop.linkOf(this.#renewed), this.key, args, retry);
+    } catch (e) {
+      if (!(e instanceof LinkGone)) throw e;
+      this.#lose(sessionClosed(e.message), this.#phase === "released");
+      return undefined;
+    }
   }
 
   /** `await using hold = await locks.acquire(...)`: released at the end of the scope (unless
@@ -170,90 +181,6 @@ export class Hold extends EventEmitter<HoldEvents> implements AsyncDisposable {
     if (!released && this.#grant.raiseOnLost) throw new LockLostError(this.#reason ?? GONE_AT_RELEASE);
   }
 
-  // -- the watchdog ----------------------------------------------------------------------------
-
-  /** The next renewal, ttl/3 after the last one was sent (at once, after a pause, if that one
-   * took so long, say to connect through Sentinel during a failover). */
-  #schedule(lastSent?: number): void {
-    const wait =
-      lastSent === undefined ? this.#renewals.interval : lastSent + this.#renewals.interval - performance.now();
-    this.#timer = setTimeout(() => void this.#renew(), Math.max(RETRY_PAUSE, wait));
-    this.#timer.unref(); // a hold never keeps the process alive by itself
-  }
-
-  /** The lease's end, by a timer (rule 15): lost then unless a renewal or extend moved it. */
-  #armLease(): void {
-    clearTimeout(this.#leaseTimer);
-    const renewals = this.#renewals;
-    const reason = (): string =>
-      this.#grant.watchdog ? renewals.unreachable(renewals.lastFailure ?? "no answer") : FIXED_LEASE_ENDED;
-    const left = renewals.leaseEnd - performance.now();
-    // A lease longer than a Node timer takes is looked at again then.
-    const end = left > MAX_TIMER ? () => this.#armLease() : () => this.#lose(reason());
-    this.#leaseTimer = setTimeout(end, Math.min(left, MAX_TIMER));
-    this.#leaseTimer.unref();
-  }
-
-  #closeWatchdog(): void {
-    this.#conn?.close();
-    this.#conn = undefined;
-  }
-
-  #stopTimers(): void {
-    clearTimeout(this.#timer);
-    clearTimeout(this.#leaseTimer);
-    this.#timer = this.#leaseTimer = undefined;
-  }
-
-  /** One renewal, `LOCK.EXTEND key owner ttl TOKEN token` on the watchdog's own connection,
-   * its reply awaited no longer than the lease has left. */
-  async #renew(): Promise<void> {
-    const { reach, key, owner, token, ttl } = this.#grant;
-    const renewals = this.#renewals;
-    let reason: string | undefined;
-    const sent = performance.now();
-    const timeout = Math.max(1, Math.min(renewals.timeout, renewals.leaseEnd - sent));
-    try {
-      const args = extendArgs(key, owner, ttl, token);
-      let reply: unknown;
-      let broken = false;
-      try {
-        if (!this.#conn) {
-          const made = await reach.adapter.connect(key, { timeout });
-          made.ref(false);
-          if (this.#phase !== "held") return made.close(); // released (or lost) while connecting
-          this.#conn = made;
-        }
-        const conn = this.#conn;
-        reply = await within(conn.send(args), timeout - (performance.now() - sent), () => conn.close());
-      } catch (e) {
-        if (isReplyError(e) && !movedAway(e)) {
-          reason = refused(e);
-        } else {
-          // The link broke, timed out or could not be made, or this server no longer serves
-          // the key: asked again on a new connection (through Sentinel or the cluster's map)
-          // until the lease would have ended.
-          this.#closeWatchdog();
-          renewals.lastFailure = why(e);
-          broken = true;
-        }
-      }
-      if (this.#phase !== "held") return; // released (or lost) meanwhile: nothing to say or arm
-      if (broken) reason = renewals.broken();
-      else if (reason === undefined) {
-        reason = renewals.answered(sent, reply);
-        if (reason === undefined) this.#armLease();
-      }
-    } catch (e) {
-      // Anything else (a reply that is not an integer, a bug): nobody would hear of it
-      // otherwise, so the hold is given up at once.
-      reason = watchdogFailed(e);
-    }
-    if (this.#phase !== "held") return; // released (or lost) meanwhile: nothing to say
-    if (reason === undefined) this.#schedule(sent);
-    else this.#lose(reason);
-  }
-
   /** Mark the hold lost with `reason` and announce it, once. */
   #lose(reason: string, atRelease = false): void {
     if (this.#reason !== undefined) return;
@@ -261,8 +188,8 @@ export class Hold extends EventEmitter<HoldEvents> implements AsyncDisposable {
     this.#reason = reason;
     if (!atRelease) {
       this.#phase = "lost";
-      this.#stopTimers();
-      this.#closeWatchdog();
+      this.#grant.loop.remove(this.#renewed);
+      this.#grant.session?.close();
     }
     this.#announce(reason);
     try {

@@ -10,6 +10,4 @@ import "./dispose.js";
 export { Locks, type AcquireOptions, type LocksOptions } from "./locks.js";
 export { Hold, type HoldEvents } from "./hold.js";
 export { DeadlockError, LockError, LockLostError, NotAcquiredError, StaleError, UnavailableError } from "./errors.js";
-export { adapt, isReplyError, type Adapter, type Connection, type ConnectOptions } from "./adapter.js";
-export { slotOf, type Arg, type Mode } from "./protocol.js";
-export { UNAVAILABLE_AFTER } from "./reach.js";
+export type { Arg } from "./protocol.js";

@@ -3,17 +3,23 @@
  * `Cluster`. Typed structurally, so this package imports nothing of it.
  */
 import { CONNECT_TIMEOUT, connecting, noop, type Adapter, type Connection, type ConnectOptions } from "./adapter.js";
-import { movedAway, slotOf, type Arg } from "./protocol.js";
+import { isRetryableReply, slotOf, type Arg } from "./protocol.js";
 
 interface IoRedis {
   options: { host?: string; port?: number; path?: string; name?: string; sentinels?: unknown[] };
   status: string;
   stream?: { ref?(): void; unref?(): void };
   call(command: string, ...args: Arg[]): Promise<unknown>;
+  pipeline(): IoPipeline;
   duplicate(override?: Record<string, unknown>): IoRedis;
   connect(): Promise<void>;
   disconnect(reconnect?: boolean): void;
   on(event: string, listener: (...a: unknown[]) => void): unknown;
+}
+
+interface IoPipeline {
+  call(command: string, ...args: Arg[]): unknown;
+  exec(): Promise<[Error | null, unknown][] | null>;
 }
 
 interface IoCluster {
@@ -41,9 +47,10 @@ function addressOf(client: IoRedis): string {
   return o.path ?? `${o.host ?? "localhost"}:${o.port ?? 6379}`;
 }
 
-/** A duplicate of `client` of this library's own: no reconnects, no resent commands, no
- * command timeout (a wait takes as long as the server does); through Sentinel, it asks the
- * Sentinels for the master as it connects. */
+/** A duplicate of `client` of this library's own, whatever the client's settings: no reconnects
+ * and no command written before a broken link sent again (`autoResendUnfulfilledCommands:
+ * false`: a release whose reply is lost is never sent twice), no command timeout (a wait takes as
+ * long as the server does); through Sentinel, it asks the Sentinels for the master as it connects. */
 async function own(client: IoRedis, options: ConnectOptions): Promise<Connection> {
   const connectTimeout = options.timeout ?? CONNECT_TIMEOUT;
   const dup = client.duplicate({
@@ -71,9 +78,25 @@ async function own(client: IoRedis, options: ConnectOptions): Promise<Connection
   await connecting(connected, connectTimeout + 100, close);
   return {
     send: (args) => dup.call(String(args[0]), ...args.slice(1)),
+    pipeline: (commands) => pipelined(dup, commands),
+    isOpen: () => dup.status === "ready",
     close,
     ref: (keepAlive) => (keepAlive ? dup.stream?.ref?.() : dup.stream?.unref?.()),
   };
+}
+
+/** `commands` in one ioredis `pipeline()` (no MULTI): one write, a promise per reply. */
+function pipelined(client: IoRedis, commands: readonly (readonly Arg[])[]): Promise<unknown>[] {
+  const pipeline = client.pipeline();
+  for (const args of commands) pipeline.call(String(args[0]), ...args.slice(1));
+  const replies = pipeline.exec();
+  return commands.map((_, i) =>
+    replies.then((rows) => {
+      const [err, reply] = rows?.[i] ?? [new Error("Connection is closed."), undefined];
+      if (err) throw err;
+      return reply;
+    }),
+  );
 }
 
 export function ioredisAdapter(client: unknown): Adapter {
@@ -96,7 +119,7 @@ export function ioredisAdapter(client: unknown): Adapter {
         try {
           return await (await nodeOf(key)).call(String(args[0]), ...args.slice(1));
         } catch (e) {
-          if (!movedAway(e)) throw e;
+          if (!isRetryableReply(e)) throw e;
           await refresh();
           return await (await nodeOf(key)).call(String(args[0]), ...args.slice(1));
         }

@@ -2,11 +2,15 @@
  * `Locks`: the entry point. `acquire` waits in the server's FIFO queue (`LOCK.ACQUIRE ... WAIT`)
  * on a connection of its own, never polling; an `AbortSignal` or the wait time ends the wait, and
  * an aborted wait's connection is closed (which takes it out of the server's queue), never reused.
+ * Every hold it grants is renewed by its one renewal loop (`loop.ts`).
  */
 import { randomUUID } from "node:crypto";
-import { CONNECT_TIMEOUT, LinkTimeout, adapt, noop, within, type Adapter, type Connection } from "./adapter.js";
+import { adapt } from "./adapt.js";
+import { CONNECT_TIMEOUT, LinkTimeout, noop, within, type Adapter, type Connection } from "./adapter.js";
 import { LockError, LockLostError, NotAcquiredError, UnavailableError } from "./errors.js";
 import { Hold } from "./hold.js";
+import { Link, Links } from "./links.js";
+import { RenewalLoop } from "./loop.js";
 import {
   RETRY_PAUSE,
   acquireArgs,
@@ -89,8 +93,11 @@ interface Attempt {
 }
 
 export class Locks {
+  /** @internal the client, as this library speaks to it */
   readonly adapter: Adapter;
   #reach: Reach;
+  /** Renews every watchdog hold of this object, on one connection per server (rule 6). */
+  #loop: RenewalLoop;
   #defaults: AcquireOptions;
   #maxIdle: number;
   #idle = new Map<string, Connection[]>();
@@ -100,6 +107,7 @@ export class Locks {
   constructor(client: unknown, options: LocksOptions = {}) {
     this.adapter = adapt(client);
     this.#reach = new Reach(this.adapter, options.unavailableAfter);
+    this.#loop = new RenewalLoop(new Links(this.adapter));
     this.#defaults = options.defaults ?? {};
     this.#maxIdle = options.idleConnections ?? 16;
   }
@@ -150,9 +158,11 @@ export class Locks {
     return result;
   }
 
-  /** Close the idle wait connections (holds and waits in progress keep theirs). */
+  /** Close the idle wait connections, and the renewal loop's once no hold is left in it (holds
+   * and waits in progress keep theirs). */
   close(): void {
     this.#closed = true;
+    this.#loop.close();
     for (const conns of this.#idle.values()) for (const c of conns) c.close();
     this.#idle.clear();
   }
@@ -297,6 +307,7 @@ export class Locks {
     const { o } = ask;
     return new Hold({
       reach: this.#reach,
+      loop: this.#loop,
       key: ask.key,
       owner: ask.owner,
       token,
@@ -304,7 +315,7 @@ export class Locks {
       leaseFrom,
       semaphore: !!o.semaphore,
       watchdog: o.watchdog ?? true,
-      ...(session ? { session } : {}),
+      ...(session ? { session: Link.session(session) } : {}),
       ...(o.onLost ? { onLost: o.onLost } : {}),
       raiseOnLost: o.raiseOnLost ?? true,
     });

@@ -53,7 +53,8 @@ export function isNodeRedis(x: unknown): boolean {
 const strings = (args: readonly Arg[]): Args => args.map((a) => (typeof a === "number" ? String(a) : a));
 
 /** A duplicate of `client` of this library's own: no reconnects (a broken link is this
- * library's to retry), no socket or command timeout (a wait takes as long as the server does). */
+ * library's to retry; node-redis never writes a command twice), no offline queue, no socket or
+ * command timeout (a wait takes as long as the server does). */
 async function own(client: NodeRedisClient, options: ConnectOptions): Promise<Connection> {
   const connectTimeout = options.timeout ?? CONNECT_TIMEOUT;
   const dup = client.duplicate({
@@ -73,7 +74,9 @@ async function own(client: NodeRedisClient, options: ConnectOptions): Promise<Co
   };
   await connecting(dup.connect(), connectTimeout + 100, close);
   return {
+    // Commands sent in one tick are written together (node-redis pipelines them by itself).
     send: (args) => dup.sendCommand(strings(args)),
+    isOpen: () => dup.isOpen,
     close,
     ref: (keepAlive) => (keepAlive ? dup.ref?.() : dup.unref?.()),
   };

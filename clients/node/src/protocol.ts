@@ -10,11 +10,60 @@ export type Arg = string | number | Buffer;
 /** How long a wait pauses before it asks again after a broken link (ms). */
 export const RETRY_PAUSE = 50;
 
-/** Why a hold was lost, in the words of every client. */
+// Why a hold was lost: docs/clients.md rule 8's table, word for word in every client.
+
+/** A renewal or an extend answered 0. */
 export const LEASE_RAN_OUT = "the lease ran out before it was renewed";
-export const UNREACHABLE = "the server could not be reached before the lease ended";
+/** A release answered 0 (rule 16). */
 export const GONE_AT_RELEASE = "the hold was gone when released (its lease ran out)";
+/** A fixed lease (watchdog off) reached its end. */
 export const FIXED_LEASE_ENDED = "the lease ended (a fixed lease, not extended in time)";
+const UNREACHABLE = "the server could not be reached before the lease ended";
+
+/** The lease deadline (rule 15) passed without a successful renewal; `cause`: the last failure. */
+export function unreachable(cause: string): string {
+  return `${UNREACHABLE}: ${cause}`;
+}
+
+/** A renewal got an error reply that is not retryable (rule 19). */
+export function refused(err: unknown): string {
+  return `renewal refused: ${text(err)}`;
+}
+
+/** Any other failure of the loop for this hold. */
+export function watchdogFailed(err: unknown): string {
+  const name = err instanceof Error ? err.name : typeof err;
+  return `the watchdog failed: ${name}: ${text(err)}`;
+}
+
+/** A session hold's own connection broke. */
+export function sessionClosed(cause: string): string {
+  return `the session's connection closed: ${cause}`;
+}
+
+/**
+ * Rule 19: the error replies that say this server did not run the command and cannot serve the
+ * key now (a moved slot, a demoted master, a loading server, a waiter unblocked by a failover).
+ * They are asked again (after connecting again through Sentinel or the cluster's map) with the
+ * same owner; to the watchdog they are a broken link. Any other error reply is not retried.
+ */
+export const RETRYABLE_REPLIES = [
+  "MOVED",
+  "ASK",
+  "TRYAGAIN",
+  "CLUSTERDOWN",
+  "READONLY",
+  "LOADING",
+  "MASTERDOWN",
+  "UNBLOCKED",
+] as const;
+
+const RETRYABLE = new RegExp(`^(${RETRYABLE_REPLIES.join("|")})\\b`);
+
+/** Whether `err` is an error reply of rule 19's list (asked again), by its first word. */
+export function isRetryableReply(err: unknown): boolean {
+  return RETRYABLE.test(text(err));
+}
 
 /** What a hold is: exclusive (the default), shared, or `permits` of a semaphore of `limit`. */
 export interface Mode {
@@ -98,64 +147,6 @@ export function tokenOf(reply: unknown): number | null {
 /** The text of an error reply (or of any error). */
 export function text(err: unknown): string {
   return err instanceof Error ? err.message : String(err);
-}
-
-/**
- * Error replies that say this server no longer serves the key (a demoted master, a moved slot,
- * a master that became a replica while a client waited, a loading server): the caller
- * connects again (through Sentinel or the cluster's map, to the new one) and asks again.
- */
-export function movedAway(err: unknown): boolean {
-  return /^(READONLY|MOVED|ASK|TRYAGAIN|CLUSTERDOWN|UNBLOCKED|LOADING|MASTERDOWN)\b/.test(text(err));
-}
-
-export function refused(err: unknown): string {
-  return `renewal refused: ${text(err)}`;
-}
-
-export function watchdogFailed(err: unknown): string {
-  const name = err instanceof Error ? err.name : typeof err;
-  return `the watchdog failed: ${name}: ${text(err)}`;
-}
-
-/**
- * The watchdog's rule, the same in every client: renew every `ttl / 3`; the hold is lost when a
- * renewal answers 0 or is refused, or when the link stays broken until the lease would have
- * ended (a broken link before that is retried); any other failure loses it at once.
- */
-export class Renewals {
-  readonly interval: number;
-  /** For connecting and for each reply: a renewal never waits past the next one. */
-  readonly timeout: number;
-  leaseEnd: number;
-  /** The cause of the last failed renewal, for the loss's reason. */
-  lastFailure: string | undefined;
-
-  constructor(
-    readonly ttl: number,
-    now: number = performance.now(),
-  ) {
-    this.interval = ttl / 3;
-    this.timeout = Math.max(50, this.interval);
-    this.leaseEnd = now + ttl;
-  }
-
-  /** A renewal sent at `sent` answered `reply`: undefined while the hold lives. */
-  answered(sent: number, reply: unknown): string | undefined {
-    if (int(reply) !== 1) return LEASE_RAN_OUT;
-    this.leaseEnd = sent + this.ttl;
-    return undefined;
-  }
-
-  /** The link broke: retried (undefined) until the lease would have ended. */
-  broken(now: number = performance.now()): string | undefined {
-    return now >= this.leaseEnd ? this.unreachable(this.lastFailure ?? "no answer") : undefined;
-  }
-
-  /** The reason of a hold lost with the server out of reach, with the last failure's cause. */
-  unreachable(cause: string): string {
-    return `${UNREACHABLE}: ${cause}`;
-  }
 }
 
 // CRC16 (XMODEM) of Redis Cluster's key slots, with hash tags: `{order:42}:stock` and

@@ -4,16 +4,27 @@
  * failures, silence and a server without the module into `UnavailableError`s, naming the address
  * and the cause.
  */
-import { LinkTimeout, MAX_TIMER, isLinkError, isReplyError, noop, why, within, type Adapter } from "./adapter.js";
+import {
+  LinkTimeout,
+  MAX_TIMER,
+  isLinkError,
+  isReplyError,
+  noop,
+  why,
+  within,
+  type Adapter,
+  type Connection,
+} from "./adapter.js";
 import { LockError, UnavailableError, moduleMissing, translate } from "./errors.js";
-import { RETRY_PAUSE, movedAway, type Arg } from "./protocol.js";
+import { LinkGone, type Link } from "./links.js";
+import { RETRY_PAUSE, isRetryableReply, type Arg } from "./protocol.js";
 
 /** The default bound (ms): a server silent or unreachable this long is unavailable. */
 export const UNAVAILABLE_AFTER = 10_000;
 
 /** A link failure (broken, timed out, not made) or a server that no longer serves the key:
  * worth asking again; any other error is the server's answer, or a bad argument or a bug. */
-export const linkFailure = (e: unknown): boolean => isLinkError(e) || movedAway(e);
+export const linkFailure = (e: unknown): boolean => isLinkError(e) || isRetryableReply(e);
 
 /** A timer that does not keep the process alive. */
 export const pause = (ms: number): Promise<void> =>
@@ -58,6 +69,41 @@ export class Reach {
         return await within(this.adapter.send(key, args), end - performance.now(), noop);
       } catch (e) {
         if (!retry || !linkFailure(e) || performance.now() + RETRY_PAUSE >= end) throw this.failure(key, e);
+      }
+      await pause(RETRY_PAUSE);
+    }
+  }
+
+  /**
+   * One command on a connection of the library's own (`link`, the renewal loop's or a session
+   * hold's), whatever the application's client does with unanswered commands: answered within
+   * the bound. A connection that cannot be made is tried again until the bound (nothing was
+   * sent), and so is a retryable reply (rule 19: not run); a command written whose link then
+   * failed is asked again only with `retry` (it carries its token), else never sent again (rule
+   * 14's table: a release whose reply is lost).
+   * A session's closed connection rejects with `LinkGone`, at once.
+   */
+  sendOn(link: Link, key: string, args: readonly Arg[], retry: boolean): Promise<unknown> {
+    return link.track(this.#sendOn(link, key, args, retry));
+  }
+
+  async #sendOn(link: Link, key: string, args: readonly Arg[], retry: boolean): Promise<unknown> {
+    const end = performance.now() + this.bound;
+    for (;;) {
+      let conn: Connection | undefined;
+      try {
+        conn = await link.open(key, end - performance.now());
+        return await within(link.send(conn, args), end - performance.now(), noop);
+      } catch (e) {
+        if (e instanceof LinkGone) throw e;
+        // A session's connection that broke ended the hold with it.
+        if (conn && link.isSession && isLinkError(e) && !(e instanceof LinkTimeout)) throw new LinkGone(why(e));
+        // A broken link is made again; so is one to a server that no longer serves the key,
+        // which did not run the command (rule 19): that one is asked again in any case.
+        if (conn && isRetryableReply(e)) link.stalled(conn);
+        else if (conn && isLinkError(e) && !(e instanceof LinkTimeout)) link.drop(conn);
+        const again = linkFailure(e) && (conn === undefined || retry || isRetryableReply(e));
+        if (!again || performance.now() + RETRY_PAUSE >= end) throw this.failure(key, e);
       }
       await pause(RETRY_PAUSE);
     }

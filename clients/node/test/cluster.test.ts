@@ -5,7 +5,8 @@
  */
 import assert from "node:assert/strict";
 import { after, before, describe, test } from "node:test";
-import { Locks, slotOf } from "redis-lock-client";
+import { Locks } from "redis-lock-client";
+import { protocol } from "./internals.js";
 import { ClusterServers, FLAVOURS, eventually, sleep } from "./support.js";
 
 let cluster: ClusterServers;
@@ -20,7 +21,7 @@ for (const flavour of FLAVOURS) {
   describe(`${flavour.name} cluster`, () => {
     test("the slot of a key is the server's", async () => {
       for (const key of [...KEYS, "order:42", "foo", ""]) {
-        assert.equal(slotOf(key), Number(await cluster.nodes[0]!.cmd("CLUSTER", "KEYSLOT", key)), key);
+        assert.equal(protocol.slotOf(key), Number(await cluster.nodes[0]!.cmd("CLUSTER", "KEYSLOT", key)), key);
       }
     });
 

@@ -10,10 +10,10 @@ import {
   Locks,
   NotAcquiredError,
   StaleError,
-  adapt,
-  type Adapter,
+  type Arg,
   type Hold,
 } from "redis-lock-client";
+import { adapt, type Adapter } from "./internals.js";
 import { Clients, FLAVOURS, Server, eventually, sleep, type Flavour } from "./support.js";
 
 interface Ctx {
@@ -290,7 +290,9 @@ for (const flavour of FLAVOURS) {
         send: (key, args) => real.send(key, args),
         connect: async (key, options) => {
           const conn = await real.connect(key, options);
-          return { ...conn, send: async (args) => (args[0] === "LOCK.EXTEND" ? "not a number" : conn.send(args)) };
+          const send = async (args: readonly Arg[]): Promise<unknown> =>
+            args[0] === "LOCK.EXTEND" ? "not a number" : conn.send(args);
+          return { send, close: () => conn.close(), ref: (keep) => conn.ref(keep) };
         },
       };
       const ttl = 3000;

@@ -6,7 +6,8 @@
  */
 import assert from "node:assert/strict";
 import { describe, test } from "node:test";
-import { Locks, StaleError, adapt, type AcquireOptions, type Arg, type Hold } from "redis-lock-client";
+import { Locks, StaleError, type AcquireOptions, type Arg, type Hold } from "redis-lock-client";
+import { adapt } from "./internals.js";
 import { Clients, FLAVOURS, Server, eventually, recording, sleep, type Flavour } from "./support.js";
 
 type Hooks = Parameters<typeof recording>[2];

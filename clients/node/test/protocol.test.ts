@@ -1,13 +1,10 @@
 /** The pure parts: command words, replies, the renewal rule, key slots. No server. */
 import assert from "node:assert/strict";
 import { test } from "node:test";
-import { slotOf } from "redis-lock-client";
 
-// The built module itself (not part of the package's API).
-const p: typeof import("../src/protocol.js") = await import(
-  new URL("../../dist/esm/protocol.js", import.meta.url).href
-);
-const { Renewals, acquireArgs, movedAway, tokenOf, LEASE_RAN_OUT, UNREACHABLE } = p;
+import { Lease, protocol } from "./internals.js";
+
+const { acquireArgs, isRetryableReply, slotOf, tokenOf, LEASE_RAN_OUT, FIXED_LEASE_ENDED, unreachable } = protocol;
 
 test("LOCK.ACQUIRE words for each mode and wait", () => {
   assert.deepEqual(acquireArgs("k", "o", 30_000, {}, false, undefined), ["LOCK.ACQUIRE", "k", "o", 30000]);
@@ -37,35 +34,60 @@ test("LOCK.ACQUIRE words for each mode and wait", () => {
   assert.throws(() => acquireArgs("k", "o", 10, { limit: 2, shared: true }, false, undefined), RangeError);
 });
 
-test("replies: tokens exact below 2^53, nil, owner-star arrays; moved-away errors", () => {
+test("replies: tokens exact below 2^53, nil, owner-star arrays; rule 19's retryable replies", () => {
   assert.equal(tokenOf(1795950867669407), 1795950867669407);
   assert.equal(tokenOf("1795950867669407"), 1795950867669407);
   assert.equal(tokenOf(null), null);
   assert.throws(() => tokenOf("OK"), TypeError, "a reply that is not an integer is not a token");
   assert.equal(tokenOf(["c8da1ac0", 7]), 7);
+  assert.deepEqual(
+    [...protocol.RETRYABLE_REPLIES],
+    ["MOVED", "ASK", "TRYAGAIN", "CLUSTERDOWN", "READONLY", "LOADING", "MASTERDOWN", "UNBLOCKED"],
+    "rule 19's list, once",
+  );
   for (const e of [
     "READONLY You can't write",
     "MOVED 3999 127.0.0.1:1",
+    "ASK 3999 127.0.0.1:1",
     "TRYAGAIN x",
     "UNBLOCKED x",
     "CLUSTERDOWN x",
     "LOADING x",
+    "MASTERDOWN x",
   ])
-    assert.ok(movedAway(new Error(e)), e);
-  assert.ok(!movedAway(new Error("ERR syntax error")));
+    assert.ok(isRetryableReply(new Error(e)), e);
+  for (const e of ["ERR syntax error", "NOPERM no", "STALE x", "ASKING", "WRONGTYPE x"])
+    assert.ok(!isRetryableReply(new Error(e)), e);
 });
 
-test("the watchdog's rule: renew every ttl/3, lost at 0 or when the lease ends unreachable", () => {
-  const r = new Renewals(900, 0);
-  assert.equal(r.interval, 300);
-  assert.equal(r.answered(300, 1), undefined);
-  assert.equal(r.leaseEnd, 1200);
-  assert.equal(r.broken(1100), undefined, "retried while the lease lasts");
-  assert.equal(r.broken(1200), `${UNREACHABLE}: no answer`);
-  r.lastFailure = "connection refused";
-  assert.equal(r.broken(1200), `${UNREACHABLE}: connection refused`, "with the last failure's cause");
-  assert.equal(r.answered(600, 0), LEASE_RAN_OUT);
-  assert.equal(new Renewals(30, 0).timeout, 50, "at least 50 ms to answer");
+test("the lease: renew every ttl/3, lost at 0 or when it ends unreachable", () => {
+  const l = new Lease(900, 0);
+  assert.equal(l.interval, 300);
+  assert.equal(l.due, 300);
+  assert.equal(l.joinFrom, 270, "a tenth of a period early to join a pipeline");
+  assert.equal(l.answered(300, 1, 900), undefined);
+  assert.equal(l.end, 1200);
+  assert.equal(l.due, 600, "the last success's send + ttl/3");
+  assert.equal(l.ended(1100, true), undefined, "retried while the lease lasts");
+  assert.equal(l.ended(1200, true), unreachable("no answer"));
+  assert.equal(l.ended(1200, false), FIXED_LEASE_ENDED);
+  l.broken("connection refused", 1100);
+  assert.equal(l.due, 1150, "asked again after a pause");
+  assert.equal(l.ended(1200, true), unreachable("connection refused"), "with the last failure's cause");
+  assert.equal(l.answered(600, 0, 900), LEASE_RAN_OUT);
+  assert.equal(new Lease(30, 0).replyWait(0), 30, "never past the lease's end");
+  assert.equal(new Lease(90, 0).replyWait(0), 50, "at least 50 ms to answer");
+});
+
+test("rule 20: an extend's ttl is the lease's from then; a reply to an earlier command changes nothing", () => {
+  const l = new Lease(900, 0);
+  assert.equal(l.answered(100, 1, 3000), undefined, "an extend of 3 s sent at 100");
+  assert.equal(l.end, 3100);
+  assert.equal(l.due, 1100, "renewed by the new ttl");
+  assert.equal(l.answered(50, 1, 900), undefined, "a renewal sent before it, answered after");
+  assert.equal(l.end, 3100, "unchanged: the server ran it first");
+  assert.equal(l.answered(200, 1, 600), undefined, "a shorter extend");
+  assert.equal(l.end, 800, "shortens the lease");
 });
 
 test("key slots, hash tags included (Redis Cluster's CRC16)", () => {

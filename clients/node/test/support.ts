@@ -13,7 +13,8 @@ import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 import { Redis, Cluster } from "ioredis";
 import { createClient, createCluster, createSentinel } from "redis";
-import type { Adapter, Arg } from "redis-lock-client";
+import type { Arg } from "redis-lock-client";
+import type { Adapter } from "./internals.js";
 
 export const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), "../../../..");
 export const MODULE = process.env.LOCK_MODULE ?? join(ROOT, "target/debug/libredis_lock.so");
@@ -120,6 +121,12 @@ export class Server {
     const info = (await this.cmd("LOCK.INFO", key)) as unknown[] | null;
     if (!info) return 0;
     return Number(info[info.indexOf("waiters") + 1]);
+  }
+
+  /** The ms left of `key`'s first holder's lease, as LOCK.INFO says (undefined when free). */
+  async leaseLeft(key: string): Promise<number | undefined> {
+    const info = (await this.cmd("LOCK.INFO", key)) as unknown[] | null;
+    return info ? Number(info[info.indexOf("ttl") + 1]) : undefined;
   }
 
   signal(sig: NodeJS.Signals): void {
