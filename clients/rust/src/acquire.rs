@@ -8,10 +8,10 @@ use redis::{RedisError, Value};
 use tokio::time::timeout_at;
 
 use crate::cluster::Conn;
-use crate::guard::LockGuard;
-use crate::hold::{self, HoldState};
+use crate::guard::{Granted, LockGuard, Terms};
+use crate::hold::HoldState;
 use crate::locker::{query, Locker};
-use crate::protocol::{self, HoldId, Mode, Wait};
+use crate::protocol::{self, check_ttl, HoldId, Mode, Wait};
 use crate::Error;
 
 impl Wait {
@@ -24,6 +24,13 @@ impl Wait {
 
     fn blocks(self) -> bool {
         !matches!(self, Wait::For(d) if d.is_zero())
+    }
+}
+
+impl Locker {
+    /// A lock on `key`; set it up with the builder, then `acquire().await`.
+    pub fn lock(&self, key: impl Into<String>) -> LockBuilder {
+        LockBuilder::new(self.clone(), key.into())
     }
 }
 
@@ -40,14 +47,6 @@ pub struct LockBuilder {
     owner: Option<String>,
 }
 
-/// A ttl the server would refuse, refused before anything is sent (rule 17).
-pub(crate) fn check_ttl(ttl: Duration) -> Result<(), Error> {
-    if ttl < Duration::from_millis(1) {
-        return Err(Error::InvalidArgument(format!("ttl {ttl:?} is under 1 ms")));
-    }
-    Ok(())
-}
-
 /// A `LOCK.ACQUIRE` that did not reach the server.
 struct Unreached {
     error: RedisError,
@@ -55,13 +54,6 @@ struct Unreached {
     /// had broken while idle (the server restarted since), so not an attempt: asked again on a
     /// new connection (in the rare case it was written after all, the same owner is safe).
     stale: bool,
-}
-
-/// A grant, before its guard.
-pub(crate) struct Granted {
-    pub(crate) token: u64,
-    pub(crate) conn: Conn,
-    pub(crate) lease_start: Instant,
 }
 
 impl LockBuilder {
@@ -289,19 +281,22 @@ impl LockBuilder {
             match self.replicated(&mut granted.conn, n, timeout).await {
                 Ok(true) => {}
                 Ok(false) => {
-                    hold::release(&self.locker, &id, &HoldState::new()).await?;
+                    self.locker.release_hold(&id, &HoldState::new()).await?;
                     return Ok(None);
                 }
                 Err(unavailable) => {
                     let locker = self.locker.clone();
-                    tokio::spawn(
-                        async move { hold::release(&locker, &id, &HoldState::new()).await },
-                    );
+                    tokio::spawn(async move { locker.release_hold(&id, &HoldState::new()).await });
                     return Err(unavailable);
                 }
             }
         }
-        Ok(Some(LockGuard::start(self, id, granted)))
+        let terms = Terms {
+            ttl: self.ttl,
+            watchdog: self.watchdog,
+            session: self.session,
+        };
+        Ok(Some(LockGuard::start(self.locker, id, granted, terms)))
     }
 
     /// `WAIT n timeout`: whether `n` replicas have the grant; its reply is due by the timeout

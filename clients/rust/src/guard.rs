@@ -7,14 +7,28 @@ use std::time::{Duration, Instant};
 
 use redis::FromRedisValue;
 
-use crate::acquire::{check_ttl, Granted, LockBuilder};
 use crate::cluster::Conn;
-use crate::hold::{self, HoldState};
+use crate::hold::HoldState;
 use crate::locker::Locker;
-use crate::protocol::{self, reason, HoldId};
+use crate::protocol::{self, check_ttl, reason, HoldId};
 use crate::renewal::{Lease, Renewals};
 use crate::schedule::Ticket;
 use crate::Error;
+
+/// A grant, before its guard.
+pub(crate) struct Granted {
+    pub(crate) token: u64,
+    pub(crate) conn: Conn,
+    pub(crate) lease_start: Instant,
+}
+
+/// What the builder asked of a grant: its lease, whether the watchdog keeps it, and whether it
+/// is a session hold (on a connection of its own).
+pub(crate) struct Terms {
+    pub(crate) ttl: Duration,
+    pub(crate) watchdog: bool,
+    pub(crate) session: bool,
+}
 
 /// A granted hold. Release it with `release().await`; dropped without it, it is released in the
 /// background. `lost()` resolves when the hold is lost before its release.
@@ -41,15 +55,14 @@ impl std::fmt::Debug for LockGuard {
 }
 
 impl LockGuard {
-    pub(crate) fn start(builder: LockBuilder, id: HoldId, granted: Granted) -> Self {
+    pub(crate) fn start(locker: Locker, id: HoldId, granted: Granted, terms: Terms) -> Self {
         let state = HoldState::new();
         let lease = Lease {
-            ttl: builder.ttl,
+            ttl: terms.ttl,
             start: granted.lease_start,
-            renew: builder.watchdog,
+            renew: terms.watchdog,
         };
-        let locker = builder.locker;
-        let (renewals, session) = if builder.session {
+        let (renewals, session) = if terms.session {
             let own = Renewals::session(granted.conn.clone(), locker.availability.clone());
             (own, Some(granted.conn))
         } else {
@@ -165,7 +178,7 @@ impl LockGuard {
     pub async fn release(mut self) -> Result<bool, Error> {
         self.released = true;
         self.renewals.remove(self.ticket); // no renewal, no loss marked after this point
-        let released = hold::release(&self.locker, &self.id, &self.state).await;
+        let released = self.locker.release_hold(&self.id, &self.state).await;
         self.session = None;
         released
     }
@@ -183,7 +196,7 @@ impl Drop for LockGuard {
             let (locker, id, state) = (self.locker.clone(), self.id.clone(), self.state.clone());
             let session = self.session.take();
             handle.spawn(async move {
-                let _ = hold::release(&locker, &id, &state).await;
+                let _ = locker.release_hold(&id, &state).await;
                 drop(session);
             });
         }

@@ -5,31 +5,6 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use tokio::sync::watch;
 
-use crate::locker::Locker;
-use crate::protocol::{self, reason, HoldId};
-use crate::Error;
-
-/// Release `id` on the server unless `state` knows the hold lost (false, nothing sent); a lease
-/// already gone (the server answers 0) marks the hold lost, so its lost signal fires. Never sent
-/// again once written: its reply lost is `Error::Unavailable` (a second try could answer 0 for
-/// a release the first one did).
-pub(crate) async fn release(
-    locker: &Locker,
-    id: &HoldId,
-    state: &HoldState,
-) -> Result<bool, Error> {
-    if !state.is_held() {
-        return Ok(false);
-    }
-    let released: i64 = locker.call(&protocol::release(id), true).await?;
-    if protocol::was_live(released) {
-        state.released();
-        return Ok(true);
-    }
-    state.mark_lost(reason::GONE_WHEN_RELEASED.to_string());
-    Ok(false)
-}
-
 #[derive(Clone, Debug, PartialEq, Eq)]
 enum Phase {
     Held,
@@ -69,7 +44,7 @@ impl HoldState {
         self.lost.subscribe()
     }
 
-    fn released(&self) {
+    pub(crate) fn released(&self) {
         let mut phase = self.phase();
         if *phase == Phase::Held {
             *phase = Phase::Released;

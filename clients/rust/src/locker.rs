@@ -12,11 +12,11 @@ use redis::{ErrorKind, FromRedisValue, IntoConnectionInfo, RedisError};
 use tokio::sync::Mutex;
 use tokio::time::timeout_at;
 
-use crate::acquire::LockBuilder;
 use crate::availability::{Availability, DEFAULT_UNAVAILABLE_AFTER, REPLY_GRACE, RETRY_PAUSE};
 use crate::cluster::Conn;
 use crate::error::{self, Failure};
-use crate::protocol;
+use crate::hold::HoldState;
+use crate::protocol::{self, reason, HoldId};
 use crate::renewal::Renewals;
 use crate::source::{ClusterSource, Source};
 use crate::Error;
@@ -60,6 +60,23 @@ pub struct Locker {
 }
 
 impl Locker {
+    /// Release `id` on the server unless `state` knows the hold lost (false, nothing sent); a lease
+    /// already gone (the server answers 0) marks the hold lost, so its lost signal fires. Never sent
+    /// again once written: its reply lost is `Error::Unavailable` (a second try could answer 0 for
+    /// a release the first one did).
+    pub(crate) async fn release_hold(&self, id: &HoldId, state: &HoldState) -> Result<bool, Error> {
+        if !state.is_held() {
+            return Ok(false);
+        }
+        let released: i64 = self.call(&protocol::release(id), true).await?;
+        if protocol::was_live(released) {
+            state.released();
+            return Ok(true);
+        }
+        state.mark_lost(reason::GONE_WHEN_RELEASED.to_string());
+        Ok(false)
+    }
+
     pub fn new(client: redis::Client) -> Self {
         Self::from_source(Source::Client(client))
     }
@@ -136,11 +153,6 @@ impl Locker {
     #[doc(hidden)]
     pub fn renewal_lags(&self) -> Vec<Duration> {
         self.renewals.take_lags()
-    }
-
-    /// A lock on `key`; set it up with the builder, then `acquire().await`.
-    pub fn lock(&self, key: impl Into<String>) -> LockBuilder {
-        LockBuilder::new(self.clone(), key.into())
     }
 
     /// The shared connection, made on first use (again once `forget` dropped it).

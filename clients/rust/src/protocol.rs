@@ -5,6 +5,8 @@ use std::time::Duration;
 
 use redis::Value;
 
+use crate::Error;
+
 /// Error replies that say this server did not run the command and cannot serve the key now
 /// (rule 19): asked again after a redirect or a new connection, never reported as refused.
 pub(crate) const RETRYABLE: [&str; 8] = [
@@ -188,6 +190,14 @@ pub(crate) fn wait_replicas(n: usize, timeout: Duration) -> redis::Cmd {
 /// Whether the integer reply of a release or an extend says the hold was live.
 pub(crate) fn was_live(reply: i64) -> bool {
     reply == 1
+}
+
+/// A ttl the server would refuse, refused before anything is sent (rule 17).
+pub(crate) fn check_ttl(ttl: Duration) -> Result<(), Error> {
+    if ttl < Duration::from_millis(1) {
+        return Err(Error::InvalidArgument(format!("ttl {ttl:?} is under 1 ms")));
+    }
+    Ok(())
 }
 
 #[cfg(test)]
