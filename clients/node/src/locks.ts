@@ -248,7 +248,7 @@ export class Locks {
       // A grant after a wait started its lease when the server granted it, which the reply
       // tells (one loopback or network hop later); a try's lease started no earlier than it was sent.
       const leaseFrom = ask.blocking ? performance.now() : sent;
-      if (token === null || (ask.o.replicas && !(await this.#durable(c, ask, token)))) {
+      if (token === null || (ask.o.replicas && !(await this.#durable(c, ask, token, leaseFrom)))) {
         this.#giveBack(attempt.route, c);
         return null;
       }
@@ -283,8 +283,9 @@ export class Locks {
     });
   }
 
-  /** Whether the grant reached its replicas (`WAIT n timeout`); if not, it is given back. */
-  async #durable(c: Connection, ask: Ask, token: number): Promise<boolean> {
+  /** Whether the grant (its lease from `leaseFrom`) reached its replicas (`WAIT n timeout`); if
+   * not, it is given back. */
+  async #durable(c: Connection, ask: Ask, token: number, leaseFrom: number): Promise<boolean> {
     const timeout = ask.o.replicasTimeout ?? 1000;
     const bound = this.#reach.bound;
     let acked: number;
@@ -292,9 +293,17 @@ export class Locks {
       acked = int(await within(c.send(waitArgs(ask.o.replicas!, timeout)), timeout + bound, () => c.close()));
     } catch (e) {
       if (!linkFailure(e)) throw e;
-      // Unavailable now, not asked again (a retry's grant could meet this give-back): the grant
-      // is given back on the application's client, run once the server answers.
-      void this.#reach.send(ask.key, releaseArgs(ask.key, ask.owner, token), false).catch(noop);
+      // Unavailable now, not asked again (a retry's grant could meet this give-back). The grant
+      // is given back on the renewal loop's connection (the library's own: not the application's
+      // client, which may have no offline queue and refuse it while its link is down), asked
+      // again after a broken link (the same owner and token: a second release of a released
+      // hold answers 0) until the server answers or the grant's lease would have ended anyway.
+      const leaseEnd = leaseFrom + ask.ttl;
+      if (performance.now() < leaseEnd) {
+        const link = this.#loop.links.forKey(ask.key);
+        const args = releaseArgs(ask.key, ask.owner, token);
+        this.#loop.aside(this.#reach.sendOn(link, ask.key, args, true, leaseEnd).catch(noop));
+      }
       throw this.#reach.unavailable(ask.key, e);
     }
     if (acked >= ask.o.replicas!) return true;

@@ -74,6 +74,17 @@ export class RenewalLoop {
     return hold.session ?? this.links.forKey(hold.key);
   }
 
+  /**
+   * `work`, a command of no hold on one of the loop's links (a durable grant given back): once
+   * it settled, the loop's connections close as after a hold's removal if no hold is left.
+   */
+  aside(work: Promise<unknown>): void {
+    const settled = (): void => {
+      if (this.#holds.size === 0) this.#lingerThenClose(LINGER);
+    };
+    work.then(settled, settled);
+  }
+
   /** Closes the loop's connections now if no hold is left (else once the last one leaves). */
   close(): void {
     if (this.#holds.size === 0) this.#lingerThenClose(0);

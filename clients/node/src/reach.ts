@@ -81,14 +81,20 @@ export class Reach {
    * sent), and so is a retryable reply (rule 19: not run); a command written whose link then
    * failed is asked again only with `retry` (it carries its token), else never sent again (rule
    * 14's table: a release whose reply is lost).
-   * A session's closed connection rejects with `LinkGone`, at once.
+   * A session's closed connection rejects with `LinkGone`, at once. `end`: when to give up
+   * (`performance.now()`; default: the bound from now).
    */
-  sendOn(link: Link, key: string, args: readonly Arg[], retry: boolean): Promise<unknown> {
-    return link.track(this.#sendOn(link, key, args, retry));
+  sendOn(
+    link: Link,
+    key: string,
+    args: readonly Arg[],
+    retry: boolean,
+    end = performance.now() + this.bound,
+  ): Promise<unknown> {
+    return link.track(this.#sendOn(link, key, args, retry, end));
   }
 
-  async #sendOn(link: Link, key: string, args: readonly Arg[], retry: boolean): Promise<unknown> {
-    const end = performance.now() + this.bound;
+  async #sendOn(link: Link, key: string, args: readonly Arg[], retry: boolean, end: number): Promise<unknown> {
     for (;;) {
       let conn: Connection | undefined;
       try {

@@ -517,3 +517,49 @@ export class ReplyDropper {
     this.#server.close();
   }
 }
+
+/** A TCP proxy on loopback to `target` whose link can go down: `down()` closes every connection
+ * through it and refuses new ones (each is closed as it comes) until `up()`. */
+export class Cutter {
+  readonly #sockets = new Set<Socket>();
+  #down = false;
+  readonly #server = createServer((client) => {
+    client.on("error", () => undefined);
+    if (this.#down) return void client.destroy();
+    const upstream = connect(this.target, "127.0.0.1");
+    for (const s of [client, upstream]) {
+      this.#sockets.add(s);
+      s.on("error", () => undefined);
+      s.on("close", () => {
+        this.#sockets.delete(s);
+        client.destroy();
+        upstream.destroy();
+      });
+    }
+    client.pipe(upstream);
+    upstream.pipe(client);
+  });
+  port = 0;
+  constructor(readonly target: number) {}
+
+  static async start(target: number): Promise<Cutter> {
+    const p = new Cutter(target);
+    await new Promise<void>((resolve) => p.#server.listen(0, "127.0.0.1", resolve));
+    p.port = (p.#server.address() as { port: number }).port;
+    return p;
+  }
+
+  down(): void {
+    this.#down = true;
+    for (const socket of this.#sockets) socket.destroy();
+  }
+
+  up(): void {
+    this.#down = false;
+  }
+
+  stop(): void {
+    this.down();
+    this.#server.close();
+  }
+}

@@ -12,6 +12,7 @@ import { LockError, LockLostError, Locks, UnavailableError, type Arg, type Hold 
 import { adapt, type Adapter } from "./internals.js";
 import {
   Clients,
+  Cutter,
   FLAVOURS,
   FakeService,
   ReplyDropper,
@@ -326,6 +327,57 @@ for (const flavour of FLAVOURS) {
         server.signal("SIGCONT");
         locks.close();
         await clients.close();
+        server.stop();
+      }
+    });
+
+    test("table: a durable grant whose WAIT gets no answer, the client offline without a queue: given back", async () => {
+      const ttl = 30_000;
+      const server = await Server.start();
+      const proxy = await Cutter.start(server.port);
+      const clients = new Clients(flavour);
+      // The application's client has no offline queue and reaches the server through a link that
+      // goes down with the freeze: a command on it then fails at once. The library's own
+      // connections (made by `connect`) go to the server itself.
+      const app = adapt(clients.track(failingAtOnce(flavour, proxy.port)));
+      const direct = adapt(await clients.client(server.port));
+      const real: Adapter = {
+        name: direct.name,
+        route: (key) => direct.route(key),
+        address: (key) => direct.address?.(key) ?? direct.name,
+        send: (key, args) => app.send(key, args),
+        connect: (key, options) => direct.connect(key, options),
+      };
+      const adapter = recording(real, [], {
+        onSend: (args) => {
+          if (args[0] !== "WAIT") return;
+          server.signal("SIGSTOP"); // the grant arrived; WAIT goes unanswered
+          proxy.down(); // and the application's client is offline
+        },
+      });
+      const locks = new Locks(adapter, { unavailableAfter: BOUND });
+      try {
+        assert.ok(await eventually(async () => (await app.send("k", ["PING"])) === "PONG"), "the client connected");
+        const replicasTimeout = 200;
+        await unavailableWithin(
+          locks.acquire("k", { ttl, replicas: 1, replicasTimeout }),
+          server.port,
+          replicasTimeout + BOUND,
+        );
+        await assert.rejects(app.send("k", ["PING"]), "the application's client refuses commands while offline");
+        server.signal("SIGCONT");
+        const resumed = performance.now();
+        // Given back once the server answers, on the library's connection (the application's
+        // client stays offline): free within the bound + margin (2 s) of the resume, not held for
+        // the 30 s lease.
+        const free = await eventually(async () => (await server.cmd("EXISTS", "k")) === 0, BOUND + MARGIN);
+        const ms = performance.now() - resumed;
+        assert.ok(free, `still held ${ms.toFixed(0)} ms after the resume (bound ${BOUND} ms + ${MARGIN} ms margin)`);
+      } finally {
+        server.signal("SIGCONT");
+        locks.close();
+        await clients.close();
+        proxy.stop();
         server.stop();
       }
     });
