@@ -23,8 +23,8 @@ import java.util.concurrent.TimeoutException;
 final class Acquisition {
     /** How long past the server's own wait a reply may take before the wait counts as cut off: min(this, bound). */
     private static final long GRACE_MS = 1000;
-    /** The pause between retries after a connection error (rule 4). */
-    private static final long RETRY_MS = 50;
+    /** The pause between retries after a connection error (rule 4) or a retryable reply (rule 19): every call's. */
+    static final long RETRY_MS = 50;
     /** A wait without limit, as the client's command timeout sees it. */
     private static final Duration FOREVER = Duration.ofDays(3650);
 

@@ -112,7 +112,9 @@ public final class Hold implements AutoCloseable {
 
     /**
      * Runs {@code command} only while this hold is the live exclusive one ({@code LOCK.GUARD key
-     * token command...}); the command's reply, or {@link StaleTokenException} and nothing run.
+     * token command...}); the command's reply, or {@link StaleTokenException} and nothing run. A
+     * retryable reply (rule 19: {@code READONLY}, ...) is asked again until the bound, then {@link
+     * LockServiceUnavailableException}; a lost reply is never sent again.
      */
     public Object guard(String... command) {
         synchronized (this) { // known without the server (rule 16): nothing is sent
@@ -124,8 +126,10 @@ public final class Hold implements AutoCloseable {
             }
         }
         try {
-            // Never sent twice: a guarded write is not idempotent.
-            return locks.await(locks.commands(bound).callOnce(AnyOutput::new, Protocol.GUARD, key, Protocol.guard(token, command)), bound);
+            // Never sent twice once its reply is lost: a guarded write is not idempotent. A retryable
+            // reply (rule 19) says it did not run: asked again within the bound.
+            return locks.awaitBounded(locks.askingAgain(locks::commands,
+                    l -> l.callOnce(AnyOutput::new, Protocol.GUARD, key, Protocol.guard(token, command)), bound), bound);
         } catch (RedisCommandExecutionException e) {
             if (Protocol.isStale(e)) {
                 throw new StaleTokenException(e.getMessage());
@@ -146,7 +150,8 @@ public final class Hold implements AutoCloseable {
      * ttl} from now (longer or shorter than before), and the watchdog, if on, goes on renewing by
      * {@code ttl}. True while the hold is live; false when the server answers 0 (the hold is then
      * lost, "the lease ran out before it was renewed", reported once) and, with nothing sent, for a
-     * hold known lost or released (rule 16). Unanswered within the bound: {@link
+     * hold known lost or released (rule 16). A retryable reply (rule 19) is asked again; unanswered,
+     * or still answered so, within the bound: {@link
      * LockServiceUnavailableException}, and the watchdog goes on as before. How a fixed lease is
      * kept on the caller's schedule. Sent on the watchdog's connection (a session hold's on its own).
      */
@@ -155,25 +160,29 @@ public final class Hold implements AutoCloseable {
         if (isDone()) { // known without the server (rule 16)
             return false;
         }
-        Link link = session != null ? session : locks.watchdog(bound);
-        CompletableFuture<Long> pending;
-        long sentAt;
         synchronized (this) {
             if (released || lostReason != null) {
                 return false;
             }
             ttlMs = ms;
-            sentAt = System.nanoTime();
-            pending = link.call(new IntegerOutput<>(StringCodec.UTF8), Protocol.EXTEND, key, Protocol.extend(owner, ms, token))
-                    .toCompletableFuture();
         }
-        Long reply = locks.await(pending, bound);
+        long[] sentAt = new long[1]; // the attempt that was answered: a retryable reply is asked again (rule 19)
+        Long reply = locks.awaitBounded(locks.askingAgain(within -> session != null ? session : locks.watchdog(within), link -> {
+            synchronized (this) {
+                if (released || lostReason != null) { // released meanwhile: nothing more is sent
+                    return CompletableFuture.completedFuture(null);
+                }
+                sentAt[0] = System.nanoTime();
+                return link.call(new IntegerOutput<>(StringCodec.UTF8), Protocol.EXTEND, key, Protocol.extend(owner, ms, token))
+                        .toCompletableFuture();
+            }
+        }, bound), bound);
         synchronized (this) {
             if (released || lostReason != null) {
                 return false;
             }
             if (Protocol.live(reply)) {
-                renewedLease(sentAt, ms);
+                renewedLease(sentAt[0], ms);
                 return true;
             }
         }
@@ -205,7 +214,9 @@ public final class Hold implements AutoCloseable {
 
     /**
      * Releases the hold ({@code LOCK.RELEASE key owner TOKEN token}): true if it was still live. The
-     * watchdog stops first, in the same step: no renewal is sent after this (rule 7).
+     * watchdog stops first, in the same step: no renewal is sent after this (rule 7). A retryable
+     * reply (rule 19) is asked again until the bound; a lost reply is never sent again (both then
+     * {@link LockServiceUnavailableException}).
      */
     public boolean release() {
         // releaseAsync() ends within the bound; this is a backstop.

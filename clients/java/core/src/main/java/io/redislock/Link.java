@@ -175,7 +175,8 @@ final class Link implements AutoCloseable {
      * written, it is never written again. Lettuce sends again what was in flight when a
      * connection dropped (at least once); this one fails instead, its outcome unknown (rule 14).
      * On a cluster it goes on the connection to the key's master, following a {@code MOVED} or
-     * {@code ASK} (which say it did not run: rule 19).
+     * {@code ASK} (which say it did not run: rule 19). The other retryable replies are asked
+     * again by the caller ({@link RedisLocks#askingAgain}), as a new command.
      */
     <T> CompletableFuture<T> callOnce(Supplier<CommandOutput<String, String, T>> output, String command, String key, Object... args) {
         Supplier<RedisCommand<String, String, T>> make = () -> new Command<>(new Name(command), output.get(), args(key, args));

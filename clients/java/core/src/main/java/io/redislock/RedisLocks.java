@@ -22,9 +22,12 @@ import java.util.concurrent.Executors;
 import java.util.concurrent.Future;
 import java.util.concurrent.ScheduledExecutorService;
 import java.util.concurrent.ScheduledFuture;
+import java.util.concurrent.RejectedExecutionException;
 import java.util.concurrent.ScheduledThreadPoolExecutor;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.TimeoutException;
+import java.util.concurrent.atomic.AtomicReference;
+import java.util.function.Function;
 import java.util.function.Supplier;
 
 /**
@@ -60,6 +63,8 @@ public final class RedisLocks implements AutoCloseable {
     private final Set<Acquisition> acquiring = ConcurrentHashMap.newKeySet();
     /** The closes of links still in progress (a cancelled wait's, a session's): close() waits for them. */
     private final Set<CompletableFuture<Void>> closing = ConcurrentHashMap.newKeySet();
+    /** Links left after a failover, closed once what was in flight on them is answered (or by close()). */
+    private final Set<Link> retiring = ConcurrentHashMap.newKeySet();
     private final SharedLink commands = new SharedLink();
     private final SharedLink watchdog = new SharedLink();
     private volatile boolean closed;
@@ -253,13 +258,92 @@ public final class RedisLocks implements AutoCloseable {
      * LockServiceUnavailableException} when unanswered within {@code bound}.
      */
     CompletableFuture<Long> releaseAsync(String key, String owner, long token, Duration bound) {
+        // Never sent again once written and its reply lost: a second LOCK.RELEASE would answer 0
+        // (rule 14's table). A retryable reply (rule 19) says it did not run: asked again.
+        return askingAgain(this::commands, l -> l.callOnce(() -> new IntegerOutput<>(StringCodec.UTF8), Protocol.RELEASE, key,
+                Protocol.release(owner, token)), bound);
+    }
+
+    /**
+     * Rule 19 for a release, an extend and a guarded write, the one place it is kept for them: a
+     * reply of {@link Protocol#RETRYABLE} says the server did not run the command, so it is sent
+     * again, with the same owner and token, after {@link #failover} (the shared link reconnected:
+     * through Sentinel, to the current master; on a cluster the map of slots reloaded; a session's
+     * own link kept) and the acquire's retry pause ({@link Acquisition#RETRY_MS}), until {@code
+     * bound} from the call (rule 14): then {@link LockServiceUnavailableException}, its cause the
+     * last reply. {@code link} gives each attempt's link, connected within the time left (the
+     * first on the caller's thread, the next ones off the event loops); a connect that fails after
+     * a retryable reply is asked again too (nothing was sent). Any other failure ends the call as
+     * {@link #bounded} does: a lost reply is unavailable and never sent again.
+     */
+    <T> CompletableFuture<T> askingAgain(Function<Duration, Link> link,
+            Function<Link, CompletableFuture<T>> send, Duration bound) {
+        CompletableFuture<T> out = new CompletableFuture<>();
+        long end = System.nanoTime() + bound.toNanos();
+        AtomicReference<Throwable> last = new AtomicReference<>(); // the last retryable reply
+        AtomicReference<CompletableFuture<T>> inFlight = new AtomicReference<>();
+        ScheduledFuture<?> timer;
         try {
-            // Never sent again once written: a second LOCK.RELEASE would answer 0 (rule 14's table).
-            return bounded(commands(bound).callOnce(() -> new IntegerOutput<>(StringCodec.UTF8), Protocol.RELEASE, key,
-                    Protocol.release(owner, token)), bound);
-        } catch (RuntimeException e) {
-            return CompletableFuture.failedFuture(e);
+            timer = scheduler.schedule(() -> {
+                Throwable l = last.get();
+                if (out.completeExceptionally(unavailable(l != null ? l : noAnswerWithin(bound)))) {
+                    CompletableFuture<T> f = inFlight.get();
+                    if (f != null) {
+                        f.cancel(false); // not sent later, if still queued while the link reconnects
+                    }
+                }
+            }, bound.toNanos(), TimeUnit.NANOSECONDS);
+        } catch (RejectedExecutionException e) {
+            return CompletableFuture.failedFuture(new IllegalStateException("RedisLocks is closed"));
         }
+        out.whenComplete((v, e) -> timer.cancel(false)); // answered: the timer leaves the queue
+        new Object() {
+            void attempt() {
+                if (out.isDone()) {
+                    return;
+                }
+                Link l;
+                CompletableFuture<T> f;
+                try {
+                    l = link.apply(Duration.ofNanos(Math.max(1, end - System.nanoTime())));
+                    f = send.apply(l);
+                } catch (RuntimeException e) {
+                    if (last.get() != null && !(e instanceof IllegalStateException)) { // not closed: connecting again
+                        again();
+                    } else {
+                        out.completeExceptionally(e);
+                    }
+                    return;
+                }
+                inFlight.set(f);
+                f.whenComplete((v, e) -> {
+                    Throwable c = causeOf(e);
+                    if (c == null) {
+                        out.complete(v);
+                    } else if (c instanceof RedisCommandExecutionException rce && Protocol.isRetryable(rce)) {
+                        last.set(c);
+                        failover(l);
+                        again();
+                    } else {
+                        out.completeExceptionally(isUnavailability(c) ? unavailable(c) : c);
+                    }
+                });
+            }
+
+            void again() {
+                if (end - System.nanoTime() <= TimeUnit.MILLISECONDS.toNanos(Acquisition.RETRY_MS)) {
+                    return; // the bound ends before another try: its timer fails the call, with the last reply
+                }
+                // Rejected when closed meanwhile (its timer is gone too): ended here.
+                CompletableFuture.runAsync(this::attempt,
+                        CompletableFuture.delayedExecutor(Acquisition.RETRY_MS, TimeUnit.MILLISECONDS, background))
+                        .exceptionally(e -> {
+                            out.completeExceptionally(new IllegalStateException("RedisLocks is closed"));
+                            return null;
+                        });
+            }
+        }.attempt();
+        return out;
     }
 
     /** {@code f}, failing as unavailable when unanswered within {@code bound} or when the link fails. */
@@ -445,23 +529,36 @@ public final class RedisLocks implements AutoCloseable {
     }
 
     /**
-     * A renewal met a retryable reply (rule 19: READONLY, the master it knew became a replica):
-     * the watchdog's link is closed and reopened off the watchdog's thread; reconnecting asks
-     * Lettuce (and through it a Sentinel) for the current master (rule 11). On a cluster the map
-     * of slots is loaded again instead.
+     * A command on {@code seen} met a retryable reply (rule 19: READONLY, the master it knew became
+     * a replica): when {@code seen} is the watchdog's or the command link, it is reopened off the
+     * caller's thread; reconnecting asks Lettuce (and through it a Sentinel) for the current master
+     * (rule 11). The old link is closed once a {@code PING} sent after what is in flight on it is
+     * answered (at most a second later), so the commands sent before it get their own replies
+     * (retryable ones, asked again) rather than a dropped connection. On a cluster the map of slots
+     * is loaded again instead. A session's own link is kept.
      */
     void failover(Link seen) {
         if (seen.isCluster()) {
             seen.refreshTopology();
             return;
         }
+        SharedLink shared;
         synchronized (this) {
-            if (closed || !watchdog.forget(seen)) {
+            if (closed) {
                 return;
             }
+            shared = watchdog.forget(seen) ? watchdog : commands.forget(seen) ? commands : null;
+            if (shared == null) {
+                return;
+            }
+            retiring.add(seen);
         }
-        seen.close();
-        watchdog.connectInBackground();
+        seen.ping().orTimeout(1, TimeUnit.SECONDS).whenComplete((pong, e) -> {
+            if (retiring.remove(seen)) {
+                seen.close();
+            }
+        });
+        shared.connectInBackground();
     }
 
     /**
@@ -470,7 +567,15 @@ public final class RedisLocks implements AutoCloseable {
      * server's error reply as it is.
      */
     <T> T await(CompletableFuture<T> f, Duration bound) {
-        CompletableFuture<T> out = bounded(f, bound);
+        return awaitBounded(bounded(f, bound), f, bound);
+    }
+
+    /** {@link #await} of {@code out}, which completes within {@code bound} ({@link #bounded}, {@link #askingAgain}). */
+    <T> T awaitBounded(CompletableFuture<T> out, Duration bound) {
+        return awaitBounded(out, out, bound);
+    }
+
+    private <T> T awaitBounded(CompletableFuture<T> out, CompletableFuture<T> f, Duration bound) {
         try {
             // bounded() completes within the bound: the second backstops a timer that could not run.
             return uninterruptibly(out, bound.multipliedBy(2));
@@ -500,6 +605,11 @@ public final class RedisLocks implements AutoCloseable {
         List<CompletableFuture<Void>> closes = new ArrayList<>();
         for (Link l; (l = idleWaits.poll()) != null;) {
             closes.add(l.closeAsync());
+        }
+        for (Link l : retiring) {
+            if (retiring.remove(l)) {
+                closes.add(l.closeAsync());
+            }
         }
         closes.add(commands.close());
         closes.add(watchdog.close());
