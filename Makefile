@@ -114,7 +114,12 @@ $(NODE_MODULES): clients/node/package-lock.json
 node-check:
 	cd clients/node && npm ci --no-audit --no-fund && npm run build && npm run lint
 test-node: node-check test-node-redis test-node-valkey
-test-node-%: deps build valkey $(NODE_MODULES)
+# The tests import the package by its name, which resolves to its build in dist/: built here
+# when a source changed, so a test-node-<server> of its own works on a fresh clone.
+NODE_DIST := clients/node/dist/esm/index.js
+$(NODE_DIST): $(NODE_MODULES) clients/node/package.json $(wildcard clients/node/src/*.ts)
+	cd clients/node && npm run build
+test-node-%: deps build valkey $(NODE_DIST)
 	cd clients/node && $(SERVER_$*) npm run test:only
 
 ## The Go client (clients/go, and its benchmark's module clients/go/bench): gofmt, go vet and
