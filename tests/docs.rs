@@ -8,7 +8,8 @@
 //!
 //! A token a reply shows stands for the token the server gave in its place wherever a later
 //! command uses it (`LOCK.FENCE key <token>`), and a quoted UUID (a generated owner) matches
-//! any UUID. Text after two spaces and `#` on a command line is a comment.
+//! any UUID. A `LOCK.WATCH` cursor, `"<token>-<holders>"`, matches by its token the same way.
+//! Text after two spaces and `#` on a command line is a comment.
 //!
 //! Sessions of several clients name each one: `A> ...`, `B> ...` (`> ` is `A`). A command that
 //! blocks is followed by `B… (blocks)`; its reply comes later, as `B… <reply>` where the
@@ -177,7 +178,8 @@ fn matches(actual: &str, expected: &str, clock: Clock) -> bool {
         Some((lead.to_string(), rest.strip_suffix('"')?.to_string()))
     };
     if let (Some((a_lead, a)), Some((e_lead, e))) = (quoted(actual), quoted(expected)) {
-        return a_lead == e_lead && is_uuid(&a) && is_uuid(&e);
+        let cursors = matches!((cursor(&a), cursor(&e)), (Some(a), Some(e)) if a.1 == e.1);
+        return a_lead == e_lead && (is_uuid(&a) && is_uuid(&e) || cursors);
     }
     let integer = |line: &str| {
         let (lead, n) = line.rsplit_once("(integer) ")?;
@@ -197,6 +199,27 @@ fn matches(actual: &str, expected: &str, clock: Clock) -> bool {
     }
 }
 
+/// A `LOCK.WATCH` cursor `<token>-<holders>` whose token is a real one (15 digits or more).
+fn cursor(text: &str) -> Option<(&str, &str)> {
+    let (token, holders) = text.split_once('-')?;
+    let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+    (token.len() >= 15 && digits(token) && digits(holders)).then_some((token, holders))
+}
+
+/// A word of a command with the document's tokens (bare, or in a cursor) replaced by the
+/// server's.
+fn with_tokens(word: &str, tokens: &HashMap<String, String>) -> String {
+    if let Some(token) = tokens.get(word) {
+        return token.clone();
+    }
+    match cursor(word) {
+        Some((token, holders)) if tokens.contains_key(token) => {
+            format!("{}-{holders}", tokens[token])
+        }
+        _ => word.to_string(),
+    }
+}
+
 /// Whether the printed reply is the one the document shows.
 fn same_reply(actual: &[String], expected: &[String]) -> bool {
     actual.len() == expected.len()
@@ -211,7 +234,14 @@ type Pending = JoinHandle<(Connection, Result<Value, String>)>;
 /// The tokens of the document's replies, each with the one the server gave in its place.
 fn learn_tokens(actual: &[String], expected: &[String], tokens: &mut HashMap<String, String>) {
     let number = |line: &str| line.rsplit_once("(integer) ").map(|(_, n)| n.to_string());
+    let quoted_cursor = |line: &str| {
+        let inner = line.split_once('"')?.1.strip_suffix('"')?;
+        cursor(inner).map(|(token, _)| token.to_string())
+    };
     for (a, e) in actual.iter().zip(expected) {
+        if let (Some(a), Some(e)) = (quoted_cursor(a), quoted_cursor(e)) {
+            tokens.insert(e, a);
+        }
         if let (Some(a), Some(e)) = (number(a), number(e)) {
             if e.len() >= 15 {
                 tokens.insert(e, a);
@@ -237,11 +267,7 @@ fn run_session(file: &str, steps: &[Step]) {
             reply
         } else {
             let mut con = cons.remove(&step.client).unwrap_or_else(|| server.con());
-            let words: Vec<String> = step
-                .words
-                .iter()
-                .map(|w| tokens.get(w).unwrap_or(w).clone())
-                .collect();
+            let words: Vec<String> = step.words.iter().map(|w| with_tokens(w, &tokens)).collect();
             let send = move || {
                 let words: Vec<&str> = words.iter().map(String::as_str).collect();
                 let reply = cmd(&mut con, &words);
@@ -549,11 +575,24 @@ fn the_command_reference_synopses_match_command_docs() {
             "docs/commands.md: the synopsis of {command}"
         );
     }
+    let registered = match ok(
+        &mut c,
+        &["COMMAND", "LIST", "FILTERBY", "PATTERN", "lock.*"],
+    ) {
+        Value::Array(names) => names,
+        other => panic!("{other:?}"),
+    };
+    // LOCK.DEBUG exists in debug builds only, and is documented apart.
+    let mut registered: Vec<String> = registered
+        .iter()
+        .map(|n| redis_lock_harness::text(n).to_lowercase())
+        .filter(|n| n != "lock.debug")
+        .collect();
+    registered.sort();
     assert_eq!(
-        shown.len(),
-        10,
-        "every command has a synopsis: {:?}",
-        shown.keys()
+        shown.keys().cloned().collect::<Vec<_>>(),
+        registered,
+        "every command has a synopsis"
     );
 }
 

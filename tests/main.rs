@@ -31,6 +31,7 @@ mod session;
 mod shared;
 mod upgrade;
 mod waiting;
+mod watch;
 
 /// With `autotests = false`, a file under `tests/` that is not named above would never run.
 #[test]

@@ -6,6 +6,7 @@ use crate::core::config::{Kind, Limits, LoadArgError, Setting, SETTINGS};
 use crate::core::error::LockError;
 use crate::core::fencing;
 use crate::core::lock::{self, Millis, Token, Want};
+use crate::core::watch::Cursor;
 
 /// One command argument's bytes (module strings in the server, byte slices in tests).
 pub trait Arg {
@@ -264,6 +265,37 @@ pub fn info<A: Arg>(rest: &[A]) -> Result<usize, LockError> {
         }
         _ => Err(LockError::Syntax),
     }
+}
+
+/// `LOCK.WATCH key [AFTER cursor] [WAIT timeout-ms]`, after the key.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct WatchArgs {
+    pub after: Cursor,
+    /// `None` without WAIT (never blocks); `Some(0)` waits without limit.
+    pub wait: Option<Millis>,
+}
+
+/// `[AFTER cursor] [WAIT timeout-ms]`, in either order, each at most once.
+pub fn watch<A: Arg>(mut rest: &[A], now: Millis) -> Result<WatchArgs, LockError> {
+    let (mut after, mut wait) = (None, None);
+    while let [flag, value, tail @ ..] = rest {
+        let (flag, value) = (flag.bytes(), value.bytes());
+        if flag.eq_ignore_ascii_case(b"AFTER") && after.is_none() {
+            after = Some(Cursor::parse(value)?);
+        } else if flag.eq_ignore_ascii_case(b"WAIT") && wait.is_none() {
+            wait = Some(wait_timeout(value, now)?);
+        } else {
+            return Err(LockError::Syntax);
+        }
+        rest = tail;
+    }
+    if !rest.is_empty() {
+        return Err(LockError::Syntax);
+    }
+    Ok(WatchArgs {
+        after: after.unwrap_or(Cursor::Unseen),
+        wait,
+    })
 }
 
 /// `LOCK.EPOCH epoch`, after the name: an epoch a master started.
@@ -528,6 +560,42 @@ mod tests {
             acquire(&args(&["", "0"]), now, &LIMITS),
             Err(LockError::TtlNotPositive)
         );
+    }
+
+    #[test]
+    fn watch_arguments() {
+        let held = Cursor::Held {
+            newest: 7,
+            holders: 2,
+        };
+        assert_eq!(
+            watch(&args(&[]), 0),
+            Ok(WatchArgs {
+                after: Cursor::Unseen,
+                wait: None
+            })
+        );
+        assert_eq!(
+            watch(&args(&["wait", "0", "AFTER", "7-2"]), 0),
+            Ok(WatchArgs {
+                after: held,
+                wait: Some(0)
+            })
+        );
+        assert_eq!(
+            watch(&args(&["AFTER", "free"]), 0).map(|w| w.after),
+            Ok(Cursor::Free)
+        );
+        for (bad, err) in [
+            (&["AFTER"][..], LockError::Syntax),
+            (&["AFTER", "1", "AFTER", "2"], LockError::Syntax),
+            (&["WAIT", "1", "WAIT", "2"], LockError::Syntax),
+            (&["AFTER", "x"], LockError::BadCursor),
+            (&["WAIT", "-1"], LockError::TimeoutNegative),
+            (&["COUNT", "1"], LockError::Syntax),
+        ] {
+            assert_eq!(watch(&args(bad), 0), Err(err), "{bad:?}");
+        }
     }
 
     #[test]

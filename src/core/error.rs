@@ -86,11 +86,13 @@ pub enum LockError {
     EpochOutOfRange,
     /// The fencing epoch could not be stored durably, so no token may be issued.
     EpochNotStored,
+    /// `LOCK.WATCH ... AFTER` with something no reply ever gave.
+    BadCursor,
 }
 
 impl LockError {
     /// Every variant, so tests can check every wire string.
-    pub const ALL: [LockError; 41] = [
+    pub const ALL: [LockError; 42] = [
         Self::NotAnInteger,
         Self::TtlNotPositive,
         Self::TtlTooLarge,
@@ -132,6 +134,7 @@ impl LockError {
         Self::EpochNotAllowed,
         Self::EpochOutOfRange,
         Self::EpochNotStored,
+        Self::BadCursor,
     ];
 
     pub const fn as_wire(self) -> &'static str {
@@ -199,6 +202,9 @@ impl LockError {
             Self::EpochOutOfRange => "ERR invalid epoch: must be 1 to 2097151",
             Self::EpochNotStored => {
                 "ERR redis-lock cannot store its fencing epoch, so it grants nothing (the server log says why)"
+            }
+            Self::BadCursor => {
+                "ERR invalid cursor: AFTER takes 0, free, foreign, a token, or a cursor LOCK.WATCH returned"
             }
             Self::Demoted => {
                 "UNBLOCKED force unblock from blocking operation, instance state changed (master -> replica?)"

@@ -187,8 +187,12 @@ pub struct Stats {
     /// `LOCK.GUARD` calls that ran their command / refused a stale token.
     pub guarded: Counter,
     pub guard_stale: Counter,
+    /// Watchers answered with news (`LOCK.WATCH`, at once or after blocking).
+    pub watch_news: Counter,
     pub locks: Gauge,
     pub waiters: Gauge,
+    /// Clients blocked in `LOCK.WATCH`.
+    pub watchers: Gauge,
     /// Stored holds by mode (an expired hold counts until it is dropped).
     pub exclusive_holds: Gauge,
     pub shared_holds: Gauge,
@@ -222,8 +226,10 @@ pub static STATS: Stats = Stats {
     session_releases: Counter::new(),
     guarded: Counter::new(),
     guard_stale: Counter::new(),
+    watch_news: Counter::new(),
     locks: Gauge::new(),
     waiters: Gauge::new(),
+    watchers: Gauge::new(),
     exclusive_holds: Gauge::new(),
     shared_holds: Gauge::new(),
     semaphore_holds: Gauge::new(),
@@ -231,7 +237,7 @@ pub static STATS: Stats = Stats {
     hold_time: Histogram::new(),
 };
 
-const COUNTERS: usize = 24;
+const COUNTERS: usize = 25;
 
 impl Stats {
     /// Read every counter and histogram (when a `CONFIG RESETSTAT` is about to run).
@@ -258,10 +264,11 @@ impl Stats {
     }
 
     /// Every gauge with its INFO field name.
-    pub fn gauges(&self) -> [(&'static str, &Gauge); 5] {
+    pub fn gauges(&self) -> [(&'static str, &Gauge); 6] {
         [
             ("locks", &self.locks),
             ("waiters", &self.waiters),
+            ("watchers", &self.watchers),
             ("exclusive_holds", &self.exclusive_holds),
             ("shared_holds", &self.shared_holds),
             ("semaphore_holds", &self.semaphore_holds),
@@ -324,6 +331,7 @@ impl Stats {
             ("session_releases", &self.session_releases),
             ("guarded", &self.guarded),
             ("guard_stale", &self.guard_stale),
+            ("watch_news", &self.watch_news),
         ]
     }
 }

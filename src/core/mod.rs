@@ -18,3 +18,4 @@ pub mod schedule;
 pub mod settle;
 pub mod slot;
 pub mod version;
+pub mod watch;

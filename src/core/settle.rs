@@ -8,6 +8,7 @@ use crate::core::error::LockError;
 use crate::core::lock::{LockState, Millis, Token};
 use crate::core::owner::Owner;
 use crate::core::registry::QueueKey;
+use crate::core::watch::Seen;
 
 /// How soon to look again at a queue whose head fits nowhere though nobody holds the lock.
 pub const NO_FIT_RETRY_MS: Millis = 10;
@@ -82,6 +83,10 @@ pub enum Job {
     /// A command ran while waiters wait behind plain strings (`effects::foreign`): settle those
     /// names.
     LookAtForeign,
+    /// Watched names may have changed (`effects::watches`): answer whoever has news.
+    LookAtWatched,
+    /// A plain string stands under a watched name: look at such names again.
+    RecheckWatched,
 }
 
 impl Job {
@@ -119,6 +124,8 @@ pub enum Answer {
     Granted(Grant),
     TimedOut,
     Failed(LockError),
+    /// A watcher's news (`LOCK.WATCH`).
+    Watched(Box<Seen>),
 }
 
 #[cfg(test)]

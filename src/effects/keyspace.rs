@@ -21,6 +21,7 @@ use crate::core::metrics::STATS;
 use crate::core::registry::QueueKey;
 use crate::effects::sessions;
 use crate::effects::timers;
+use crate::effects::watches;
 use crate::ffi::data_type::LOCK_TYPE;
 use crate::ffi::server;
 
@@ -183,7 +184,9 @@ impl<'a> LockKey<'a> {
             }
             Err(_) => return Err(LockError::WrongType),
         }
-        timers::settle_key_at(self.queue_key(), first_deadline);
+        let key = self.queue_key();
+        watches::changed(&key);
+        timers::settle_key_at(key, first_deadline);
         Ok(())
     }
 

@@ -9,3 +9,4 @@ pub mod keyspace;
 pub mod queues;
 pub mod sessions;
 pub mod timers;
+pub mod watches;

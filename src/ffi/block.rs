@@ -127,7 +127,7 @@ extern "C" fn on_reply(
             let Some(delivery) = delivery else {
                 return context.reply(Ok(RedisValue::Null)) as c_int;
             };
-            let status = context.reply(reply::answer(&delivery.answer)) as c_int;
+            let status = reply::send_answer(&context, &delivery.answer) as c_int;
             delivery.delivered = true;
             status
         },

@@ -186,6 +186,7 @@ fn filter(fctx: *mut raw::RedisModuleCommandFilterCtx) {
     let (Ok(total @ 1..), Some(h)) = (usize::try_from(total), handlers::get()) else {
         return;
     };
+    (h.any_command)();
     if total > h.command_seen_words {
         return;
     }

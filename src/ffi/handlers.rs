@@ -84,6 +84,9 @@ pub struct Handlers {
     pub promoted: fn(),
     /// A client connection closed.
     pub client_closed: fn(client_id: u64),
+    /// The command filter saw a command, of any length: one or two flags read while nobody
+    /// waits behind a plain string or watches a name without a lock.
+    pub any_command: fn(),
     /// The command filter saw a command of at most `command_seen_words` words (the name
     /// included): every such command on the server comes by, so keep it cheap.
     pub command_seen: fn(&CommandArgs),

@@ -3,12 +3,13 @@
 
 use std::os::raw::c_long;
 
-use redis_module::{raw, Context, RedisError, RedisResult, RedisValue};
+use redis_module::{raw, Context, RedisError, RedisResult, RedisValue, Status};
 
 use crate::core::codec;
 use crate::core::error::LockError;
 use crate::core::lock::Token;
 use crate::core::settle::Answer;
+use crate::core::watch::Seen;
 
 impl From<LockError> for RedisError {
     fn from(err: LockError) -> Self {
@@ -39,6 +40,45 @@ pub fn answer(answer: &Answer) -> RedisResult {
         Answer::Granted(g) => Ok(grant(&g.owner.bytes(), g.token, g.with_owner)),
         Answer::TimedOut => Ok(RedisValue::Null),
         Answer::Failed(err) => Err((*err).into()),
+        // Sent by `send_answer`, as a map.
+        Answer::Watched(_) => Ok(RedisValue::NoReply),
+    }
+}
+
+/// Reply `answer` to the blocked client of `ctx` (a watcher's news is a map, built item by item).
+pub fn send_answer(ctx: &Context, answer: &Answer) -> Status {
+    match answer {
+        Answer::Watched(news) => {
+            seen(ctx, news);
+            Status::Ok
+        }
+        other => ctx.reply(self::answer(other)),
+    }
+}
+
+/// `LOCK.WATCH`'s reply: a map of `cursor`, `mode`, `token` (the newest live hold's, or nil)
+/// and `holders` (a list of maps of `owner`, `token`, `ttl`, `permits`, oldest first).
+pub fn seen(ctx: &Context, seen: &Seen) {
+    map_header(ctx, 4);
+    let field = |name: &'static str| ctx.reply(Ok(RedisValue::SimpleStringStatic(name)));
+    field("cursor");
+    ctx.reply(Ok(RedisValue::BulkString(seen.cursor.render())));
+    field("mode");
+    ctx.reply(Ok(RedisValue::SimpleStringStatic(seen.mode)));
+    field("token");
+    ctx.reply(Ok(seen.newest().map_or(RedisValue::Null, token)));
+    field("holders");
+    array_header(ctx, seen.holds.len());
+    for hold in &seen.holds {
+        map_header(ctx, 4);
+        field("owner");
+        ctx.reply(Ok(RedisValue::StringBuffer(hold.owner.to_vec())));
+        field("token");
+        ctx.reply(Ok(token(hold.token)));
+        field("ttl");
+        ctx.reply(Ok(RedisValue::Integer(hold.ttl)));
+        field("permits");
+        ctx.reply(Ok(RedisValue::Integer(i64::from(hold.permits))));
     }
 }
 

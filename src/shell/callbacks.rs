@@ -19,6 +19,7 @@ use crate::effects::foreign;
 use crate::effects::queues;
 use crate::effects::sessions;
 use crate::effects::timers;
+use crate::effects::watches;
 use crate::ffi::block;
 use crate::ffi::handlers::{CommandArgs, Handlers, Place};
 use crate::ffi::panics;
@@ -27,6 +28,7 @@ use crate::shell::info;
 use crate::shell::renames;
 use crate::shell::resetstat;
 use crate::shell::settling;
+use crate::shell::watch;
 
 /// How soon to look again while writes are paused.
 const PAUSED_RETRY_MS: i64 = 10;
@@ -47,6 +49,7 @@ pub static HANDLERS: Handlers = Handlers {
     demoted,
     promoted,
     client_closed,
+    any_command,
     command_seen,
     // RESET, EXEC, DISCARD, CONFIG RESETSTAT, RENAME, RENAMENX and MOVE.
     command_seen_words: 3,
@@ -96,8 +99,12 @@ fn run(ctx: &Context, job: &Job) {
                 STATS.wait_timeouts.incr();
                 block::answer(client, Answer::TimedOut);
                 settle_after_leaving(settle);
+            } else if let Some(watcher) = watches::leave(client_id) {
+                block::answer(watcher, Answer::TimedOut);
             }
         }
+        Job::LookAtWatched => watch::look(ctx, watches::take_changed()),
+        Job::RecheckWatched => watches::recheck_due(),
         Job::CheckResetStat => resetstat::check(),
         Job::StartEpoch => epochs::start_if_master(ctx),
         Job::LookAtForeign => {
@@ -118,6 +125,8 @@ fn disconnected(client_id: u64) {
         STATS.waiters_disconnected.incr();
         block::release_handle(handle);
         settle_after_leaving(settle);
+    } else if let Some(handle) = watches::leave(client_id) {
+        block::release_handle(handle);
     }
 }
 
@@ -126,6 +135,8 @@ fn client_unblocked(client_id: u64) {
         STATS.wait_timeouts.incr();
         block::release_handle(handle);
         settle_after_leaving(settle);
+    } else if let Some(handle) = watches::leave(client_id) {
+        block::release_handle(handle);
     }
 }
 
@@ -151,6 +162,7 @@ fn arrived(place: Option<Place<'_>>, state: &LockState) {
             db: place.db,
             name: place.name.into(),
         };
+        watches::changed(&key);
         timers::settle_at(&key, state.first_deadline());
     }
 }
@@ -167,7 +179,9 @@ fn unlinked(db: i32, name: &[u8], state: &LockState) {
         name: name.into(),
     };
     timers::forget(&key);
+    watches::changed(&key);
     if let Some(moved_to) = renames::destination(db, name) {
+        watches::changed(&moved_to);
         timers::settle_soon(&moved_to);
     }
     if queues::anyone_waiting() && queues::has_waiters(&key) {
@@ -179,6 +193,7 @@ fn unlinked(db: i32, name: &[u8], state: &LockState) {
 fn flushed(db: Option<i32>) {
     sessions::forget_db(db);
     timers::flushed(db);
+    watches::changed_in(db);
     for key in queues::queues_in(db) {
         timers::settle_soon(&key);
     }
@@ -188,6 +203,7 @@ fn flushed(db: Option<i32>) {
 fn swapped(first: i32, second: i32) {
     timers::swap_dbs(first, second);
     for db in [first, second] {
+        watches::changed_in(Some(db));
         for key in queues::queues_in(Some(db)) {
             timers::settle_soon(&key);
         }
@@ -219,13 +235,18 @@ fn client_closed(client_id: u64) {
     }
 }
 
+/// Any command may have set or deleted a plain string where someone waits behind one
+/// (`foreign`) or watches (`watches`): `SET ... NX PX`, `DEL`, an old client's release script.
+fn any_command() {
+    foreign::command_seen();
+    watches::command_seen();
+}
+
 /// Redis has no module event for `CONFIG RESETSTAT`: notice it (and EXEC / DISCARD, which may
 /// run or drop a queued one) go by; `resetstat` checks afterwards whether the server really ran
-/// it. Renames and moves are noted for `renames`; while anyone waits behind a plain string,
-/// any command may have removed it (`foreign`). Every other command of up to three words costs
+/// it. Renames and moves are noted for `renames`. Every other command of up to three words costs
 /// one length check of its name.
 fn command_seen(args: &CommandArgs) {
-    foreign::command_seen();
     let first = args.get(0);
     let candidate = match first.len() {
         // RESET starts the connection afresh: its session ends (where the server names the

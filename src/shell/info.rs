@@ -6,6 +6,7 @@ use redis_module::{InfoContext, RedisResult};
 use crate::core::metrics::STATS;
 use crate::core::version;
 use crate::effects::foreign;
+use crate::effects::watches;
 use crate::ffi::alloc;
 
 fn ms(micros: u64) -> String {
@@ -35,7 +36,8 @@ pub fn render(ctx: &InfoContext) -> RedisResult<()> {
     }
     section = section
         .field("module_heap_bytes", alloc::held_bytes() as u64)?
-        .field("foreign_waited_names", foreign::watched_count() as u64)?;
+        .field("foreign_waited_names", foreign::watched_count() as u64)?
+        .field("watched_names", watches::names() as u64)?;
     section.build_section()?.build_info()?;
     Ok(())
 }

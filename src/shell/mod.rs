@@ -11,3 +11,4 @@ pub mod renames;
 pub mod resetstat;
 pub mod settling;
 pub mod table;
+pub mod watch;

@@ -21,6 +21,7 @@ use crate::effects::keyspace::{self, LockEvent, LockKey};
 use crate::effects::queues::{self, BlockedWaiter};
 use crate::effects::sessions;
 use crate::effects::timers;
+use crate::effects::watches;
 use crate::ffi::block;
 use crate::ffi::clock;
 use crate::ffi::server;
@@ -29,6 +30,8 @@ use crate::shell::cluster;
 /// Bring `key` in line with its queue (a settle or revoke timer, or an event). `revoked`: a
 /// grant whose reply never went out, released here if it still holds.
 pub fn settle(ctx: &Context, key: &QueueKey, revoked: Option<Token>) {
+    // A lease may have ended here (on a replica too, which parks the lock below).
+    watches::changed(key);
     if ctx.get_flags().contains(ContextFlags::SLAVE) {
         // Replicas never grant or expire on their own: the master deletes the lock, or this
         // node does once it is promoted.

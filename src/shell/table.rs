@@ -10,7 +10,7 @@ use crate::ffi::command_info::{
     RW_DELETE, RW_UPDATE,
 };
 use crate::ffi::entry;
-use crate::shell::{commands, guarded};
+use crate::shell::{commands, guarded, watch};
 
 pub use crate::ffi::entry::Command;
 
@@ -102,6 +102,24 @@ pub static COMMANDS: &[Command] = &[
         },
         most: None,
         handler: commands::info,
+    },
+    Command {
+        spec: Spec {
+            name: "LOCK.WATCH",
+            flags: "readonly blocking",
+            arity: -2,
+            key_flags: RO,
+            acl: "read slow blocking lock",
+            summary: "Returns the lock's holders when they differ from the cursor AFTER names, else waits up to WAIT ms until they change.",
+            complexity: "O(H) for the H live holds",
+            args: &[
+                arg("key", Kind::Key),
+                option("AFTER", "cursor", Kind::String),
+                option("WAIT", "timeout-ms", Kind::Integer),
+            ],
+        },
+        most: None,
+        handler: watch::watch,
     },
     Command {
         spec: Spec {
@@ -197,7 +215,11 @@ mod tests {
 
     #[test]
     fn arity_follows_the_redis_convention() {
-        let force = &COMMANDS[5].spec;
+        let force = &COMMANDS
+            .iter()
+            .find(|c| c.spec.name == "LOCK.FORCERELEASE")
+            .expect("in the table")
+            .spec;
         assert!(force.arity_allows(2));
         assert!(!force.arity_allows(1) && !force.arity_allows(3));
         let release = &COMMANDS[1];
