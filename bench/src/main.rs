@@ -6,6 +6,7 @@
 //!        redis-lock-bench --waiters N   (only the memory of N lock waiters vs N BLPOP waiters)
 //!        redis-lock-bench --cost        (only section 8, the module's own cost)
 //!        redis-lock-bench --go          (only section 9, the Go lock clients)
+//!        redis-lock-bench --watch       (only section 10, the watchers)
 //!
 //! With `LOCK_BASELINE_MODULE=/path/to/an/older/libredis_lock.so`, section 8b also counts the
 //! acquire path of that module, so a change's cost shows before and after in one run.
@@ -22,6 +23,7 @@ mod report;
 mod scale;
 mod stats;
 mod uncontended;
+mod watch;
 mod words;
 
 use std::path::PathBuf;
@@ -31,7 +33,7 @@ use redis_lock_harness::Server;
 use report::Report;
 
 /// The sections of a full run, in order, as their progress lines name them.
-const SECTIONS: [&str; 9] = [
+const SECTIONS: [&str; 10] = [
     "uncontended cycles",
     "contended handoff",
     "expiry handoff",
@@ -41,6 +43,7 @@ const SECTIONS: [&str; 9] = [
     "Python lock clients",
     "the module's own cost",
     "Go lock clients",
+    "watchers",
 ];
 
 /// The progress line of section `n` (from 1), such as "4/8 memory".
@@ -73,6 +76,12 @@ fn main() {
     if args.iter().any(|a| a == "--go") {
         let mut report = Report::default();
         clients::go(&mut report, server.port, dur);
+        println!("{}", report.markdown());
+        return;
+    }
+    if args.iter().any(|a| a == "--watch") {
+        let mut report = Report::default();
+        watch::section(&mut report, &server, quick);
         println!("{}", report.markdown());
         return;
     }
@@ -118,6 +127,8 @@ fn main() {
     instructions::section(&mut report);
     eprintln!("{}", progress(9));
     clients::go(&mut report, server.port, dur);
+    eprintln!("{}", progress(10));
+    watch::section(&mut report, &server, quick);
     charts::draw(&out, cycle_latencies, handoff_latencies, expiry_latencies);
     report::write_results(&report, &out);
 }

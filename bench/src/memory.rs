@@ -147,7 +147,7 @@ fn settle(c: &mut Connection) -> i64 {
 
 /// Memory per connection blocked by `command(i)`, beyond the same connections idle: all of it,
 /// and the module's heap.
-fn blocked_cost(server: &Server, n: usize, command: impl Fn(usize) -> Vec<u8>) -> (f64, f64) {
+pub fn blocked_cost(server: &Server, n: usize, command: impl Fn(usize) -> Vec<u8>) -> (f64, f64) {
     let mut c = server.con();
     let socks: Vec<TcpStream> = (0..n)
         .map(|_| TcpStream::connect(("127.0.0.1", server.port)).expect("connect"))
