@@ -38,6 +38,11 @@ fn locks_route_by_slot_and_hash_tags_group_them() {
     let other = *masters.iter().find(|&&m| m != owner).unwrap();
     let err = cmd(&mut cluster.nodes[other].con(), &["LOCK.FENCE", "order:1"]).unwrap_err();
     assert!(err.starts_with("MOVED"), "{err}");
+    let err = cmd(&mut cluster.nodes[other].con(), &["LOCK.WATCH", "order:1"]).unwrap_err();
+    assert!(
+        err.starts_with("MOVED"),
+        "a watcher follows the slot too: {err}"
+    );
     // Hash tags keep related keys together; scripts may use both; mixing slots is CROSSSLOT.
     q(&mut c, &["SET", "{cart:7}:stock", "5"]).unwrap();
     let t = q(&mut c, &["LOCK.ACQUIRE", "{cart:7}:lock", "bob", "60000"]).unwrap();
@@ -84,6 +89,9 @@ fn resharding_carries_the_lock_and_answers_its_waiters() {
     let t = acquire(&mut s, key, "alice", 60_000).unwrap();
     let waiter = spawn_wait(&cluster.nodes[src], key, "bob", 60_000, 0);
     wait_blocked(&mut s, 1);
+    let watch = ["LOCK.WATCH", key, "AFTER", &t.to_string(), "WAIT", "0"];
+    let watcher = spawn_wait_with(&cluster.nodes[src], &watch);
+    wait_blocked(&mut s, 2);
 
     let slot = int(&ok(&mut s, &["CLUSTER", "KEYSLOT", key])).to_string();
     let (src_id, dst_id) = (cluster.node_id(src), cluster.node_id(dst));
@@ -107,6 +115,11 @@ fn resharding_carries_the_lock_and_answers_its_waiters() {
         answer.as_ref().is_err_and(|e| e.starts_with("TRYAGAIN")),
         "{answer:?}"
     );
+    let seen = watcher.join().unwrap();
+    assert!(
+        seen.as_ref().is_err_and(|e| e.starts_with("TRYAGAIN")),
+        "the watcher too: {seen:?}"
+    );
     for i in 0..6 {
         if cluster.is_master(i) {
             ok(
@@ -122,6 +135,11 @@ fn resharding_carries_the_lock_and_answers_its_waiters() {
         fence(&mut d, key),
         Some(t),
         "holder and token moved with the key"
+    );
+    assert_eq!(
+        cmd(&mut d, &["LOCK.WATCH", key, "AFTER", &t.to_string()]),
+        Ok(Value::Nil),
+        "a watcher that saw alice there has nothing new on the new shard"
     );
     assert_eq!(release(&mut d, key, "alice"), 1, "the owner moved too");
     let mut c = cluster.client();

@@ -39,7 +39,7 @@ fn seeded(test: &str) -> (Rng, Duration) {
     (Rng(seed), Duration::from_secs(secs))
 }
 
-const COMMANDS: [&[u8]; 8] = [
+const COMMANDS: [&[u8]; 9] = [
     b"LOCK.ACQUIRE",
     b"LOCK.RELEASE",
     b"LOCK.EXTEND",
@@ -48,6 +48,7 @@ const COMMANDS: [&[u8]; 8] = [
     b"LOCK.FORCERELEASE",
     b"LOCK.APPLY",
     b"LOCK.APPLYSTATE",
+    b"LOCK.WATCH",
 ];
 const NUMBERS: [&[u8]; 14] = [
     b"0",
@@ -65,7 +66,7 @@ const NUMBERS: [&[u8]; 14] = [
     b"+5",
     b"",
 ];
-const WORDS: [&[u8]; 9] = [
+const WORDS: [&[u8]; 13] = [
     b"WAIT",
     b"wait",
     b"COUNT",
@@ -75,6 +76,10 @@ const WORDS: [&[u8]; 9] = [
     b"LIMIT",
     b"permits",
     b"\x03\x00\x00\x00",
+    b"AFTER",
+    b"free",
+    b"foreign",
+    b"9007199254740991-2",
 ];
 
 fn random_arg(rng: &mut Rng) -> Vec<u8> {
@@ -381,6 +386,27 @@ fn random_histories_match_a_model() {
                 };
                 let expected = held.as_ref().map_or(0, |h| h.tokens().len());
                 assert_eq!(holders, expected, "step {steps}: info holders");
+                // LOCK.WATCH names the same holders: the newest token and how many.
+                let cursor = match &held {
+                    Some(h) => {
+                        let tokens = h.tokens();
+                        let newest = tokens.iter().max().copied().unwrap_or_default();
+                        format!("{newest}-{}", tokens.len())
+                    }
+                    None => "free".to_string(),
+                };
+                let seen = ok(&mut c, &["LOCK.WATCH", key]);
+                assert_eq!(
+                    map_field(&seen, "cursor").map(|v| text(&v)),
+                    Some(cursor.clone()),
+                    "step {steps}: watch"
+                );
+                let again = ok(&mut c, &["LOCK.WATCH", key, "AFTER", &cursor]);
+                assert_eq!(
+                    again,
+                    Value::Nil,
+                    "step {steps}: nothing new after its own cursor"
+                );
             }
             _ => {
                 if rng.below(10) == 0 {
