@@ -22,7 +22,7 @@ TEST_THREADS   ?= 2
 .PHONY: all deps build-deps build release run test test-soak test-install unit test-redis test-valkey \
 	test-python pyvenv node-check test-node test-java bench-node test-go go-check test-faults \
 	test-matrix test-upgrade servers \
-	valkey dist dist-check test-dist test-aarch64 deb test-deb bench bench-go bench-java bench-baseline bench-renewals \
+	valkey dist dist-check test-dist test-aarch64 deb test-deb bench bench-go bench-java bench-baseline bench-renewals bench-election \
 	clippy fmt clean
 
 all: build
@@ -249,6 +249,7 @@ bench: release deps pyvenv
 		cargo run --release -p redis-lock-bench -- --out docs/bench $(BENCH_ARGS)
 	$(MAKE) bench-node
 	$(MAKE) bench-java
+	$(MAKE) bench-election
 
 ## The TypeScript client against node-redlock (single instance), in one run of about 30 s:
 ## 32 tasks on one lock with a 1 ms hold; grants/s, Jain fairness, wait p99, as ratios.
@@ -260,6 +261,16 @@ bench-node: release deps
 ## 40 s: 32 threads on one lock with a 1 ms hold; grants/s, Jain fairness, wait p99, as ratios.
 bench-java: release deps
 	cd clients/java && $(ON_REDIS_RELEASE) $(MVN) -Pbench -pl bench -am -Dmaven.test.skip=true verify
+
+## Leader handover (about a minute): the Go client's Election against etcd's
+## concurrency.Election (Debian's etcd-server, started on loopback by the program
+## clients/go/bench/election): kill -9 and resign of the leader to the next leader's first
+## fenced write, and to an observer's report. ROUNDS per system.
+ROUNDS ?= 5
+bench-election: release deps
+	@scripts/deps.sh bench
+	@scripts/check-go.sh
+	cd clients/go/bench && $(ON_REDIS_RELEASE) go run ./election -rounds $(ROUNDS)
 
 ## Only the Go clients' benchmark (about 20 s): redislock, redsync and bsm/redislock, 32
 ## goroutines on one lock with 1 ms holds, on a server of its own.

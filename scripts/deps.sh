@@ -9,6 +9,8 @@
 #                           20+ with npm (the TypeScript client's), PostgreSQL, MariaDB and the
 #                           sqlite3 shell (the fenced-write tests, scripts/testdb.sh); the default
 #   scripts/deps.sh qemu    qemu-user, to run Debian's arm64 redis-server (make test-aarch64)
+#   scripts/deps.sh bench   etcd (Debian's etcd-server), for the election benchmark's peer
+#                           (make bench-election)
 #   scripts/deps.sh --list MODE...   print "group package" for each check the MODEs make (tested
 #                           by scripts/test-deps.sh), check nothing
 # Several modes may be named: `scripts/deps.sh test qemu`.
@@ -25,8 +27,8 @@ groups=build
 for mode in "$@"; do
     case $mode in
         build) ;;
-        dist | test | qemu) groups="$groups $mode" ;;
-        *) echo "usage: $0 [--list] build|dist|test|qemu..." >&2; exit 2 ;;
+        dist | test | qemu | bench) groups="$groups $mode" ;;
+        *) echo "usage: $0 [--list] build|dist|test|qemu|bench..." >&2; exit 2 ;;
     esac
 done
 
@@ -62,6 +64,9 @@ need dist python3 has python3
 need dist python3-venv python3 -c 'import ensurepip, venv'
 need dist binutils has objdump
 need qemu qemu-user-static has qemu-aarch64-static
+# The election benchmark measures etcd's concurrency.Election on an etcd of its own (loopback;
+# the package's own service, where systemd starts it, listens on 2379, which the bench never uses).
+need bench etcd-server has etcd
 need test redis-server has redis-server
 need test redis-tools has redis-cli
 # The fault suite moves the server's clock with libfaketime; the benchmark's charts need a font.
