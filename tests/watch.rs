@@ -455,3 +455,31 @@ fn bad_arguments_get_clear_errors() {
         assert!(err.starts_with(error), "{words:?}: {err}");
     }
 }
+
+#[test]
+fn a_reload_is_no_news_and_a_string_without_foreign_holds_is_wrongtype() {
+    let s = Server::start();
+    let mut c = s.con();
+    let t = acquire(&mut c, "k", "alice", 60_000).expect("granted");
+    let watcher = Watcher::start(&s, "k", &t.to_string());
+    ok(&mut c, &["DEBUG", "RELOAD"]);
+    // Still blocked: the same holder came back from the RDB.
+    wait_blocked(&mut c, 1);
+    let (released, took) = {
+        let since = Instant::now();
+        release(&mut c, "k", "alice");
+        watcher.reply(since)
+    };
+    assert_eq!(mode(&released), "free", "told the release, not the reload");
+    assert_prompt("a release after a reload", took);
+
+    ok(&mut c, &["CONFIG", "SET", "lock.foreign-holds", "no"]);
+    let watcher = Watcher::start(&s, "k", "free");
+    ok(&mut c, &["SET", "k", "a plain string"]);
+    let (reply, _) = watcher.0.join().expect("thread");
+    assert_eq!(
+        reply,
+        Err("WRONGTYPE Operation against a key holding the wrong kind of value".into()),
+        "another type under the name is an error once foreign holds are off"
+    );
+}
