@@ -294,6 +294,12 @@ fn renames_moves_restores_flushes_and_swaps_are_news() {
     assert_prompt("restored", took);
     assert_eq!(owners(&restored), ["alice"]);
 
+    let (copied, took) = news_of(&s, "r2", || {
+        ok(&mut c, &["COPY", "r", "r2"]);
+    });
+    assert_prompt("copied onto", took);
+    assert_eq!(owners(&copied), ["alice"]);
+
     let (flushed, took) = news_of(&s, "r", || {
         ok(&mut c, &["FLUSHALL"]);
     });
