@@ -210,11 +210,12 @@ fn a_watcher_wakes_on_every_kind_of_change_to_holders() {
 fn a_watcher_wakes_when_the_lease_runs_out() {
     let s = Server::start();
     let mut c = s.con();
+    // The lease starts after this instant (the server reads its clock once the command came).
+    let sent = Instant::now();
     acquire(&mut c, "k", "sleepy", 300).expect("granted");
     let seen = cursor(&look(&mut c, "k", None));
-    let granted = Instant::now();
     let watcher = Watcher::start(&s, "k", &seen);
-    let (news, took) = watcher.reply(granted);
+    let (news, took) = watcher.reply(sent);
     assert_eq!(mode(&news), "free");
     assert!(
         took >= Duration::from_millis(300),
@@ -241,8 +242,8 @@ fn plain_strings_of_old_style_clients_are_holders_too() {
     assert_prompt("a string deleted", took);
     assert_eq!(mode(&deleted), "free");
 
-    ok(&mut c, &["SET", "k", "old-client", "NX", "PX", "300"]);
     let set_at = Instant::now();
+    ok(&mut c, &["SET", "k", "old-client", "NX", "PX", "300"]);
     let watcher = Watcher::start(&s, "k", "foreign");
     let (ran_out, took) = watcher.reply(set_at);
     assert_eq!(mode(&ran_out), "free");
