@@ -187,20 +187,16 @@ test-upgrade: deps build valkey
 MATRIX_OTHERS := $(CURDIR)/target/servers/redis-server-7.4 \
 	$(CURDIR)/target/servers/redis-server-8.2 $(CURDIR)/target/servers/valkey-server-8.1
 MATRIX := redis-server $(MATRIX_OTHERS) $(CURDIR)/$(VALKEY)
-## test-matrix's servers for the debug module: all of them, but .ci/run sets it to
-## $(MATRIX_OTHERS), since its test-rust-redis and test-rust-valkey already ran the same suite
-## with the same module on the other two.
-MATRIX_DEBUG ?= $(MATRIX)
-# on_matrix,<LOCK_MODULE>,<cargo test arguments>[,<servers>]: the integration suite on each
-# server (default $(MATRIX)), every one even when an earlier one failed.
-on_matrix = @failed=; for server in $(or $(3),$(MATRIX)); do \
+# on_matrix,<LOCK_MODULE>,<cargo test arguments>: the integration suite on each server of
+# $(MATRIX), every one even when an earlier one failed.
+on_matrix = @failed=; for server in $(MATRIX); do \
 		echo "== $$server: $$($$server --version)"; \
 		LOCK_TEST_SERVER=$$server LOCK_MODULE=$(1) \
 			cargo test --test '*' --no-fail-fast -- --test-threads=$(TEST_THREADS) $(2) \
 			|| failed="$$failed $$server"; \
 	done; [ -z "$$failed" ] || { echo "failed on:$$failed"; exit 1; }
 test-matrix: deps build valkey servers
-	$(call on_matrix,$(MODULE_DEBUG),,$(MATRIX_DEBUG))
+	$(call on_matrix,$(MODULE_DEBUG))
 
 ## Portable release modules for Linux x86-64 and aarch64 (zig, glibc 2.17), their glibc floor
 ## checked: $(TARGET_DIR)/dist/libredis_lock-<version>-<arch>-linux-gnu.so (scripts/dist.sh).
