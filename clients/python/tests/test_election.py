@@ -195,6 +195,31 @@ async def test_an_election_whose_server_is_gone_is_unavailable_within_the_bound(
     await observation.aclose()
 
 
+def test_a_term_fences_a_database_transaction(r, tmp_path):
+    """A leadership is what ``redislock.db.fenced`` takes: its term is the fence's token, so a
+    leader that lost its term to a newer one is refused by the database."""
+    import sqlite3
+
+    from redislock.db import create_fence_table, fenced
+
+    conn = sqlite3.connect(tmp_path / "leader.db")
+    create_fence_table(conn)
+    conn.execute("CREATE TABLE runs (term INTEGER)")
+    conn.commit()
+    old = redislock.Election(r, KEY, "node-1", ttl=0.3).campaign()
+    assert eventually(lambda: old.lost is None and r.execute_command(
+        "LOCK.FORCERELEASE", KEY) == 1)  # its lease taken away
+    new = redislock.Election(r, KEY, "node-2").campaign(timeout=5)
+    with fenced(conn, new) as cur:
+        cur.execute("INSERT INTO runs VALUES (?)", (new.term,))
+    with pytest.raises(redislock.Stale):
+        with fenced(conn, old) as cur:  # the old term, whatever the old leader believes
+            cur.execute("INSERT INTO runs VALUES (?)", (old.term,))
+    assert conn.execute("SELECT term FROM runs").fetchall() == [(new.term,)]
+    assert new.resign() is True and old.resign() is False
+    conn.close()
+
+
 # -- in processes of their own -------------------------------------------------------------------
 
 
