@@ -11,6 +11,7 @@ through ``LOCK.GUARD`` with its term every 50 ms while it leads, stale or not: t
 that list never go down, i.e. no two leaders' fenced writes both succeed out of term order."""
 
 import asyncio
+import contextlib
 import json
 import math
 import os
@@ -28,7 +29,7 @@ import redis
 
 import redislock
 from conftest import ROOT, as_map, eventually, free_port, halt, waiters
-from flavours import result, soon
+from flavours import soon
 from redislock import _protocol as p
 
 WORKER = pathlib.Path(__file__).with_name("election_worker.py")
@@ -55,8 +56,9 @@ async def test_a_campaign_leads_with_a_session_hold_whose_token_is_the_term(flav
         assert leadership.term == int(info[b"token"]) and info[b"owner"] == b"node-1"
         assert leadership.identity == "node-1" and leadership.leading
         assert await election.leader() == redislock.Leader("node-1", leadership.term)
-        # Rule 21: a session hold of the default 10 s lease, renewed (on its own connection).
-        assert 9000 < int(info[b"ttl"]) <= 10000
+        # Rule 21: a session hold of the default 10 s lease (5 s of margin for a loaded
+        # machine between the grant and this read; a lock's default would be 30 s).
+        assert 5000 < int(info[b"ttl"]) <= 10000
         assert as_map(info[b"holders"][0])[b"session"] is not None, "a session hold"
         assert await leadership.guard("SET", "written", "yes") == b"OK"
     assert not leadership.leading and leadership.lost is None
@@ -100,16 +102,17 @@ async def test_arguments_are_checked_before_anything_is_sent(flavour):
 
 async def test_a_lost_leadership_is_signalled_once_and_raised_on_leaving(flavour, r):
     lost = []
-    election = flavour.Election(flavour.client(), KEY, "node-1", ttl=0.9)
+    # Renewed every 0.5 s: a renewal 1 s late (a loaded machine) would lose it on its own.
+    election = flavour.Election(flavour.client(), KEY, "node-1", ttl=1.5)
     with pytest.raises(redislock.LeadershipLost) as raised:
         async with election.campaign(on_lost=lost.append) as leadership:
-            r.execute_command("LOCK.FORCERELEASE", KEY)  # an operator's doing
-            assert await soon(lambda: lost, 5), "the next renewal (every 0.3 s) finds it gone"
+            assert r.execute_command("LOCK.FORCERELEASE", KEY) == 1  # an operator's doing
+            assert await soon(lambda: lost, 5), "the next renewal (every 0.5 s) finds it gone"
             with pytest.raises(RuntimeError):
                 await election.campaign(timeout=0)  # one campaign at a time
             with pytest.raises(redislock.Stale):
                 await leadership.guard("SET", "written", "no")  # known lost: not sent
-            await asyncio.sleep(0.7)  # more renewal periods: nothing more signalled
+            await asyncio.sleep(1.0)  # more renewal periods: nothing more signalled
     assert lost == [p.LEASE_RAN_OUT] and leadership.lost == p.LEASE_RAN_OUT
     assert raised.value.reason == p.LEASE_RAN_OUT and isinstance(raised.value, redislock.LockLost)
     assert r.get("written") is None
@@ -206,9 +209,8 @@ def test_a_term_fences_a_database_transaction(r, tmp_path):
     create_fence_table(conn)
     conn.execute("CREATE TABLE runs (term INTEGER)")
     conn.commit()
-    old = redislock.Election(r, KEY, "node-1", ttl=0.3).campaign()
-    assert eventually(lambda: old.lost is None and r.execute_command(
-        "LOCK.FORCERELEASE", KEY) == 1)  # its lease taken away
+    old = redislock.Election(r, KEY, "node-1").campaign()
+    assert r.execute_command("LOCK.FORCERELEASE", KEY) == 1  # its term ends, it does not know
     new = redislock.Election(r, KEY, "node-2").campaign(timeout=5)
     with fenced(conn, new) as cur:
         cur.execute("INSERT INTO runs VALUES (?)", (new.term,))
@@ -235,7 +237,8 @@ class Worker:
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1)
         self.events: list = []
         self._mutex = threading.Lock()
-        threading.Thread(target=self._read, daemon=True).start()
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
 
     def _read(self) -> None:
         for line in self.proc.stdout:
@@ -266,6 +269,10 @@ class Worker:
             os.kill(self.proc.pid, signal.SIGCONT)  # if it was stopped
             os.kill(self.proc.pid, signal.SIGKILL)
         self.proc.wait()
+        self._reader.join(5)  # its output ends with it
+        with contextlib.suppress(OSError):  # (nothing is left to write: each send flushed)
+            self.proc.stdin.close()
+        self.proc.stdout.close()
 
 
 @pytest.fixture
