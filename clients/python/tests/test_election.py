@@ -182,6 +182,51 @@ async def test_an_observer_whose_link_breaks_asks_again_with_its_last_cursor(fla
     assert await flavour.join(observing, 5) == [redislock.Leader("node-1", one.term), None]
 
 
+async def test_an_observer_told_a_retryable_reply_asks_again_with_its_last_cursor(flavour, r):
+    """Rule 22 with rule 19: a reply such as ``TRYAGAIN`` (a slot on the move) or ``READONLY``
+    says the server did not run the watch. Made here by the client's own read, once: the
+    observation connects again, asks with its last cursor, and reports the next change."""
+    seen = []
+    one = await flavour.Election(flavour.client(), KEY, "node-1").campaign()
+    watcher = flavour.Election(flavour.client(), KEY, "watcher")
+    io = getattr(watcher, "_inner", watcher)._io
+    real_read, told = io._read, []
+
+    def watchers() -> list:
+        return [c["id"] for c in r.client_list() if c["cmd"] == "lock.watch"]
+
+    def tryagain():
+        told.extend(watchers())  # the observation's connection, as it is now
+        return redis.exceptions.TryAgainError("Multiple keys request during rehashing of slot")
+
+    def read(conn):
+        if seen and not told:  # the first blocking watch's reply
+            raise tryagain()
+        return real_read(conn)
+
+    async def aread(conn):
+        if seen and not told:
+            raise tryagain()
+        return await real_read(conn)
+
+    io._read = aread if flavour.name == "async" else read
+
+    async def observe():
+        observation = watcher.observe()
+        async for leader in observation:
+            seen.append(leader)
+            if leader is None:
+                await observation.aclose()
+        return seen
+
+    observing = flavour.spawn(observe())
+    assert await soon(lambda: told and watchers() and not set(watchers()) & set(told)), (
+        "told, and asking again on a new connection")
+    assert seen == [redislock.Leader("node-1", one.term)], "and told nothing new"
+    assert await one.resign() is True
+    assert await flavour.join(observing, 5) == [redislock.Leader("node-1", one.term), None]
+
+
 async def test_an_election_whose_server_is_gone_is_unavailable_within_the_bound(
         flavour, lone_server):
     client = flavour.client(lone_server)
