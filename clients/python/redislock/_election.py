@@ -24,9 +24,12 @@ from typing import Any, Callable, Optional
 
 from . import _protocol as p
 from ._core import Steps
-from .errors import LeadershipLost, NotAcquired, Unavailable
+from .errors import LeadershipLost, NotAcquired
 
 Leader = p.Leader
+
+#: The longest pause of an observation between two tries while its server cannot be reached.
+OBSERVE_PAUSE_MAX = 1.0
 
 
 class ElectionBase:
@@ -140,11 +143,14 @@ class ObservationBase:
     """The leaders of an election as they change (rule 22): the current one (or None) first,
     then each change, never the same one twice in a row, read on one connection of its own
     blocked in ``LOCK.WATCH ... AFTER cursor WAIT``. Each blocking ``WAIT`` lasts at most half
-    the election's ``unavailable_after``, and its reply is awaited the whole bound: a server
-    that does not answer is a broken link. A broken link or a retryable reply (rule 19) is
-    asked again, on a new connection (through Sentinel: to the master, now), with the last
-    cursor, until the server has not answered for ``unavailable_after``: then ``Unavailable``;
-    the observation keeps its cursor and may be iterated again."""
+    the election's ``unavailable_after``, and its reply is awaited no longer than the whole
+    bound: a server that does not answer is a broken link. A broken link or a retryable reply
+    (rule 19) is asked again, on a new connection (through Sentinel: to the master, now), with
+    the last cursor, after a pause that doubles from ``p.RETRY_PAUSE`` up to
+    ``OBSERVE_PAUSE_MAX`` while the server cannot be reached: as long as the observation is
+    iterated (as the other clients' observers do), until it is closed. A service that does not
+    answer as Redis with the module is ``Unavailable`` at once, and any other error reply is
+    raised: those are not outages that end."""
 
     #: What ``_next`` answers once the observation is closed: the iteration ends.
     END = object()
@@ -158,49 +164,37 @@ class ObservationBase:
     def _next(self) -> Steps[Any]:
         """The next leader to report (a ``Leader`` or None), or ``END`` once closed."""
         election, io = self.election, self.election._io
-        bound = election.unavailable_after
+        half = election.unavailable_after / 2
         pool = p.pool_of(election.client, election.key)
-        outage = p.Outage(bound)
+        pause = p.RETRY_PAUSE
         while not self.closed:
             if self._conn is None:
-                self._conn = p.own_connection(pool, bound)
+                self._conn = p.own_connection(pool, half)
             conn = self._conn
             cursor = self.state.cursor
-            wait = None if cursor is None else bound / 2
-            outage.attempt()
+            wait = None if cursor is None else half
             try:
-                yield io._connect, conn, outage.timeout()
+                yield io._connect, conn, half
                 if wait is not None:
-                    yield io._connect, conn, wait + bound / 2  # (connected: the reply's time)
+                    yield io._connect, conn, wait + half  # (connected: the reply's time)
                 yield io._write, conn, p.watch_args(election.key, cursor, wait)
                 reply = yield io._read, conn
-            except Unavailable:
-                yield from self._drop()
-                raise
-            except p.BROKEN_LINK as err:  # (LOADING is one to redis-py)
-                yield from self._drop()
-                if self.closed:
-                    break
-                if outage.failed():
-                    raise p.unavailable(pool, err) from err
-                yield io._pause, p.RETRY_PAUSE
-                continue
             except p.NOT_REDIS as err:
                 yield from self._drop()
                 raise p.unavailable(pool, err) from err
-            except p.ResponseError as err:
-                text = p.error_reply(err)
+            except p.BROKEN_LINK + (p.ResponseError,) as err:  # (LOADING: a link error to redis-py)
                 yield from self._drop()
-                if not p.retryable(text):
+                if isinstance(err, p.ResponseError) and not p.retryable(p.error_reply(err)):
                     raise p.translate(err, pool) from err
-                if outage.failed():
-                    raise p.unavailable(pool, err) from err
-                yield io._pause, p.RETRY_PAUSE
+                if self.closed:
+                    break
+                yield io._pause, pause
+                pause = min(OBSERVE_PAUSE_MAX, pause * 2)
                 continue
             except BaseException:  # cancelled or interrupted: the reply may still come
                 yield from self._drop()
                 raise
-            outage.answered()
+            pause = p.RETRY_PAUSE
             news = self.state.news(reply)
             if news is not p.Observing.UNSEEN:
                 return news

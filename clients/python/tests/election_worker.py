@@ -18,8 +18,7 @@ same clock in every process of the machine):
   block raised, if any). After its leadership it waits for a command. Commands, one a line
   on stdin: ``resign``, ``campaign`` (again), ``exit``.
 - an observer reports each leader of ``observe()``: ``observed`` (identity, term; both null
-  for no leader), and ``unavailable`` (error) when the server could not be reached within the
-  bound (it then goes on observing, from its last cursor)."""
+  for no leader)."""
 
 import asyncio
 import json
@@ -109,13 +108,8 @@ def lead_sync(r, election, inbox) -> None:
 def observer_sync() -> None:
     election = redislock.Election(redis.Redis(port=CONFIG["port"]), KEY, IDENTITY, **OPTIONS)
     with election.observe() as leaders:
-        while True:
-            try:
-                for leader in leaders:
-                    emit("observed", identity=leader and leader.identity,
-                         term=leader and leader.term)
-            except redislock.Unavailable as err:
-                emit("unavailable", error=str(err))
+        for leader in leaders:
+            emit("observed", identity=leader and leader.identity, term=leader and leader.term)
 
 
 # -- asyncio ------------------------------------------------------------------------------------
@@ -172,13 +166,8 @@ async def observer_async() -> None:
     election = redislock.AsyncElection(aredis.Redis(port=CONFIG["port"]), KEY, IDENTITY,
                                        **OPTIONS)
     async with election.observe() as leaders:
-        while True:
-            try:
-                async for leader in leaders:
-                    emit("observed", identity=leader and leader.identity,
-                         term=leader and leader.term)
-            except redislock.Unavailable as err:
-                emit("unavailable", error=str(err))
+        async for leader in leaders:
+            emit("observed", identity=leader and leader.identity, term=leader and leader.term)
 
 
 def main() -> None:
