@@ -26,6 +26,7 @@ import time
 
 import pytest
 import redis
+import redis.asyncio
 
 import redislock
 from conftest import ROOT, as_map, eventually, free_port, halt, waiters
@@ -84,6 +85,27 @@ async def test_campaign_waits_in_the_queue_until_its_timeout(flavour, r):
     assert successor.term > leadership.term and successor.identity == "node-2"
     assert await other.leader() == redislock.Leader("node-2", successor.term)
     assert await successor.resign() is True
+
+
+def test_a_cancelled_campaign_leaves_the_queue(server, r):
+    """Rule 3 for a campaign (asyncio's cancellation; the threads' interrupted wait is the
+    lock's, tests/test_locks.py): its connection closed, it is out of the server's queue, and
+    the election may campaign again."""
+
+    async def main():
+        client = redis.asyncio.Redis(port=server.port)
+        leader = redislock.AsyncElection(client, KEY, "node-1")
+        other = redislock.AsyncElection(client, KEY, "node-2")
+        leadership = await leader.campaign()
+        with pytest.raises(asyncio.TimeoutError):
+            await asyncio.wait_for(other.campaign(), 0.2)
+        assert eventually(lambda: waiters(r, KEY) == 0), "out of the queue, once its close is read"
+        assert await leadership.resign() is True
+        again = await other.campaign(timeout=5)
+        assert again.identity == "node-2" and await again.resign() is True
+        await client.aclose()
+
+    asyncio.run(main())
 
 
 async def test_arguments_are_checked_before_anything_is_sent(flavour):
