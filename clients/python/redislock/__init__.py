@@ -8,22 +8,32 @@
 Fenced database transactions (``redislock.db`` on DB-API connections, ``redislock.sqlalchemy``
 on SQLAlchemy sessions), shared locks (``shared=True``), semaphores (``Semaphore``), session
 holds (``session=True``), durable grants (``replicas=n``), guarded writes (``lock.guard(...)``),
-a watchdog that renews the lease and says when a hold is lost (``on_lost``, ``LockLost``);
+a watchdog that renews the lease and says when a hold is lost (``on_lost``, ``LockLost``),
+elections (``Election``: campaign, leadership with its term, ``leader()``, ``observe()``);
 ``redislock.aio`` has the same API for asyncio. ``redislock.compat`` has drop-in adapters for
 code written for redis-py's ``Lock`` and for python-redis-lock.
 """
 
 from . import aio
-from .errors import Deadlock, LockError, LockLost, NotAcquired, Stale, Unavailable
+from ._protocol import Leader
+from .aio import Election as AsyncElection
+from .election import Election, Leadership
+from .errors import (Deadlock, LeadershipLost, LockError, LockLost, NotAcquired, Stale,
+                     Unavailable)
 from .lock import Lock, Semaphore
 
 __all__ = [
     "Lock",
     "Semaphore",
+    "Election",
+    "AsyncElection",
+    "Leadership",
+    "Leader",
     "aio",
     "LockError",
     "NotAcquired",
     "LockLost",
+    "LeadershipLost",
     "Stale",
     "Unavailable",
     "Deadlock",

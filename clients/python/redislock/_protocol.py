@@ -12,7 +12,7 @@ import time
 import uuid
 import weakref
 from dataclasses import dataclass
-from typing import Any, List, Optional, Sequence, Union
+from typing import Any, List, Optional, Sequence, Tuple, Union
 
 from redis.exceptions import (
     AskError,
@@ -520,3 +520,114 @@ class Replies:
             else:
                 raise InvalidResponse(f"unexpected reply to LOCK.EXTEND: {line[:40]!r}")
         return out
+
+
+# -- elections (rules 21 and 22): LOCK.WATCH and its replies ----------------------------------
+
+#: An election's lease by default (rule 21), in seconds.
+ELECTION_TTL = 10.0
+
+
+def watch_args(key: str, after: Optional[str] = None, wait: Optional[Number] = None) -> List[Any]:
+    """``LOCK.WATCH``: answered at once without ``after``; with it, nil (``wait`` None) or a
+    block of up to ``wait`` seconds (0: without limit) until the holders differ from the ones
+    that cursor names."""
+    args: List[Any] = ["LOCK.WATCH", key]
+    if after is not None:
+        args += ["AFTER", after]
+        if wait is not None:
+            args += ["WAIT", 0 if wait == 0 else millis(wait)]
+    return args
+
+
+@dataclass(frozen=True)
+class Leader:
+    """An election's leader: its candidate's ``identity`` and its ``term`` (the hold's fencing
+    token: a later leader's term is always larger)."""
+
+    identity: str
+    term: int
+
+
+@dataclass(frozen=True)
+class Watched:
+    """A ``LOCK.WATCH`` reply: the ``cursor`` to pass as ``AFTER`` next, the lock's ``mode``,
+    the newest live hold's ``token`` and the live holds, oldest first, as (owner, token)."""
+
+    cursor: str
+    mode: str
+    token: Optional[int]
+    holders: Tuple[Tuple[str, int], ...]
+
+    def leader(self) -> Optional[Leader]:
+        """The exclusive holder as an election's leader; None when the lock is free (or held
+        in another way: shared, a semaphore's permits, a plain string under the name)."""
+        if self.mode != "exclusive" or not self.holders:
+            return None
+        owner, token = self.holders[0]
+        return Leader(owner, token)
+
+
+def _text(value: Any) -> str:
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
+
+
+def _fields(reply: Any) -> dict:
+    """A map reply (RESP3 map, or RESP2 flat field/value array) as a dict of text keys."""
+    if isinstance(reply, dict):
+        items = reply.items()
+    else:
+        items = zip(reply[::2], reply[1::2])
+    return {_text(k): v for k, v in items}
+
+
+def watched(reply: Any) -> Optional[Watched]:
+    """A ``LOCK.WATCH`` reply parsed (None: nil, nothing new); bytes or text, RESP2 or RESP3."""
+    if reply is None:
+        return None
+    fields = _fields(reply)
+    holders = []
+    for holder in fields.get("holders") or []:
+        h = _fields(holder)
+        holders.append((_text(h["owner"]), int(h["token"])))
+    token = fields.get("token")
+    return Watched(
+        cursor=_text(fields["cursor"]),
+        mode=_text(fields["mode"]),
+        token=None if token is None else int(token),
+        holders=tuple(holders),
+    )
+
+
+def check_identity(identity: Any) -> str:
+    """A candidate's identity: a non-empty string (its owner on the server), else
+    ``ValueError``."""
+    if not isinstance(identity, str) or not identity:
+        raise ValueError(f"identity must be a non-empty string: {identity!r}")
+    return identity
+
+
+class Observing:
+    """The state of one observer (rule 22): its last cursor (None before its first answer),
+    passed again after a reconnect so that it is told the server's latest holders and never
+    a change that did not happen; and the last leader it reported, never reported twice in a
+    row."""
+
+    UNSEEN = object()
+
+    def __init__(self) -> None:
+        self.cursor: Optional[str] = None
+        self.last: Any = self.UNSEEN
+
+    def news(self, reply: Any) -> Any:
+        """A ``LOCK.WATCH`` reply: the leader to report (a ``Leader`` or None), or ``UNSEEN``
+        when there is nothing to (nil, or the same leader as the last one reported)."""
+        seen = watched(reply)
+        if seen is None:
+            return self.UNSEEN
+        self.cursor = seen.cursor
+        leader = seen.leader()
+        if self.last is not self.UNSEEN and leader == self.last:
+            return self.UNSEEN
+        self.last = leader
+        return leader

@@ -10,12 +10,12 @@ from __future__ import annotations
 import asyncio
 from typing import Any, Callable, Optional
 
-from . import _core
+from . import _core, _election
 from . import _protocol as p
 from ._core import arun, log  # noqa: F401  (log: this module's name too)
 from ._loop_tasks import loop_of
 
-__all__ = ["Lock", "Semaphore"]
+__all__ = ["Lock", "Semaphore", "Election", "Leadership", "Observation", "Leader"]
 
 
 class _AsyncWith:
@@ -171,3 +171,97 @@ class Semaphore(_core.SemaphoreBase, Lock):
     """The asyncio twin of ``redislock.Semaphore``."""
 
     _NAME = "redislock.aio.Semaphore"
+
+
+# -- elections (rules 21 and 22): the rules of ``redislock._election``, awaited -------------------
+
+Leader = p.Leader
+
+
+class Leadership(_election.LeadershipBase):
+    """The asyncio twin of ``redislock.election.Leadership``: ``term``, ``lost``, ``leading``,
+    ``await resign()``, ``await guard(...)``; ``async with`` resigns on leaving and raises
+    ``redislock.LeadershipLost`` if the leadership was lost before."""
+
+    async def resign(self) -> bool:
+        """Give the leadership up (see ``redislock.election.Leadership.resign``)."""
+        return await arun(self._resign())
+
+    async def guard(self, *command: Any) -> Any:
+        """``LOCK.GUARD`` with this term (``redislock.Stale`` once it is not the leadership)."""
+        return await arun(self._lock._guarded(command))
+
+    async def __aenter__(self) -> "Leadership":
+        return self
+
+    async def __aexit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        await arun(self._exit(exc_type))
+
+
+class Campaign:
+    """``Election.campaign()``: awaited, the ``Leadership``; or ``async with`` it, which resigns
+    on leaving."""
+
+    def __init__(self, election: "Election", timeout: Optional[float],
+                 on_lost: Optional[Callable[[str], Any]]):
+        self._steps = election._campaign(timeout, on_lost)  # checks the arguments now
+        self._leadership: Optional[Leadership] = None
+
+    def __await__(self) -> Any:
+        return arun(self._steps).__await__()
+
+    async def __aenter__(self) -> Leadership:
+        self._leadership = await self
+        return self._leadership
+
+    async def __aexit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        if self._leadership is not None:
+            await self._leadership.__aexit__(exc_type, exc, tb)
+
+
+class Observation(_election.ObservationBase):
+    """``Election.observe()``: an async iterator of leaders (``Leader``, or None while there is
+    none); ``await aclose()`` (or leaving ``async with``) closes its connection and ends it."""
+
+    def __aiter__(self) -> "Observation":
+        return self
+
+    async def __anext__(self) -> Optional[Leader]:
+        leader = await arun(self._next())
+        if leader is self.END:
+            raise StopAsyncIteration
+        return leader
+
+    async def aclose(self) -> None:
+        await arun(self._close())
+
+    async def __aenter__(self) -> "Observation":
+        return self
+
+    async def __aexit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        await self.aclose()
+
+
+class Election(_election.ElectionBase):
+    """The asyncio twin of ``redislock.Election`` (also ``redislock.AsyncElection``), over a
+    ``redis.asyncio.Redis`` client: ``await election.campaign()`` or ``async with
+    election.campaign() as leadership:``, ``await election.leader()``, ``async for leader in
+    election.observe():``. The leadership's watchdog is a task of the event loop."""
+
+    _Lock = Lock
+    _Leadership = Leadership
+
+    def campaign(self, timeout: Optional[float] = None, *,
+                 on_lost: Optional[Callable[[str], Any]] = None) -> Campaign:
+        """Wait to lead (see ``redislock.Election.campaign``); ``on_lost`` may be a coroutine
+        function."""
+        p.patience(True, timeout)  # a ValueError at the call, not at its await
+        return Campaign(self, timeout, on_lost)
+
+    async def leader(self) -> Optional[Leader]:
+        """The current leader (``identity``, ``term``), or None: one ``LOCK.WATCH``."""
+        return await arun(self._leader())
+
+    def observe(self) -> Observation:
+        """The leaders as they change: the current one (or None) first, then each change."""
+        return Observation(self)

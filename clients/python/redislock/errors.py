@@ -57,3 +57,15 @@ class Unavailable(LockError, _RedisConnectionError):
         super().__init__(f"lock service unavailable at {address}: {cause}")
         self.address = address
         self.cause = cause
+
+
+class LeadershipLost(LockLost):
+    """An election's leadership ended before it was resigned (rule 21): its lease ran out (the
+    process was paused, or the server could not be reached before it ended), a renewal was
+    refused, or its session's connection closed. Raised when leaving the ``with`` block of a
+    campaign, so the work done as leader can be rolled back; ``on_lost`` was told once
+    already. (A ``LockLost``: the leadership is a lock's hold.)"""
+
+    def __init__(self, reason: str):
+        LockError.__init__(self, f"leadership lost: {reason}")
+        self.reason = reason

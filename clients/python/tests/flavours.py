@@ -70,6 +70,9 @@ class AsAsync:
     async def extend(self, *args: Any) -> bool:
         return self._inner.extend(*args)
 
+    async def resign(self) -> bool:
+        return self._inner.resign()
+
     def hold(self, *args: Any, **kwargs: Any) -> "AsAsync":
         return AsAsync(self._inner.hold(*args, **kwargs), lock=self)
 
@@ -79,6 +82,56 @@ class AsAsync:
 
     async def __aexit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
         self._inner.__exit__(exc_type, exc, tb)
+
+
+class AsAsyncElection(AsAsync):
+    """A threading ``redislock.Election`` through the asyncio API: ``await election.leader()``,
+    ``await election.campaign()`` or ``async with election.campaign() as leadership``,
+    ``async for leader in election.observe()``; each call made, blocking, in the calling
+    thread."""
+
+    def campaign(self, *args: Any, **kwargs: Any) -> "_Campaign":
+        return _Campaign(lambda: self._inner.campaign(*args, **kwargs))
+
+    async def leader(self) -> Any:
+        return self._inner.leader()
+
+    def observe(self) -> "AsAsyncObservation":
+        return AsAsyncObservation(self._inner.observe())
+
+
+class _Campaign:
+    def __init__(self, campaign: Callable[[], Any]):
+        self._campaign = campaign
+        self._leadership: Optional[AsAsync] = None
+
+    async def _elect(self) -> AsAsync:
+        return AsAsync(self._campaign())
+
+    def __await__(self) -> Any:
+        return self._elect().__await__()
+
+    async def __aenter__(self) -> AsAsync:
+        self._leadership = await self
+        return self._leadership
+
+    async def __aexit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        if self._leadership is not None:
+            await self._leadership.__aexit__(exc_type, exc, tb)
+
+
+class AsAsyncObservation(AsAsync):
+    def __aiter__(self) -> "AsAsyncObservation":
+        return self
+
+    async def __anext__(self) -> Any:
+        try:
+            return next(self._inner)
+        except StopIteration:
+            raise StopAsyncIteration from None
+
+    async def aclose(self) -> None:
+        self._inner.close()
 
 
 class Interrupted(Exception):
@@ -169,6 +222,9 @@ class Threads(_Driver):
     def Semaphore(self, client: Any, key: str, limit: int, ttl: float = 30.0, **kw: Any) -> AsAsync:
         return AsAsync(redislock.Semaphore(client, key, limit, ttl, **kw))
 
+    def Election(self, client: Any, key: str, identity: str, **kw: Any) -> AsAsyncElection:
+        return AsAsyncElection(redislock.Election(client, key, identity, **kw))
+
     def spawn(self, coro: Any) -> _Thread:
         """``coro`` in another thread."""
         return _Thread(coro)
@@ -218,6 +274,9 @@ class Tasks(_Driver):
     def Semaphore(self, client: Any, key: str, limit: int, ttl: float = 30.0,
                   **kw: Any) -> redislock.aio.Semaphore:
         return redislock.aio.Semaphore(client, key, limit, ttl, **kw)
+
+    def Election(self, client: Any, key: str, identity: str, **kw: Any) -> Any:
+        return redislock.AsyncElection(client, key, identity, **kw)
 
     def spawn(self, coro: Any) -> "asyncio.Task[Any]":
         """``coro`` in another task."""

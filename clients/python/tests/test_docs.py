@@ -5,8 +5,8 @@ Each snippet runs on a fresh server in a fresh namespace holding only the preamb
     r   = redis.Redis(...)           a client of the test server
     ar  = redis.asyncio.Redis(...)   the same for asyncio (used inside one asyncio.run)
 
-and ``redis.Redis()`` without arguments, or with ``port=6379`` (as the READMEs write it),
-connects to the test server.
+and ``redis.Redis()`` (or ``redis.asyncio.Redis()``) without arguments, or with ``port=6379``
+(as the READMEs write it), connects to the test server.
 It runs in a directory of its own (a SQLite file it names is made there). A snippet that reads
 ``os.environ["DATABASE_URL"]`` gets a real PostgreSQL (databases.py), in a schema of its own
 holding the fence table and the tables the snippets use (``SHOP``).
@@ -64,18 +64,24 @@ def database_url(server) -> str:
     return url
 
 
+def to_the_test_server(real, port: int):
+    """``real`` (``redis.Redis`` or ``redis.asyncio.Redis``), connecting to ``port`` when
+    called without arguments or with the READMEs' default server."""
+
+    def connect(*args, **kw):
+        if not args and (not kw or kw.get("port") == 6379):
+            kw = {**kw, "port": port}
+        return real(*args, **kw)
+
+    return connect
+
+
 @pytest.mark.parametrize("where,code", snippets(), ids=[where for where, _ in snippets()])
 def test_snippet_runs(request, server, monkeypatch, tmp_path, where, code):
     r = server.client()
     ar = redis.asyncio.Redis(port=server.port)
-    real = redis.Redis
-
-    def to_the_test_server(*args, **kw):
-        if not args and (not kw or kw.get("port") == 6379):  # the READMEs' default server
-            kw = {**kw, "port": server.port}
-        return real(*args, **kw)
-
-    monkeypatch.setattr(redis, "Redis", to_the_test_server)
+    for module in (redis, redis.asyncio):
+        monkeypatch.setattr(module, "Redis", to_the_test_server(module.Redis, server.port))
     monkeypatch.chdir(tmp_path)
     if "DATABASE_URL" in code:
         monkeypatch.setenv("DATABASE_URL",
