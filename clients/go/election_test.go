@@ -363,6 +363,8 @@ func TestElectionThreeCandidatesKill9SigstopResignAndTwoObservers(t *testing.T) 
 	eventually(t, 10*time.Second, "two candidates queued", func() bool { return waiters(t, r, key) == 2 })
 	caughtUp(t, observers, second, 5*time.Second)
 	spaced(second)
+	// Half a renewal interval (ttl/3) on, so that the freeze falls between two renewals.
+	time.Sleep(time.Until(second.at.Add(3 * ttl / 2 / 3)))
 
 	// SIGSTOP past the lease: the next candidate leads at the lease's end. Its last renewal
 	// was at most a third of the ttl before the freeze, so not before ttl/2 (a margin under
