@@ -674,3 +674,82 @@ func TestElectionCampaignLeaderObserveResignAndLoss(t *testing.T) {
 	}
 	t.Logf("resign to the next leader: %v", handover)
 }
+
+// watching is the ids of the connections blocked in LOCK.WATCH (CLIENT LIST).
+func watching(r *redis.Client) []int64 {
+	list, _ := r.ClientList(ctx).Result()
+	var ids []int64
+	for _, l := range strings.Split(list, "\n") {
+		if strings.Contains(l, " cmd=lock.watch") && strings.Contains(l, " flags=b") {
+			ids = append(ids, parseID(l))
+		}
+	}
+	return ids
+}
+
+// Rule 22: an observer's connection killed (CLIENT KILL), or its watch unblocked with an error
+// (CLIENT UNBLOCK ... ERROR: UNBLOCKED, a reply of rule 19) or without (a nil reply, as at
+// the end of its WAIT), is asked again (on a new connection after a kill or UNBLOCKED, with
+// its last cursor) and reports nothing meanwhile: the leader did not change. It reports the
+// next change.
+func TestElectionObserveAsksAgainAfterAKillOrAnUnblock(t *testing.T) {
+	r := client(t, server(t))
+	locker := redislock.New(r)
+	defer func() { _ = locker.Close() }()
+	const key = "{election:4}:leader"
+	election := redislock.NewElection(locker, key, "one")
+	lead, err := election.Campaign(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	watch, stop := context.WithCancel(ctx)
+	defer stop()
+	leaders := election.Observe(watch)
+	if l := <-leaders; l.Identity != "one" || l.Term != lead.Term() {
+		t.Fatalf("Observe reported %+v first", l)
+	}
+	blockedOn := func(not int64) int64 {
+		t.Helper()
+		var id int64
+		eventually(t, 5*time.Second, "a watch blocked on another connection than "+itoa(not), func() bool {
+			ids := watching(r)
+			if len(ids) == 1 && ids[0] != not {
+				id = ids[0]
+			}
+			return id != 0
+		})
+		return id
+	}
+	first := blockedOn(0)
+	if err := r.Do(ctx, "CLIENT", "KILL", "ID", first).Err(); err != nil {
+		t.Fatal(err)
+	}
+	second := blockedOn(first)
+	// CLIENT UNBLOCK answers a module's blocked client on Redis 7.2+ and Valkey (1), not on
+	// Redis 7.0 (0: the watch stays blocked).
+	withError, _ := r.Do(ctx, "CLIENT", "UNBLOCK", second, "ERROR").Int()
+	if withError == 1 {
+		second = blockedOn(second) // UNBLOCKED: a new connection
+	}
+	asNil, _ := r.Do(ctx, "CLIENT", "UNBLOCK", second).Int()
+	if asNil == 1 {
+		eventually(t, 5*time.Second, "the watch asked again", func() bool { return len(watching(r)) == 1 })
+	}
+	t.Logf("CLIENT UNBLOCK ... ERROR answered %d, CLIENT UNBLOCK %d", withError, asNil)
+	select {
+	case l := <-leaders:
+		t.Fatalf("Observe reported %+v, the leader unchanged", l)
+	default:
+	}
+	if err := lead.Resign(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case l := <-leaders:
+		if !l.None() {
+			t.Fatalf("Observe reported %+v after the resignation", l)
+		}
+	case <-time.After(2 * time.Second):
+		t.Fatal("Observe did not report the resignation within 2 s")
+	}
+}
