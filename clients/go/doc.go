@@ -19,6 +19,10 @@
 //	defer lock.Release(ctx)
 //	left, err := lock.Guard(ctx, "DECRBY", "{sku:9}:stock", 1).Int64()
 //
+// Elections (NewElection) build on the same holds: a candidate campaigns with a session hold
+// renewed by the watchdog, its term is the token, and Observe follows the leaders with
+// LOCK.WATCH.
+//
 // Every rule of docs/clients.md in the repository (owners, waits, retries, the watchdog, loss,
 // release, modes, Sentinel) is written once here, and each has a test in this package.
 package redislock

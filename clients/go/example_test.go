@@ -164,6 +164,37 @@ func ExampleWithPermits() {
 	// Output: true
 }
 
+// An election: each candidate campaigns with an identity of its own; the leader's term fences
+// its writes; Observe follows the leaders. (The README shows the lines from locker to the
+// end.)
+func ExampleElection() {
+	client := redis.NewClient(&redis.Options{Addr: addr})
+	defer client.Close()
+	ctx := context.Background()
+
+	locker := redislock.New(client)
+	election := redislock.NewElection(locker, "{billing}:leader", "node-1")
+	leadership, err := election.Campaign(ctx) // waits in the queue until this candidate leads
+	if err != nil {
+		log.Fatal(err)
+	}
+	// Cancelled once the leadership is lost (or resigned): run the leader's work under it.
+	work := leadership.Context()
+	err = leadership.Guard(work, "SET", "{billing}:owner", "node-1").Err() // refused after a newer term
+	fmt.Println(leadership.Term() > 0, err)
+
+	watch, stop := context.WithCancel(ctx)
+	defer stop()
+	leaders := election.Observe(watch) // the current leader first, then each change
+	fmt.Println((<-leaders).Identity)
+	_ = leadership.Resign(ctx) // the next candidate in the queue leads at once
+	fmt.Println((<-leaders).None(), context.Cause(work))
+	// Output:
+	// true <nil>
+	// node-1
+	// true redislock: leadership resigned
+}
+
 // Sentinel: every connection the Locker makes asks the Sentinels for the current master.
 func ExampleNew_sentinel() {
 	client := redis.NewFailoverClient(&redis.FailoverOptions{

@@ -28,6 +28,7 @@ type Lock struct {
 	renewal *renewal      // the hold in the Locker's renewal loop (nil: a fixed lease)
 	fixed   *time.Timer   // loses a fixed lease (no watchdog) at its end (nil: a watchdog)
 	end     time.Time     // a fixed lease's end (Extend moves it)
+	onLost  func(error)   // called once with err when the hold is lost (an election's), or nil
 }
 
 type phase int
@@ -106,6 +107,21 @@ func (l *Lock) loseLocked(reason string, from phase) {
 	}
 	l.phase, l.err = lost, fmt.Errorf("%w: %s: %s", ErrLost, l.key, reason)
 	close(l.lost)
+	if l.onLost != nil {
+		l.onLost(l.err)
+	}
+}
+
+// whenLost has f called once, with Err, when the hold is lost (at once if it is already);
+// under mu, so f must not call the Lock's methods.
+func (l *Lock) whenLost(f func(error)) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.phase == lost {
+		f(l.err)
+		return
+	}
+	l.onLost = f
 }
 
 // live reports whether the hold is neither released nor lost.

@@ -28,6 +28,12 @@ func TestMain(m *testing.M) {
 	if os.Getenv(fenceWorkerEnv) != "" {
 		os.Exit(fenceWorkerMain())
 	}
+	if os.Getenv(candidateEnv) != "" {
+		os.Exit(candidateMain())
+	}
+	if os.Getenv(observerEnv) != "" {
+		os.Exit(observerMain())
+	}
 	flag.Parse()
 	if !testing.Verbose() {
 		redis.SetLogger(quiet{}) // go-redis logs each failed dial of the failover test

@@ -52,6 +52,75 @@ func replicasArgs(n int, timeout time.Duration) []any {
 	return []any{"WAIT", n, timeout.Milliseconds()}
 }
 
+// watchArgs is LOCK.WATCH: who holds key, at once without a cursor (""), else once the holders
+// differ from those cursor names, waiting up to wait ms for it (WAIT; 0: without limit; a
+// negative wait sends none: nil at once when nothing is new).
+func watchArgs(key, cursor string, wait int64) []any {
+	args := []any{"LOCK.WATCH", key}
+	if cursor != "" {
+		args = append(args, "AFTER", cursor)
+	}
+	if wait >= 0 {
+		args = append(args, "WAIT", wait)
+	}
+	return args
+}
+
+// A watchReply is LOCK.WATCH's answer: the cursor to pass as AFTER next, and the newest live
+// hold (its owner and token; none when the lock is free, or a plain string's).
+type watchReply struct {
+	cursor string
+	owner  string
+	token  int64
+}
+
+// parseWatch reads LOCK.WATCH's reply (a RESP3 map, or a RESP2 flat array of fields and
+// values); redis.Nil when nothing is new.
+func parseWatch(cmd *redis.Cmd) (watchReply, error) {
+	v, err := cmd.Result()
+	if err != nil {
+		return watchReply{}, err
+	}
+	fields := replyMap(v)
+	cursor, ok := fields["cursor"].(string)
+	if !ok {
+		return watchReply{}, fmt.Errorf("redislock: LOCK.WATCH answered %v (%T), not a map with a cursor", v, v)
+	}
+	reply := watchReply{cursor: cursor}
+	reply.token, _ = fields["token"].(int64)
+	if reply.token == 0 {
+		return reply, nil
+	}
+	holders, _ := fields["holders"].([]any)
+	for _, h := range holders {
+		hold := replyMap(h)
+		if token, _ := hold["token"].(int64); token == reply.token {
+			reply.owner, _ = hold["owner"].(string)
+		}
+	}
+	return reply, nil
+}
+
+// replyMap is a map reply as a Go map: a RESP3 map, or a RESP2 array of fields and values.
+func replyMap(v any) map[string]any {
+	out := map[string]any{}
+	switch v := v.(type) {
+	case map[any]any:
+		for k, x := range v {
+			if name, ok := k.(string); ok {
+				out[name] = x
+			}
+		}
+	case []any:
+		for i := 0; i+1 < len(v); i += 2 {
+			if name, ok := v[i].(string); ok {
+				out[name] = v[i+1]
+			}
+		}
+	}
+	return out
+}
+
 // millis is d in whole milliseconds, rounded up (a lease is never shorter than asked), at
 // least 1.
 func millis(d time.Duration) int64 {

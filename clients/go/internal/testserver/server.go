@@ -67,6 +67,7 @@ type Server struct {
 	Port int
 	Dir  string
 	cmd  *exec.Cmd
+	args []string // what it was started with (Restart starts it so again)
 }
 
 // Start starts a server with the module and extra arguments, and returns once it answers.
@@ -90,7 +91,8 @@ func start(module bool, extra ...string) (*Server, error) {
 	if module {
 		args = append(args, "--loadmodule", Module())
 	}
-	s.cmd = exec.Command(Binary(), append(args, extra...)...)
+	s.args = append(args, extra...)
+	s.cmd = exec.Command(Binary(), s.args...)
 	if err := s.cmd.Start(); err != nil {
 		_ = os.RemoveAll(dir)
 		return nil, fmt.Errorf("start %s: %w", Binary(), err)
@@ -139,6 +141,18 @@ func (s *Server) Kill() {
 		_ = s.cmd.Process.Kill()
 		_ = s.cmd.Wait()
 	}
+}
+
+// Restart kills the process (kill -9) and starts it again on the same port, in the same
+// directory (with its data, when its arguments persist it: --appendonly yes), returning once
+// it answers.
+func (s *Server) Restart() error {
+	s.Kill()
+	s.cmd = exec.Command(Binary(), s.args...)
+	if err := s.cmd.Start(); err != nil {
+		return fmt.Errorf("restart %s: %w", Binary(), err)
+	}
+	return s.waitUp(10 * time.Second)
 }
 
 // Stop kills the process and removes its directory.
