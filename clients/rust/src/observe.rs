@@ -97,8 +97,8 @@ enum Step {
     Same,
     /// The link broke, the server did not answer, or it cannot serve the key now.
     Broken(RedisError),
-    /// No answer in time.
-    Silent(Duration),
+    /// No answer by the time it was due (the server froze, or the link is cut).
+    Silent { due: Instant },
     /// The server refused (the stream's last item).
     Refused(Error),
 }
@@ -129,13 +129,20 @@ impl Watch {
                     self.ended = true;
                     return Some(Err(e));
                 }
-                Step::Broken(e) => availability.error_from(e),
-                Step::Silent(waited) => availability.silence(waited),
+                Step::Broken(e) => {
+                    self.failing_since.get_or_insert_with(Instant::now);
+                    availability.error_from(e)
+                }
+                Step::Silent { due } => {
+                    // Not answering since its reply was due (a watch blocks until then).
+                    let since = *self.failing_since.get_or_insert(due);
+                    availability.silence(since.elapsed())
+                }
             };
             self.conn = None;
             locker.forget().await;
             availability.failed();
-            let since = *self.failing_since.get_or_insert_with(Instant::now);
+            let since = self.failing_since.unwrap_or_else(Instant::now);
             if since.elapsed() >= availability.bound() && !self.said_unavailable {
                 self.said_unavailable = true;
                 return Some(Err(failed));
@@ -158,7 +165,7 @@ impl Watch {
         let mut conn = match self.conn.clone() {
             Some(conn) => conn,
             None => match timeout(bound, locker.dedicated(&self.election.key)).await {
-                Err(_) => return Step::Silent(started.elapsed()),
+                Err(_) => return Step::Silent { due: started },
                 Ok(Err(e)) => return self.judge_error(e),
                 Ok(Ok(conn)) => {
                     self.conn = Some(conn.clone());
@@ -168,13 +175,13 @@ impl Watch {
         };
         let wait = LONGEST_WATCH.min(bound / 2).max(Duration::from_millis(1));
         let cmd = protocol::watch(&self.election.key, &self.cursor, Some(wait));
-        let started = Instant::now();
+        let due = Instant::now() + wait;
         let reply = timeout(
             wait + locker.reply_grace(),
             cmd.query_async::<Value>(&mut conn),
         );
         let reply = match reply.await {
-            Err(_) => return Step::Silent(started.elapsed()),
+            Err(_) => return Step::Silent { due },
             Ok(Err(e)) => return self.judge_error(e),
             Ok(Ok(reply)) => reply,
         };

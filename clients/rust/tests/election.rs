@@ -572,6 +572,54 @@ async fn an_observer_across_a_server_restart_tells_the_latest_leader() {
     observer.abort();
 }
 
+/// An observer of a frozen server (SIGSTOP) says `Error::Unavailable` once, within the bound
+/// after its watch's reply was due, and goes on trying: once the server continues, its next
+/// item is the server's latest leader.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_observer_of_a_frozen_server_says_unavailable_once_then_the_latest_leader() {
+    let s = Server::start();
+    let bound = Duration::from_secs(1);
+    let locker = locker(&s).unavailable_after(bound);
+    let mut leaders = locker.election(KEY, "observer").observe();
+    let (told, mut seen) = tokio::sync::mpsc::unbounded_channel();
+    let observer = tokio::spawn(async move {
+        while let Some(leader) = leaders.next().await {
+            let _ = told.send(leader);
+        }
+    });
+    assert_eq!(
+        next_told(&mut seen).await.unwrap(),
+        None,
+        "nobody leads yet"
+    );
+    let frozen = Instant::now();
+    s.signal(libc::SIGSTOP);
+    let unavailable = next_told(&mut seen).await;
+    let took = frozen.elapsed();
+    assert!(
+        matches!(unavailable, Err(Error::Unavailable { .. })),
+        "{unavailable:?}"
+    );
+    // A watch blocks up to half the bound (0.5 s), its reply is due min(1 s, bound) after
+    // that, then the bound; 2 s of margin for a loaded machine.
+    let within = bound / 2 + bound + bound + Duration::from_secs(2);
+    eprintln!("frozen server -> observer unavailable: {took:?}");
+    assert!(took < within, "unavailable after {took:?}");
+    s.signal(libc::SIGCONT);
+    let mut con = s.con();
+    let a = acquire(&mut con, KEY, "a", 60_000).unwrap() as u64;
+    let latest = Leader {
+        identity: "a".into(),
+        term: a,
+    };
+    assert_eq!(
+        next_told(&mut seen).await.unwrap(),
+        Some(latest),
+        "once unavailable"
+    );
+    observer.abort();
+}
+
 /// The observer's next item, within 20 s (a restart and a reconnection on a loaded machine).
 async fn next_told(seen: &mut Told) -> Result<Option<Leader>, Error> {
     let item = tokio::time::timeout(PROMPTLY * 2, seen.recv()).await;
