@@ -620,6 +620,66 @@ async fn an_observer_of_a_frozen_server_says_unavailable_once_then_the_latest_le
     observer.abort();
 }
 
+/// An observer whose watch is ended by a retryable reply (`CLIENT UNBLOCK id ERROR`: Valkey
+/// answers the blocked watch `UNBLOCKED`; Redis 7.0 cannot unblock a module's blocked client)
+/// or by a broken link (`CLIENT KILL`) connects again and blocks again, telling nothing new
+/// (its last cursor names the same leader) and no error; then the changes after.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_observer_unblocked_or_cut_off_connects_again_with_its_cursor() {
+    let s = Server::start();
+    let locker = locker(&s);
+    let mut leaders = locker.election(KEY, "observer").observe();
+    let (told, mut seen) = tokio::sync::mpsc::unbounded_channel();
+    let observer = tokio::spawn(async move {
+        while let Some(leader) = leaders.next().await {
+            let _ = told.send(leader);
+        }
+    });
+    let mut con = s.con();
+    let a = acquire(&mut con, KEY, "a", 60_000).unwrap() as u64;
+    let first = Some(Leader {
+        identity: "a".into(),
+        term: a,
+    });
+    while next_told(&mut seen).await.unwrap() != first {} // `None` first, if it watched before
+    for way in ["CLIENT UNBLOCK", "CLIENT KILL"] {
+        let blocked = |con: &mut Connection| {
+            let mut ids = Vec::new();
+            eventually(PROMPTLY, || {
+                ids = blocked_ids(con);
+                ids.len() == 1
+            });
+            ids.first()
+                .copied()
+                .expect("the observer blocked in LOCK.WATCH")
+        };
+        let id = tokio::task::block_in_place(|| blocked(&mut con));
+        let ended = match way {
+            "CLIENT UNBLOCK" => ok(&mut con, &["CLIENT", "UNBLOCK", &id.to_string(), "ERROR"]),
+            _ => ok(&mut con, &["CLIENT", "KILL", "ID", &id.to_string()]),
+        };
+        if int(&ended) == 0 {
+            eprintln!("{way}: not on this server");
+            continue;
+        }
+        let again = tokio::task::block_in_place(|| blocked(&mut con));
+        assert_ne!(again, id, "{way}: watching again on a new connection");
+    }
+    assert_eq!(release(&mut con, KEY, "a"), 1);
+    let b = acquire(&mut con, KEY, "b", 60_000).unwrap() as u64;
+    let next = Some(Leader {
+        identity: "b".into(),
+        term: b,
+    });
+    // The free moment between the release and the grant may be told; `a` never again.
+    let mut told = next_told(&mut seen).await.unwrap();
+    if told.is_none() {
+        told = next_told(&mut seen).await.unwrap();
+    }
+    assert_eq!(told, next, "nothing told but the changes");
+    observer.abort();
+}
+
 /// The observer's next item, within 20 s (a restart and a reconnection on a loaded machine).
 async fn next_told(seen: &mut Told) -> Result<Option<Leader>, Error> {
     let item = tokio::time::timeout(PROMPTLY * 2, seen.recv()).await;
