@@ -243,9 +243,9 @@ fn term_in(text: &str, prefix: &str) -> u64 {
     term.parse().expect("a term")
 }
 
-/// Starts observers `o1` and `o2`, then candidates `c1`, `c2`, `c3` on `ttl` (`c1` leads, the
-/// others queue behind it in this order): the indexes of the observers and the candidates,
-/// and the first leader.
+/// Starts observers `o1` and `o2` (each has told that nobody leads), then candidates `c1`,
+/// `c2`, `c3` on `ttl` (`c1` leads, the others queue behind it in this order): the indexes of
+/// the observers, then of the candidates.
 fn three_candidates_two_observers(run: &mut Run, s: &Server, ttl: Duration) -> Vec<usize> {
     let observers = vec![
         run.start("observer", "o1", ttl),
@@ -678,6 +678,48 @@ async fn an_observer_unblocked_or_cut_off_connects_again_with_its_cursor() {
     }
     assert_eq!(told, next, "nothing told but the changes");
     observer.abort();
+}
+
+/// Without its server (a closed port), a campaign, `leader()` and an observer's first item are
+/// `Error::Unavailable` within the locker's bound (rule 14), not a wait without end.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_election_without_its_server_is_unavailable_within_the_bound() {
+    let url = format!("redis://127.0.0.1:{}/", free_port()); // nothing listens there
+    let bound = Duration::from_millis(500);
+    let locker = Locker::new(redis::Client::open(url).unwrap()).unavailable_after(bound);
+    let election = locker.election(KEY, "a");
+    // The bound, and 1 s for a loaded machine.
+    let within = bound + Duration::from_secs(1);
+    let started = Instant::now();
+    let campaign = election.campaign().await;
+    assert!(
+        matches!(campaign, Err(Error::Unavailable { .. })),
+        "{campaign:?}"
+    );
+    assert!(
+        started.elapsed() < within,
+        "campaign: {:?}",
+        started.elapsed()
+    );
+    let started = Instant::now();
+    let leader = election.leader().await;
+    assert!(
+        matches!(leader, Err(Error::Unavailable { .. })),
+        "{leader:?}"
+    );
+    assert!(
+        started.elapsed() < within,
+        "leader: {:?}",
+        started.elapsed()
+    );
+    let started = Instant::now();
+    let first = election.observe().next().await.expect("an item");
+    assert!(matches!(first, Err(Error::Unavailable { .. })), "{first:?}");
+    assert!(
+        started.elapsed() < within,
+        "observe: {:?}",
+        started.elapsed()
+    );
 }
 
 /// The observer's next item, within 20 s (a restart and a reconnection on a loaded machine).
