@@ -27,8 +27,8 @@ pub struct Leader {
 
 impl Locker {
     /// An election on `key` for a candidate named `identity` (its owner on the server: a host
-    /// name, a pod name; each candidate's own). `campaign()` to lead, `leader()` and `observe()`
-    /// to follow.
+    /// name, a pod name; each candidate its own: two candidates with one identity would share
+    /// one hold). `campaign()` to lead, `leader()` and `observe()` to follow.
     pub fn election(&self, key: impl Into<String>, identity: impl Into<String>) -> Election {
         Election {
             locker: self.clone(),
