@@ -6,7 +6,8 @@
 //! connection of its own per server), say when a hold is lost (`LockGuard::lost`), never renew
 //! a released hold, carry the token to the write, and say `Error::Unavailable` within a bound
 //! when the lock service cannot be reached. One server, Sentinel (`Locker::sentinel`) or a
-//! Redis Cluster (`Locker::cluster`).
+//! Redis Cluster (`Locker::cluster`). Elections on top (`Locker::election`): campaign for a
+//! leadership whose term is a fencing token, and observe the leaders as a `Stream`.
 //!
 //! The crate re-exports the `redis` crate it is built on (`redis_lock_client::redis`), so an
 //! application without a `redis` dependency of its own needs no matching version.
@@ -49,6 +50,7 @@ pub struct ReadmeDoctests;
 mod acquire;
 mod availability;
 mod cluster;
+mod election;
 mod error;
 #[cfg(feature = "sqlx")]
 pub mod fence;
@@ -56,6 +58,7 @@ mod guard;
 mod hold;
 mod link;
 mod locker;
+mod observe;
 mod protocol;
 mod renewal;
 mod schedule;
@@ -67,6 +70,8 @@ pub use redis;
 
 pub use acquire::LockBuilder;
 pub use availability::DEFAULT_UNAVAILABLE_AFTER;
+pub use election::{Election, Leader, Leadership, DEFAULT_ELECTION_TTL};
 pub use error::Error;
 pub use guard::LockGuard;
 pub use locker::Locker;
+pub use observe::Observer;

@@ -1,5 +1,6 @@
-//! The wire protocol, written once: the commands this crate sends, the grant's token, the loss
-//! reasons of rule 8 and the retryable replies of rule 19 (docs/clients.md).
+//! The wire protocol, written once: the commands this crate sends, the grant's token, what
+//! `LOCK.WATCH` answered, the loss reasons of rule 8 and the retryable replies of rule 19
+//! (docs/clients.md).
 
 use std::time::Duration;
 
@@ -187,6 +188,92 @@ pub(crate) fn wait_replicas(n: usize, timeout: Duration) -> redis::Cmd {
     cmd
 }
 
+/// `LOCK.WATCH key AFTER cursor [WAIT ms]`: who holds `key`, at once when they are no longer
+/// the ones `cursor` names (`0`: at once), else when they change within `wait` (nil if not).
+pub(crate) fn watch(key: &str, cursor: &str, wait: Option<Duration>) -> redis::Cmd {
+    let mut cmd = redis::cmd("LOCK.WATCH");
+    cmd.arg(key).arg("AFTER").arg(cursor);
+    if let Some(wait) = wait {
+        cmd.arg("WAIT").arg(millis(wait));
+    }
+    cmd
+}
+
+/// The cursor that names nothing seen yet: `LOCK.WATCH key AFTER 0` answers at once.
+pub(crate) const FIRST_CURSOR: &str = "0";
+
+/// What `LOCK.WATCH` answered: the cursor to pass next, and the exclusive holder (its owner and
+/// token: an election's leader and term), if the lock has one.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Watched {
+    pub(crate) cursor: String,
+    pub(crate) exclusive: Option<(String, u64)>,
+}
+
+/// A map reply's fields: a RESP3 map, or a flat field/value array on RESP2.
+fn fields(reply: &Value) -> Option<Vec<(&Value, &Value)>> {
+    match reply {
+        Value::Map(pairs) => Some(pairs.iter().map(|(k, v)| (k, v)).collect()),
+        Value::Array(flat) if flat.len() % 2 == 0 => {
+            Some(flat.chunks(2).map(|kv| (&kv[0], &kv[1])).collect())
+        }
+        _ => None,
+    }
+}
+
+fn text(v: &Value) -> Option<String> {
+    match v {
+        Value::BulkString(b) => Some(String::from_utf8_lossy(b).into_owned()),
+        Value::SimpleString(s) => Some(s.clone()),
+        _ => None,
+    }
+}
+
+fn field<'a>(pairs: &[(&Value, &'a Value)], name: &str) -> Option<&'a Value> {
+    pairs
+        .iter()
+        .find(|(k, _)| text(k).as_deref() == Some(name))
+        .map(|(_, v)| *v)
+}
+
+/// What a `LOCK.WATCH` reply says: `Ok(None)` nothing new (nil), `Ok(Some(..))` the holders,
+/// `Err` a reply no redis-lock server gives (the reply, for the message).
+pub(crate) fn watched(reply: &Value) -> Result<Option<Watched>, String> {
+    if matches!(reply, Value::Nil) {
+        return Ok(None);
+    }
+    let unexpected = || format!("{reply:?}");
+    let pairs = fields(reply).ok_or_else(unexpected)?;
+    let cursor = field(&pairs, "cursor")
+        .and_then(text)
+        .ok_or_else(unexpected)?;
+    let mode = field(&pairs, "mode")
+        .and_then(text)
+        .ok_or_else(unexpected)?;
+    if mode != "exclusive" {
+        return Ok(Some(Watched {
+            cursor,
+            exclusive: None,
+        }));
+    }
+    let token = match field(&pairs, "token") {
+        Some(Value::Int(t)) => u64::try_from(*t).map_err(|_| unexpected())?,
+        _ => return Err(unexpected()),
+    };
+    let owner = match field(&pairs, "holders") {
+        Some(Value::Array(holders)) => holders
+            .first()
+            .and_then(fields)
+            .and_then(|h| field(&h, "owner").and_then(text)),
+        _ => None,
+    };
+    let owner = owner.ok_or_else(unexpected)?;
+    Ok(Some(Watched {
+        cursor,
+        exclusive: Some((owner, token)),
+    }))
+}
+
 /// Whether the integer reply of a release or an extend says the hold was live.
 pub(crate) fn was_live(reply: i64) -> bool {
     reply == 1
@@ -244,5 +331,103 @@ mod tests {
             .collect();
         let expected = "LOCK.ACQUIRE k o 2 LIMIT 3 PERMITS 2 SESSION WAIT 0";
         assert_eq!(words.join(" "), expected);
+    }
+    fn bulk(s: &str) -> Value {
+        Value::BulkString(s.as_bytes().to_vec())
+    }
+
+    #[test]
+    fn a_watch_reply_names_the_exclusive_holder_on_resp2_and_resp3() {
+        let holder = vec![
+            bulk("owner"),
+            bulk("node-1"),
+            bulk("token"),
+            Value::Int(17),
+            bulk("ttl"),
+            Value::Int(9000),
+            bulk("permits"),
+            Value::Int(1),
+        ];
+        let flat = Value::Array(vec![
+            bulk("cursor"),
+            bulk("17-1"),
+            bulk("mode"),
+            Value::SimpleString("exclusive".into()),
+            bulk("token"),
+            Value::Int(17),
+            bulk("holders"),
+            Value::Array(vec![Value::Array(holder.clone())]),
+        ]);
+        let expected = Watched {
+            cursor: "17-1".into(),
+            exclusive: Some(("node-1".into(), 17)),
+        };
+        assert_eq!(watched(&flat), Ok(Some(expected.clone())));
+        let pairs = |v: Vec<Value>| {
+            let mut it = v.into_iter();
+            let mut out = Vec::new();
+            while let (Some(k), Some(v)) = (it.next(), it.next()) {
+                out.push((k, v));
+            }
+            Value::Map(out)
+        };
+        let map = pairs(vec![
+            bulk("cursor"),
+            bulk("17-1"),
+            bulk("mode"),
+            Value::SimpleString("exclusive".into()),
+            bulk("token"),
+            Value::Int(17),
+            bulk("holders"),
+            Value::Array(vec![pairs(holder)]),
+        ]);
+        assert_eq!(watched(&map), Ok(Some(expected)));
+    }
+
+    #[test]
+    fn a_watch_reply_without_an_exclusive_holder_has_no_leader() {
+        assert_eq!(watched(&Value::Nil), Ok(None));
+        for mode in ["free", "foreign", "shared"] {
+            let reply = Value::Array(vec![
+                bulk("cursor"),
+                bulk(mode),
+                bulk("mode"),
+                bulk(mode),
+                bulk("token"),
+                Value::Nil,
+                bulk("holders"),
+                Value::Array(vec![]),
+            ]);
+            let expected = Watched {
+                cursor: mode.into(),
+                exclusive: None,
+            };
+            assert_eq!(watched(&reply), Ok(Some(expected)));
+        }
+        assert!(watched(&Value::Int(3)).is_err());
+        assert!(watched(&Value::Array(vec![bulk("mode"), bulk("exclusive")])).is_err());
+    }
+
+    #[test]
+    fn a_watch_passes_its_cursor_and_wait() {
+        let words = |cmd: redis::Cmd| -> String {
+            let words: Vec<String> = cmd
+                .args_iter()
+                .map(|a| match a {
+                    redis::Arg::Simple(b) => String::from_utf8_lossy(b).into_owned(),
+                    _ => "cursor".into(),
+                })
+                .collect();
+            words.join(" ")
+        };
+        let wait = Some(Duration::from_millis(5000));
+        assert_eq!(
+            words(watch("k", "17-1", wait)),
+            "LOCK.WATCH k AFTER 17-1 WAIT 5000"
+        );
+        assert_eq!(
+            words(watch("k", FIRST_CURSOR, None)),
+            "LOCK.WATCH k AFTER 0"
+        );
     }
 }
