@@ -95,7 +95,13 @@ public final class Observation implements AutoCloseable {
                     continue;
                 }
                 pause = FIRST_PAUSE_MS;
-                Protocol.Watched w = Protocol.watched(reply);
+                Protocol.Watched w;
+                try {
+                    w = Protocol.watched(reply);
+                } catch (RuntimeException e) { // not a LOCK.WATCH reply: nothing to ask again
+                    fail(new RedisLockException("an unreadable LOCK.WATCH reply: " + reply, e));
+                    return;
+                }
                 if (w == null) { // nothing new within the wait
                     continue;
                 }

@@ -61,8 +61,9 @@ class ElectionTest extends OnServer {
 
     @Test
     void theWatchdogKeepsALiveLeadersLeasePastSeveralLeases() throws Exception {
-        Leadership leadership = locks.election(KEY, "node-1").ttl(Duration.ofMillis(600)).campaign();
-        Thread.sleep(2000); // more than three leases
+        // A 1.5 s lease renewed every 500 ms: a renewal may come up to 1 s late before the lease ends.
+        Leadership leadership = locks.election(KEY, "node-1").ttl(Duration.ofMillis(1500)).campaign();
+        Thread.sleep(3500); // more than two leases: without renewals it would end at 1.5 s
         assertFalse(leadership.isLost(), () -> "lost: " + leadership.lostReason());
         assertEquals(leadership.term(), holder().get("token"));
         assertTrue(leadership.resign());
@@ -125,12 +126,13 @@ class ElectionTest extends OnServer {
     @Test
     void lostLeadership_isToldOnce_itsWritesAreStale_closeThrowsLeadershipLost() throws Exception {
         List<String> told = new CopyOnWriteArrayList<>();
-        Leadership leadership = locks.election(KEY, "node-1").ttl(Duration.ofMillis(1500)).campaign();
+        Leadership leadership = locks.election(KEY, "node-1").ttl(Duration.ofMillis(3000)).campaign();
         leadership.onLost((l, reason) -> told.add(l.term() + " " + reason));
         long term = leadership.term();
         assertEquals(1L, server.cmd("LOCK.FORCERELEASE", KEY));
-        // The next renewal (a third of the lease) answers 0; 1 s margin for a loaded machine.
-        assertTrue(TestServer.eventually(() -> !told.isEmpty(), 500 + 1000), "told it lost");
+        // The next renewal (within a third of the lease, 1 s) answers 0; 1.5 s margin for a
+        // loaded machine, still before the lease's end (where the reason would be another).
+        assertTrue(TestServer.eventually(() -> !told.isEmpty(), 1000 + 1500), "told it lost");
         assertEquals(term + " " + Protocol.RAN_OUT, told.get(0));
         assertTrue(leadership.isLost());
         assertThrows(StaleTokenException.class, () -> leadership.guard("SET", "billing:leader", "node-1"));
