@@ -65,6 +65,9 @@ public final class Hold implements AutoCloseable {
             listeners.add(options.onLost);
         }
         this.entry = locks.renewals.entry(this);
+        if (session != null) { // its connection's end is the hold's (rule 6), also when Lettuce would reconnect it
+            session.onDisconnected(this::sessionDropped);
+        }
         synchronized (this) {
             // Into the loop: renewed every ttl/3 (its link was connected by the acquisition, on
             // the caller's thread); a fixed lease is lost at its end all the same (rule 15).
@@ -391,6 +394,16 @@ public final class Hold implements AutoCloseable {
             return null;
         }
         return Protocol.watchdogFailed(String.valueOf(cause));
+    }
+
+    /** The session's connection dropped: lost, unless released (a release closes it). */
+    private void sessionDropped() {
+        synchronized (this) {
+            if (released) {
+                return;
+            }
+        }
+        lose(Protocol.sessionClosed("the connection dropped"));
     }
 
     private void lose(String reason) {

@@ -1,6 +1,8 @@
 package io.redislock;
 
 import io.lettuce.core.AbstractRedisClient;
+import io.lettuce.core.RedisChannelHandler;
+import io.lettuce.core.RedisConnectionStateListener;
 import io.lettuce.core.RedisClient;
 import io.lettuce.core.RedisURI;
 import io.lettuce.core.RedisException;
@@ -299,6 +301,32 @@ final class Link implements AutoCloseable {
         }
     }
 
+    /**
+     * Runs {@code then} once when the connection drops (on Lettuce's I/O thread), and closes it
+     * so that it is not connected again: a session hold's link (rule 6), whose hold ends with it
+     * even when Lettuce could reconnect (a new connection is no session, and a restarted server
+     * keeps a session hold until its lease ends: renewals on the new connection would keep it).
+     */
+    void onDisconnected(Runnable then) {
+        if (connection instanceof RedisChannelHandler<?, ?> handler) {
+            handler.addListener(new RedisConnectionStateListener() {
+                private boolean told;
+
+                @Override
+                public void onRedisDisconnected(RedisChannelHandler<?, ?> c) {
+                    synchronized (this) {
+                        if (told) {
+                            return;
+                        }
+                        told = true;
+                    }
+                    closeAsync();
+                    then.run();
+                }
+            });
+        }
+    }
+
     /** Lifts the client's own command timeout for a wait of this long (rule 2). */
     void timeout(Duration d) {
         connection.setTimeout(d);
@@ -325,6 +353,10 @@ final class Link implements AutoCloseable {
 
     /** Closes; the future completes once the client has forgotten the connection. */
     CompletableFuture<Void> closeAsync() {
+        if (connection instanceof RedisChannelHandler<?, ?> h && h.isClosed()) {
+            // closed already (a session's drop, then its release): Lettuce would warn (rule 18)
+            return CompletableFuture.completedFuture(null);
+        }
         CompletableFuture<Void> f = connection.closeAsync();
         Set<CompletableFuture<Void>> s = closings;
         if (s != null && !f.isDone()) {

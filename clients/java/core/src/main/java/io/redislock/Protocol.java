@@ -3,6 +3,7 @@ package io.redislock;
 import io.lettuce.core.RedisCommandExecutionException;
 import java.util.ArrayList;
 import java.util.List;
+import java.util.Optional;
 
 /**
  * The wire protocol, written once (docs/clients.md): the commands the client sends, how a reply
@@ -14,6 +15,8 @@ final class Protocol {
     static final String RELEASE = "LOCK.RELEASE";
     static final String EXTEND = "LOCK.EXTEND";
     static final String GUARD = "LOCK.GUARD";
+    /** Who holds a lock, told when it changes: an election's leader (rules 21, 22). */
+    static final String WATCH = "LOCK.WATCH";
     /** Redis's own {@code WAIT n timeout}, after a durable grant (rule 9). */
     static final String WAIT = "WAIT";
 
@@ -60,6 +63,58 @@ final class Protocol {
         args[0] = token;
         System.arraycopy(command, 0, args, 1, command.length);
         return args;
+    }
+
+    /**
+     * {@code LOCK.WATCH key [AFTER cursor WAIT ms]}'s arguments after the key: none for the first
+     * call (answered at once), else the last reply's cursor and how long to block for a change.
+     */
+    static Object[] watch(String cursor, long waitMs) {
+        return cursor == null ? new Object[0] : new Object[] {"AFTER", cursor, "WAIT", waitMs};
+    }
+
+    /** A {@code LOCK.WATCH} reply: the cursor to pass next, and the leader it names (or none). */
+    record Watched(String cursor, Optional<Leader> leader) {}
+
+    /**
+     * A {@code LOCK.WATCH} reply (a RESP3 map or a RESP2 field/value array, both read as one flat
+     * list), or null when nothing is new. The leader is the exclusive holder: its owner (the
+     * candidate's identity) and token (the term); a free lock, a plain string or a shared or
+     * semaphore hold under the name is no leader.
+     */
+    static Watched watched(Object reply) {
+        if (reply == null) {
+            return null;
+        }
+        List<?> fields = (List<?>) reply;
+        String cursor = null;
+        String mode = null;
+        Long token = null;
+        List<?> holders = List.of();
+        for (int i = 0; i + 1 < fields.size(); i += 2) {
+            Object v = fields.get(i + 1);
+            switch (String.valueOf(fields.get(i))) {
+                case "cursor" -> cursor = String.valueOf(v);
+                case "mode" -> mode = String.valueOf(v);
+                case "token" -> token = v == null ? null : Long.valueOf(String.valueOf(v));
+                case "holders" -> holders = v == null ? List.of() : (List<?>) v;
+                default -> { } // a field a newer server adds
+            }
+        }
+        if (cursor == null) {
+            throw new IllegalStateException("a LOCK.WATCH reply without a cursor: " + reply);
+        }
+        if (!"exclusive".equals(mode) || token == null || holders.isEmpty()) {
+            return new Watched(cursor, Optional.empty());
+        }
+        List<?> holder = (List<?>) holders.get(0);
+        String owner = null;
+        for (int i = 0; i + 1 < holder.size(); i += 2) {
+            if ("owner".equals(String.valueOf(holder.get(i)))) {
+                owner = String.valueOf(holder.get(i + 1));
+            }
+        }
+        return new Watched(cursor, Optional.of(new Leader(owner, token)));
     }
 
     /** An acquire's reply: the fencing token, or null when not granted. */

@@ -61,6 +61,8 @@ public final class RedisLocks implements AutoCloseable {
     private final ConcurrentLinkedDeque<Link> idleWaits = new ConcurrentLinkedDeque<>();
     /** The acquisitions not yet over: close() ends them, which closes their waits' links. */
     private final Set<Acquisition> acquiring = ConcurrentHashMap.newKeySet();
+    /** The observations not yet closed: close() closes them. */
+    private final Set<Observation> observations = ConcurrentHashMap.newKeySet();
     /** The closes of links still in progress (a cancelled wait's, a session's): close() waits for them. */
     private final Set<CompletableFuture<Void>> closing = ConcurrentHashMap.newKeySet();
     /** Links left after a failover, closed once what was in flight on them is answered (or by close()). */
@@ -130,6 +132,15 @@ public final class RedisLocks implements AutoCloseable {
     }
 
     /**
+     * An election on {@code key} for the candidate {@code identity} (rules 21, 22): {@link
+     * Election#campaign()} for a {@link Leadership}, {@link Election#leader()}, {@link
+     * Election#observe}. Each candidate's identity must be its own (a host or pod name).
+     */
+    public Election election(String key, String identity) {
+        return new Election(this, key, identity, Election.TTL, LockOptions.UNAVAILABLE_AFTER);
+    }
+
+    /**
      * Waits for a hold without limit, as a mutex does (interruptibly; rule 14 bounds it when the
      * server cannot be reached: {@link LockServiceUnavailableException}).
      */
@@ -166,7 +177,7 @@ public final class RedisLocks implements AutoCloseable {
     }
 
     /** A wait in whole ms, rounded up; a negative one is an argument error (rule 17). */
-    private static long waitMillis(Duration wait) {
+    static long waitMillis(Duration wait) {
         if (wait.isNegative()) {
             throw new IllegalArgumentException("a wait must not be negative, not " + wait + " (tryAcquire tries once)");
         }
@@ -385,6 +396,19 @@ public final class RedisLocks implements AutoCloseable {
         acquiring.remove(a);
     }
 
+    /** Registers an observation that close() is to close; false if closed already. */
+    synchronized boolean observing(Observation o) {
+        if (closed) {
+            return false;
+        }
+        observations.add(o);
+        return true;
+    }
+
+    void observed(Observation o) {
+        observations.remove(o);
+    }
+
     /** A wait's link whose call is over, for the next wait. */
     void idle(Link link) {
         idleWaits.push(link);
@@ -599,6 +623,9 @@ public final class RedisLocks implements AutoCloseable {
         }
         for (Acquisition a : acquiring) { // a wait in flight ends, and its link is closed (rule 3)
             a.result.completeExceptionally(new IllegalStateException("RedisLocks is closed"));
+        }
+        for (Observation o : observations) {
+            o.close();
         }
         scheduler.shutdownNow();
         background.shutdown();

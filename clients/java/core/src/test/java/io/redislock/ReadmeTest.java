@@ -26,7 +26,7 @@ import org.junit.jupiter.api.Test;
  */
 class ReadmeTest extends OnServer {
     /** What the examples log, in place of the application's logger. */
-    final List<String> warnings = new ArrayList<>();
+    final List<String> warnings = new java.util.concurrent.CopyOnWriteArrayList<>();
     final Log log = warnings::add;
 
     interface Log {
@@ -106,6 +106,30 @@ class ReadmeTest extends OnServer {
     }
 
     @Test
+    void theElectionExample() throws Exception {
+        Election election = locks.election("leader:billing", "node-1");     // node-1: this candidate's identity
+        Observation observation = election.observe(leader ->                 // the current leader (or none), then each change
+                log.warn("leader: " + leader.map(Leader::identity).orElse("none")));
+        try (Leadership leadership = election.campaign()) {                  // waits in the key's queue
+            leadership.onLost((l, reason) -> log.warn("no longer leader: " + reason));
+            leadership.guard("SET", "billing:leader", "node-1");             // runs only while this term leads
+            long term = leadership.term();                                    // larger than every earlier leader's
+        }                                                                    // resigns: the next candidate leads at once
+
+        assertEquals("node-1", server.cmd("GET", "billing:leader"), "the fenced write ran");
+        assertNull(server.info("leader:billing"), "resigned");
+        // The observer ends on the current state (none); it told node-1 if its first watch came
+        // before the resign (a watch may miss leaders that came and went: rule 22).
+        assertTrue(TestServer.eventually(() -> !warnings.isEmpty() && warnings.get(warnings.size() - 1).equals("leader: none"),
+                3000), "the observer ends on none: " + warnings);
+        observation.close();
+        for (int i = 1; i < warnings.size(); i++) {
+            assertNotEquals(warnings.get(i - 1), warnings.get(i), "never twice in a row: " + warnings);
+        }
+        assertFalse(warnings.stream().anyMatch(w -> w.startsWith("no longer")), "never lost: " + warnings);
+    }
+
+    @Test
     void theRepositoryReadmeExample() throws Exception {
         server.cmd("SET", "{sku:9}:stock", "10");
         String uri = uri();
@@ -133,7 +157,7 @@ class ReadmeTest extends OnServer {
                 checked++;
             }
         }
-        assertEquals(4, checked, "every Java example is checked");
+        assertEquals(5, checked, "every Java example is checked");
     }
 
     static List<String> javaBlocks(String page) {
