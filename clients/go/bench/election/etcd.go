@@ -86,18 +86,28 @@ func ttlSeconds(ttl time.Duration) int {
 	return max(1, int((ttl+time.Second-1)/time.Second))
 }
 
+// etcdSession connects to addr and opens a session whose lease lives ttl (whole seconds).
+func etcdSession(addr string, ttl time.Duration) (*clientv3.Client, *concurrency.Session, error) {
+	cli, err := etcdClient(addr)
+	if err != nil {
+		return nil, nil, err
+	}
+	session, err := concurrency.NewSession(cli, concurrency.WithTTL(ttlSeconds(ttl)))
+	if err != nil {
+		_ = cli.Close()
+		return nil, nil, err
+	}
+	return cli, session, nil
+}
+
 var etcdSystem = system{
 	name: "etcd concurrency.Election",
 	candidate: func(addr, id string, ttl time.Duration) error {
-		cli, err := etcdClient(addr)
+		cli, session, err := etcdSession(addr, ttl)
 		if err != nil {
 			return err
 		}
 		defer func() { _ = cli.Close() }()
-		session, err := concurrency.NewSession(cli, concurrency.WithTTL(ttlSeconds(ttl)))
-		if err != nil {
-			return err
-		}
 		ctx := context.Background()
 		e := concurrency.NewElection(session, etcdPrefix)
 		if err := e.Campaign(ctx, id); err != nil {
@@ -123,15 +133,11 @@ var etcdSystem = system{
 		return session.Close()
 	},
 	observe: func(ctx context.Context, addr string, ttl time.Duration, seen func(string)) error {
-		cli, err := etcdClient(addr)
+		cli, session, err := etcdSession(addr, ttl)
 		if err != nil {
 			return err
 		}
 		defer func() { _ = cli.Close() }()
-		session, err := concurrency.NewSession(cli, concurrency.WithTTL(ttlSeconds(ttl)))
-		if err != nil {
-			return err
-		}
 		defer func() { _ = session.Close() }()
 		for resp := range concurrency.NewElection(session, etcdPrefix).Observe(ctx) {
 			if len(resp.Kvs) > 0 {
