@@ -9,5 +9,21 @@ import "./dispose.js";
 
 export { Locks, type AcquireOptions, type LocksOptions } from "./locks.js";
 export { Hold, type HoldEvents } from "./hold.js";
-export { DeadlockError, LockError, LockLostError, NotAcquiredError, StaleError, UnavailableError } from "./errors.js";
+export {
+  Election,
+  Leadership,
+  type CampaignOptions,
+  type ElectionOptions,
+  type Leader,
+  type ObserveOptions,
+} from "./election.js";
+export {
+  DeadlockError,
+  LeadershipLostError,
+  LockError,
+  LockLostError,
+  NotAcquiredError,
+  StaleError,
+  UnavailableError,
+} from "./errors.js";
 export type { Arg } from "./protocol.js";
