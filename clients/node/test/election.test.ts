@@ -212,7 +212,7 @@ for (const flavour of FLAVOURS) {
       { timeout: 90_000 },
       () =>
         withRun(flavour, async (run) => {
-          const TTL = 1500;
+          const TTL = 2000;
           const [first, second, third] = [
             await run.candidate("c1", TTL),
             await run.candidate("c2", TTL),
@@ -337,8 +337,12 @@ for (const flavour of FLAVOURS) {
               const b = new Locks(await clients.client(server.port), { unavailableAfter: 4000 });
               made.push(watcher, a, b);
               const seen: (Leader | null)[] = [];
+              let seenAt = 0;
               const observing = (async () => {
-                for await (const l of watcher.election(KEY).observe({ signal: stop.signal })) seen.push(l);
+                for await (const l of watcher.election(KEY).observe({ signal: stop.signal })) {
+                  seen.push(l);
+                  seenAt = Date.now();
+                }
               })();
               const leaderA = await a.election(KEY, { identity: "A" }).campaign({ ttl: 3000 });
               assert.ok(await eventually(() => seen.at(-1)?.term === leaderA.term, 5000), "A observed");
@@ -349,10 +353,12 @@ for (const flavour of FLAVOURS) {
               await sleep(4500); // B waits longer than its bound
               const before = sent.length;
               await server.restart(); // kill -9, then the same port and data (its AOF, always fsynced)
+              const restarted = Date.now();
               // A's session connection closed with the server: A lost it. The restarted server
               // keeps A's hold until its lease's end (3 s), then B, asking again, leads.
               assert.match(await leaderA.lost, /^the session's connection closed/);
               const elected = await campaignB;
+              const electedAt = Date.now();
               assert.ok(elected.term > leaderA.term);
               // The observer reports B: 3 s lease + 5 s of margin.
               assert.ok(
@@ -360,6 +366,8 @@ for (const flavour of FLAVOURS) {
                 `B observed: ${JSON.stringify(seen)}`,
               );
               assert.deepEqual(seen.at(-1), { identity: "B", term: elected.term });
+              report(`${flavour.name}: server back -> B leads (A's restored 3 s lease)`, electedAt - restarted);
+              report(`${flavour.name}: observer lag after the restart`, seenAt - electedAt);
               // Its first watch after the restart named A's hold: the cursor it had.
               const after = sent.slice(before).filter((args) => args[0] === "LOCK.WATCH");
               assert.deepEqual(after[0]?.slice(0, 4), ["LOCK.WATCH", KEY, "AFTER", `${leaderA.term}-1`]);
