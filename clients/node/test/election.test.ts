@@ -400,6 +400,71 @@ for (const flavour of FLAVOURS) {
         ),
     );
 
+    test(
+      "rule 22: an observer answered a retryable reply (LOADING) connects again and passes its last cursor",
+      { timeout: 90_000 },
+      () =>
+        withRun(flavour, async (run) => {
+          const clients = new Clients(flavour);
+          const made: Locks[] = [];
+          const stop = new AbortController();
+          try {
+            // The real adapter, but the first watch with a cursor is answered `LOADING` (as a
+            // restarted server loading its data answers), without reaching the server.
+            const real = adapt(await clients.client(run.server.port));
+            const watches: { conn: number; args: Arg[] }[] = [];
+            let conns = 0;
+            let injected = false;
+            const loading = Object.assign(new Error("LOADING Redis is loading the dataset in memory"), {
+              name: "ReplyError",
+            });
+            const adapter: typeof real = {
+              name: real.name,
+              route: (key) => real.route(key),
+              address: (key) => real.address?.(key) ?? real.name,
+              send: (key, args) => real.send(key, args),
+              connect: async (key, options) => {
+                const conn = await real.connect(key, options);
+                const n = ++conns;
+                return {
+                  send: (args) => {
+                    if (args[0] === "LOCK.WATCH") watches.push({ conn: n, args: [...args] });
+                    if (args[0] === "LOCK.WATCH" && args[2] === "AFTER" && !injected) {
+                      injected = true;
+                      return Promise.reject(loading);
+                    }
+                    return conn.send(args);
+                  },
+                  close: () => conn.close(),
+                  ref: (k) => conn.ref(k),
+                };
+              },
+            };
+            const watcher = new Locks(adapter);
+            const locks = new Locks(await clients.client(run.server.port));
+            made.push(watcher, locks);
+            const seen: (Leader | null)[] = [];
+            const observing = (async () => {
+              for await (const l of watcher.election(KEY).observe({ signal: stop.signal })) seen.push(l);
+            })();
+            assert.ok(await eventually(() => seen.length === 1, 5000), "the first report");
+            assert.ok(await eventually(() => conns === 2, 5000), "connected again after LOADING");
+            const leadership = await locks.election(KEY, { identity: "A" }).campaign();
+            assert.ok(await eventually(() => seen.length === 2, 5000), `A observed: ${JSON.stringify(seen)}`);
+            assert.deepEqual(seen, [null, { identity: "A", term: leadership.term }]);
+            const first = watches.find((w) => w.conn === 2)!;
+            assert.deepEqual(first.args.slice(0, 4), ["LOCK.WATCH", KEY, "AFTER", "free"], "the same cursor");
+            stop.abort();
+            await observing;
+            assert.equal(await leadership.resign(), true);
+          } finally {
+            stop.abort();
+            for (const l of made) l.close();
+            await clients.close();
+          }
+        }),
+    );
+
     test("rule 21: a campaign is bounded by its wait and its signal, and leaves the queue", { timeout: 90_000 }, () =>
       withRun(flavour, async (run) => {
         const clients = new Clients(flavour);
