@@ -64,3 +64,14 @@ export function moduleMissing(err: unknown): boolean {
   const message = err instanceof Error ? err.message : String(err);
   return /unknown command/i.test(message) && /lock\./i.test(message);
 }
+
+/** A leadership was lost before its `resign()` (rule 21): a renewal answered 0, the lease ran
+ * out (a frozen process), or the link was lost past the lease. The `signal` of the leadership
+ * aborts with it, and leaving an `await using` scope throws it. `reason` says why. */
+export class LeadershipLostError extends LockLostError {
+  override name = "LeadershipLostError";
+  constructor(reason: string) {
+    super(reason);
+    this.message = `leadership was lost: ${reason}`;
+  }
+}

@@ -7,6 +7,7 @@
 import { randomUUID } from "node:crypto";
 import { adapt } from "./adapt.js";
 import { CONNECT_TIMEOUT, LinkTimeout, noop, within, type Adapter, type Connection } from "./adapter.js";
+import { Election, type ElectionOptions } from "./election.js";
 import { LockError, LockLostError, NotAcquiredError, UnavailableError } from "./errors.js";
 import { Hold } from "./hold.js";
 import { Link, Links } from "./links.js";
@@ -90,6 +91,8 @@ interface Ask {
 interface Attempt {
   route: string;
   reused: boolean;
+  /** When its command was written on its own connection (undefined: not that far). */
+  sent?: number;
 }
 
 export class Locks {
@@ -158,6 +161,20 @@ export class Locks {
     return result;
   }
 
+  /**
+   * An election on `key` (rule 21): `campaign()` waits in the key's queue for a session hold
+   * owned by `identity` (default: host name, pid and random digits), renewed by this object's
+   * watchdog; `leader()` and `observe()` read who leads.
+   */
+  election(key: string, options: ElectionOptions = {}): Election {
+    const election: Election = new Election(key, options.identity, this.#reach, (o, wait) =>
+      // Not this object's `defaults`: a leadership is always an exclusive session hold with its
+      // watchdog on, whatever the other holds are.
+      this.#take(key, { ...o, owner: election.identity, session: true, watchdog: true }, wait),
+    );
+    return election;
+  }
+
   /** Close the idle wait connections, and the renewal loop's once no hold is left in it (holds
    * and waits in progress keep theirs). */
   close(): void {
@@ -187,8 +204,11 @@ export class Locks {
         }
         // The link broke (or this server no longer serves the key): the same owner asks again,
         // which the server answers as a safe retry, until the caller's deadline or the bound.
-        // The silence began when the failed try began (a connect may take its timeout to fail).
-        failingSince ??= began;
+        // The silence began when the failed try began (a connect may take its timeout to fail),
+        // but for a wait whose link broke once its command was written: the server was watched
+        // until then (`Reach.watch`), so it failed now, however long it had waited (a standing
+        // candidate of an election, a waiter unblocked by a failover).
+        failingSince ??= attempt.sent === undefined ? began : performance.now();
         if (performance.now() + RETRY_PAUSE >= Math.min(ask.deadline, failingSince + this.#reach.bound)) {
           throw this.#reach.unavailable(key, e);
         }
@@ -243,6 +263,7 @@ export class Locks {
     attempt.reused = made.reused;
     try {
       const sent = performance.now();
+      attempt.sent = sent;
       const reply = this.#reply(c, key, args, ask.blocking ? left : 0);
       const token = tokenOf(await this.#abortable(reply, signal, () => c.close()));
       // A grant after a wait started its lease when the server granted it, which the reply

@@ -128,6 +128,67 @@ export function waitArgs(replicas: number, timeout: number): Arg[] {
   return ["WAIT", replicas, millis(timeout)];
 }
 
+/**
+ * `LOCK.WATCH key [AFTER cursor] [WAIT timeout]`: who holds `key`. Without `after` it answers
+ * at once; with it, only when the holders differ from the ones the cursor names (nil otherwise),
+ * blocking up to `wait` ms (`Infinity`: `WAIT 0`, without limit) when `wait` is given.
+ */
+export function watchArgs(key: string, after?: string, wait?: number): Arg[] {
+  const args: Arg[] = ["LOCK.WATCH", key];
+  if (after !== undefined) args.push("AFTER", after);
+  if (wait !== undefined) args.push("WAIT", wait === Infinity ? 0 : millis(wait));
+  return args;
+}
+
+/** One live hold of a `LOCK.WATCH` reply. */
+export interface Watched {
+  owner: string;
+  token: number;
+  /** ms left of its lease when the server answered. */
+  ttl: number;
+  permits: number;
+}
+
+/** A `LOCK.WATCH` reply: what to pass as `AFTER` next, the mode, the newest live hold's token
+ * (an election's term) and every live hold, oldest first. */
+export interface WatchState {
+  cursor: string;
+  mode: string;
+  token: number | null;
+  holders: Watched[];
+}
+
+/** A reply's map (a RESP2 flat field/value array, a RESP3 `Map` or object) as an object. */
+function fields(reply: unknown): Record<string, unknown> {
+  if (Array.isArray(reply)) {
+    const out: Record<string, unknown> = {};
+    for (let i = 0; i + 1 < reply.length; i += 2) out[str(reply[i])] = reply[i + 1];
+    return out;
+  }
+  if (reply instanceof Map) return Object.fromEntries([...reply].map(([k, v]) => [str(k), v]));
+  if (typeof reply === "object" && reply !== null && !Buffer.isBuffer(reply)) return reply as Record<string, unknown>;
+  throw new TypeError(`expected a map reply, got ${String(reply)}`);
+}
+
+const str = (x: unknown): string => (Buffer.isBuffer(x) ? x.toString() : String(x));
+
+/** The `LOCK.WATCH` reply, or null for nil (nothing new within the wait). */
+export function watchReply(reply: unknown): WatchState | null {
+  if (reply === null || reply === undefined) return null;
+  const f = fields(reply);
+  const holders = (f["holders"] ?? []) as unknown[];
+  if (!Array.isArray(holders)) throw new TypeError(`expected an array of holders, got ${String(holders)}`);
+  return {
+    cursor: str(f["cursor"]),
+    mode: str(f["mode"]),
+    token: f["token"] === null || f["token"] === undefined ? null : int(f["token"]),
+    holders: holders.map((h) => {
+      const g = fields(h);
+      return { owner: str(g["owner"]), token: int(g["token"]), ttl: int(g["ttl"]), permits: int(g["permits"]) };
+    }),
+  };
+}
+
 /** An integer reply as a number (tokens stay below 2^53, so they are exact). */
 export function int(reply: unknown): number {
   if (typeof reply === "number") return reply;

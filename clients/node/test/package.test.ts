@@ -21,7 +21,10 @@ test("ESM and CommonJS export the same names", () => {
   // The API the README shows, and nothing of the internals (adapters, protocol, key slots).
   assert.deepEqual(Object.keys(esm).sort(), [
     "DeadlockError",
+    "Election",
     "Hold",
+    "Leadership",
+    "LeadershipLostError",
     "LockError",
     "LockLostError",
     "Locks",

@@ -98,3 +98,41 @@ test("key slots, hash tags included (Redis Cluster's CRC16)", () => {
   assert.equal(slotOf("foo{}{bar}"), slotOf("foo{}{bar}"), "an empty tag hashes the whole key");
   assert.notEqual(slotOf("foo{}{bar}"), slotOf("bar"));
 });
+
+test("rule 22: LOCK.WATCH words, and its reply as RESP2 flat arrays, a RESP3 Map or an object", () => {
+  const { watchArgs, watchReply } = protocol;
+  assert.deepEqual(watchArgs("k"), ["LOCK.WATCH", "k"]);
+  assert.deepEqual(watchArgs("k", "17-1", 5000.2), ["LOCK.WATCH", "k", "AFTER", "17-1", "WAIT", 5001]);
+  assert.deepEqual(watchArgs("k", "free", Infinity), ["LOCK.WATCH", "k", "AFTER", "free", "WAIT", 0]);
+  const holder = { owner: "node-1", token: 1795951911771375, ttl: 9995, permits: 1 };
+  const state = { cursor: "1795951911771375-1", mode: "exclusive", token: 1795951911771375, holders: [holder] };
+  const resp2 = [
+    "cursor",
+    "1795951911771375-1",
+    "mode",
+    "exclusive",
+    "token",
+    1795951911771375,
+    "holders",
+    [["owner", "node-1", "token", 1795951911771375, "ttl", 9995, "permits", 1]],
+  ];
+  assert.deepEqual(watchReply(resp2), state);
+  const buffers = resp2.map((x) => (typeof x === "string" ? Buffer.from(x) : x));
+  assert.deepEqual(watchReply(buffers), state);
+  const resp3 = new Map<unknown, unknown>([
+    ["cursor", "1795951911771375-1"],
+    ["mode", "exclusive"],
+    ["token", 1795951911771375n],
+    ["holders", [new Map(Object.entries(holder))]],
+  ]);
+  assert.deepEqual(watchReply(resp3), state);
+  assert.deepEqual(watchReply({ ...state, holders: [holder] }), state);
+  assert.deepEqual(watchReply(["cursor", "free", "mode", "free", "token", null, "holders", []]), {
+    cursor: "free",
+    mode: "free",
+    token: null,
+    holders: [],
+  });
+  assert.equal(watchReply(null), null, "nil: nothing new within the wait");
+  assert.throws(() => watchReply("OK"), TypeError);
+});

@@ -73,13 +73,7 @@ export class Server {
 
   static async #start(args: string[]): Promise<Server> {
     const s = new Server(await freePort(), args);
-    s.proc = spawn(
-      BINARY,
-      ["--port", String(s.port), "--bind", "127.0.0.1", "--dir", s.dir, "--save", "", "--appendonly", "no", ...args],
-      {
-        stdio: "ignore",
-      },
-    );
+    s.#spawn();
     s.admin = new Redis({
       port: s.port,
       host: "127.0.0.1",
@@ -94,6 +88,31 @@ export class Server {
       throw new Error(`${BINARY} with ${MODULE} did not start on ${s.port}`);
     }
     return s;
+  }
+
+  #spawn(): void {
+    this.proc = spawn(
+      BINARY,
+      [
+        ...["--port", String(this.port), "--bind", "127.0.0.1", "--dir", this.dir, "--save", "", "--appendonly", "no"],
+        ...this.args,
+      ],
+      { stdio: "ignore" },
+    );
+  }
+
+  /** `kill -9`, then the same server again: the same port, directory and arguments, so the same
+   * data when it had any on disk (`--appendonly yes --appendfsync always`). */
+  async restart(): Promise<void> {
+    const gone = new Promise((resolve) => this.proc.once("exit", resolve));
+    if (this.proc.exitCode === null && this.proc.signalCode === null) {
+      this.proc.kill("SIGKILL");
+      await gone;
+    }
+    this.#spawn();
+    if (!(await eventually(async () => (await this.admin.ping()) === "PONG", 10_000))) {
+      throw new Error(`${BINARY} did not start again on ${this.port}`);
+    }
   }
 
   get pid(): number {
