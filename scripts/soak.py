@@ -25,6 +25,9 @@ import suites
 def _spin() -> None:
     # Ctrl-C reaches the whole process group: the hog ends by stop_hog's SIGTERM, quietly.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # The parent turns SIGTERM into KeyboardInterrupt (to report early); the spinner inherits
+    # that, so stop_hog's terminate() printed a traceback per core: end quietly instead.
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
     while True:
         pass
 
