@@ -9,6 +9,7 @@ pub mod error;
 pub mod fencing;
 pub mod guard_rules;
 pub mod lock;
+pub mod lock_set;
 pub mod metrics;
 pub mod owner;
 pub mod queue;

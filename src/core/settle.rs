@@ -118,10 +118,20 @@ pub struct Grant {
     pub with_owner: bool,
 }
 
+/// A lock set handed to a waiter: each key with its token, in the order the keys were named.
+#[derive(Debug)]
+pub struct SetGrant {
+    pub members: Vec<(QueueKey, Token)>,
+    pub owner: Owner,
+    /// The waiter asked with owner `*`: the reply is `[owner, [token ...]]`.
+    pub with_owner: bool,
+}
+
 /// How a blocked client is answered.
 #[derive(Debug)]
 pub enum Answer {
     Granted(Grant),
+    GrantedSet(SetGrant),
     TimedOut,
     Failed(LockError),
     /// A watcher's news (`LOCK.WATCH`).
@@ -329,7 +339,7 @@ mod tests {
                         let mut touched = None;
                         if let Some(left) = w.registry.leave(u64::from(i) % (next_client + 1)) {
                             for (lock, q) in queued_order.iter_mut().enumerate() {
-                                if left.settle.as_ref() == Some(&World::key(lock)) {
+                                if left.settle.contains(&World::key(lock)) {
                                     touched = Some(lock); // the head changed
                                 }
                                 q.retain(|c| *c != left.waiter.client.0);
