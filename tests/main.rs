@@ -28,6 +28,7 @@ mod replication;
 mod restore;
 mod semaphore;
 mod session;
+mod sets;
 mod shared;
 mod upgrade;
 mod waiting;
