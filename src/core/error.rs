@@ -183,13 +183,8 @@ impl LockError {
             Self::Deadlock => {
                 "DEADLOCK other owners hold this lock shared: upgrading would wait for them forever; release and acquire exclusive"
             }
-            Self::SetSize => "ERR invalid numkeys: must be 1 to lock.max-set-size",
-            Self::DuplicateKey => "ERR a key appears twice in the set",
-            Self::SetWaitsOnItself => {
-                "DEADLOCK this owner holds some of these locks already: waiting for the others would wait for itself; release them first, or acquire without WAIT"
-            }
-            Self::SetOfPermits => {
-                "ERR LOCK.MACQUIRE takes exclusive or SHARED locks, not semaphore permits (LIMIT, PERMITS)"
+            Self::SetSize | Self::DuplicateKey | Self::SetWaitsOnItself | Self::SetOfPermits => {
+                self.set_wire()
             }
             Self::WrongKind => {
                 "ERR the key holds another kind of lock: a semaphore takes LIMIT, a plain or SHARED lock does not"
@@ -228,6 +223,22 @@ impl LockError {
             }
             Self::Demoted => {
                 "UNBLOCKED force unblock from blocking operation, instance state changed (master -> replica?)"
+            }
+        }
+    }
+}
+
+impl LockError {
+    /// The errors of lock sets (`LOCK.MACQUIRE`, `LOCK.MRELEASE`).
+    const fn set_wire(self) -> &'static str {
+        match self {
+            Self::SetSize => "ERR invalid numkeys: must be 1 to lock.max-set-size",
+            Self::DuplicateKey => "ERR a key appears twice in the set",
+            Self::SetWaitsOnItself => {
+                "DEADLOCK this owner holds some of these locks already: waiting for the others would wait for itself; release them first, or acquire without WAIT"
+            }
+            _ => {
+                "ERR LOCK.MACQUIRE takes exclusive or SHARED locks, not semaphore permits (LIMIT, PERMITS)"
             }
         }
     }

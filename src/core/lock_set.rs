@@ -29,6 +29,20 @@ pub fn keys<'a, A: Arg>(args: &'a [A], limits: &Limits) -> Result<(&'a [A], &'a 
     Ok((keys, after))
 }
 
+/// Where the keys of `NAME numkeys key [key ...] ...` stand among `argc` arguments (the name
+/// included), for Redis's routing and ACL checks: empty when numkeys is not a count of
+/// arguments that are there (the command itself then answers with the error).
+pub fn key_positions(numkeys: &[u8], argc: usize) -> std::ops::Range<usize> {
+    let n = args::integer(numkeys)
+        .ok()
+        .and_then(|n| usize::try_from(n).ok())
+        .unwrap_or(0);
+    if n == 0 || n > argc.saturating_sub(2) {
+        return 0..0;
+    }
+    2..2 + n
+}
+
 /// `LOCK.MACQUIRE numkeys key [key ...] owner ttl-ms [SHARED] [SESSION] [WAIT timeout-ms]`:
 /// the keys and the acquire's arguments (every key in one mode; no semaphore permits).
 pub fn acquire_args<'a, A: Arg>(
@@ -153,6 +167,15 @@ mod tests {
             ("3 a b a owner 100", LockError::DuplicateKey),
         ] {
             assert_eq!(keys(&words(input), &limits(4)).err(), Some(err), "{input}");
+        }
+    }
+
+    #[test]
+    fn key_positions_follow_numkeys() {
+        assert_eq!(key_positions(b"2", 6), 2..4); // NAME 2 a b owner ttl
+        assert_eq!(key_positions(b"4", 6), 2..6);
+        for (numkeys, argc) in [(&b"5"[..], 6), (b"0", 6), (b"-1", 6), (b"x", 6), (b"1", 1)] {
+            assert_eq!(key_positions(numkeys, argc), 0..0);
         }
     }
 

@@ -128,8 +128,9 @@ pub struct Spec {
 }
 
 impl Spec {
-    /// Whether its keys are counted by a `numkeys` first argument.
-    fn counts_keys(&self) -> bool {
+    /// Whether its keys are counted by a `numkeys` first argument (its flags then include
+    /// `getkeys-api`: Redis asks the command where its keys are, `ffi::entry`).
+    pub fn counts_keys(&self) -> bool {
         matches!(
             self.args.first(),
             Some(Arg {

@@ -9,6 +9,7 @@ pub mod guarded;
 pub mod info;
 pub mod renames;
 pub mod resetstat;
+pub mod set_handoff;
 pub mod sets;
 pub mod settling;
 pub mod table;

@@ -26,7 +26,7 @@ use crate::ffi::block;
 use crate::ffi::clock;
 use crate::ffi::server;
 use crate::shell::cluster;
-use crate::shell::sets;
+use crate::shell::set_handoff;
 
 /// Bring `key` in line with its queue (a settle or revoke timer, or an event). `revoked`: a
 /// grant whose reply never went out, released here if it still holds.
@@ -134,7 +134,7 @@ fn hand_off(lock: &LockKey, key: &QueueKey, state: Option<&LockState>, now: Mill
         return false; // logged; the next grant tries again
     }
     if let Some(set) = queues::head_set(key) {
-        return sets::grant_waiting(lock, set, now);
+        return set_handoff::grant_waiting(lock, set, now);
     }
     let Some(handed) = queues::hand_off(key, state, now) else {
         return false;
@@ -171,7 +171,7 @@ fn hand_off(lock: &LockKey, key: &QueueKey, state: Option<&LockState>, now: Mill
     }
     // Readers just served may let a SHARED set that now heads the queue in too.
     if let Some(set) = queues::head_set(key) {
-        sets::grant_waiting(lock, set, now);
+        set_handoff::grant_waiting(lock, set, now);
     }
     true
 }

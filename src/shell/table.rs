@@ -78,7 +78,7 @@ pub static COMMANDS: &[Command] = &[
     Command {
         spec: Spec {
             name: "LOCK.MACQUIRE",
-            flags: "write deny-oom blocking",
+            flags: "write deny-oom blocking getkeys-api",
             arity: -5,
             key_flags: RW_UPDATE,
             acl: "write slow blocking lock",
@@ -100,7 +100,7 @@ pub static COMMANDS: &[Command] = &[
     Command {
         spec: Spec {
             name: "LOCK.MRELEASE",
-            flags: "write",
+            flags: "write getkeys-api",
             arity: -4,
             key_flags: RW_DELETE,
             acl: "write slow lock",
