@@ -365,3 +365,54 @@ fn replicas_and_the_aof_follow_sets() {
     ok(&mut m, &["DEBUG", "RELOAD"]);
     assert_eq!(fence(&mut m, "c"), Some(second[1]));
 }
+
+#[test]
+fn a_set_waits_behind_an_old_style_lock_and_fails_on_another_type() {
+    let s = Server::start();
+    let mut c = s.con();
+    // A plain string under a member is another client's `SET NX PX` lock: the set waits on it.
+    assert_eq!(
+        ok(&mut c, &["SET", "old", "id", "NX", "PX", "60000"]),
+        Value::Okay
+    );
+    assert_eq!(macquire(&mut c, &["new", "old"], "me", 60_000), None);
+    let set = spawn_set_wait(&s, &["new", "old"], "me", 60_000, 0);
+    wait_blocked(&mut c, 1);
+    assert_eq!(fence(&mut c, "new"), None, "nothing taken while it waits");
+    ok(&mut c, &["DEL", "old"]);
+    let got = tokens(&set.join().unwrap().unwrap());
+    assert_eq!(fence(&mut c, "old"), Some(got[1]));
+    assert_eq!(mrelease(&mut c, &["new", "old"], "me"), 2);
+    // Another type written under a member while the set waits: the set gets WRONGTYPE.
+    acquire(&mut c, "b", "h", 60_000).unwrap();
+    let set = spawn_set_wait(&s, &["a", "b"], "me", 60_000, 0);
+    wait_blocked(&mut c, 1);
+    ok(&mut c, &["MULTI"]);
+    cmd(&mut c, &["DEL", "b"]).unwrap();
+    cmd(&mut c, &["RPUSH", "b", "a list"]).unwrap();
+    ok(&mut c, &["EXEC"]);
+    assert!(set.join().unwrap().unwrap_err().starts_with("WRONGTYPE"));
+    assert_eq!(blocked_clients(&mut c), 0);
+    assert_eq!(int(&ok(&mut c, &["EXISTS", "a"])), 0, "nothing taken");
+}
+
+#[test]
+fn flushall_serves_a_waiting_set_and_demotion_answers_it() {
+    let s = Server::start();
+    let mut c = s.con();
+    acquire(&mut c, "a", "h", 60_000).unwrap();
+    acquire(&mut c, "b", "h", 60_000).unwrap();
+    let set = spawn_set_wait(&s, &["a", "b"], "me", 60_000, 0);
+    wait_blocked(&mut c, 1);
+    ok(&mut c, &["FLUSHALL"]);
+    let got = tokens(&set.join().unwrap().unwrap());
+    assert_eq!(fence(&mut c, "b"), Some(got[1]));
+    // A master that becomes a replica answers its waiting sets at once.
+    let other = Server::start();
+    let set = spawn_set_wait(&s, &["b", "c"], "late", 60_000, 0);
+    wait_blocked(&mut c, 1);
+    ok(&mut c, &["REPLICAOF", "127.0.0.1", &other.port.to_string()]);
+    let err = set.join().unwrap().unwrap_err();
+    assert!(err.starts_with("UNBLOCKED"), "{err}");
+    assert_eq!(blocked_clients(&mut c), 0);
+}
