@@ -11,6 +11,7 @@ use crate::core::codec;
 use crate::core::config::Limits;
 use crate::core::error::LockError;
 use crate::core::fencing;
+use crate::core::hot::{self, Signal};
 use crate::core::lock::{self, Acquire, Holder, LockState, Millis, Request, Token};
 use crate::core::metrics::STATS;
 use crate::core::owner::{self, Owner};
@@ -232,6 +233,7 @@ fn wait_in_queue(
         },
     );
     STATS.queued(want);
+    hot::record(Signal::Waits, &key.name);
     timers::settle_at(&key, how.due);
     Ok(RedisValue::NoReply)
 }
