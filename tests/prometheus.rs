@@ -262,14 +262,20 @@ fn hold_and_make_wait(stack: &Stack, c: &mut Connection) -> (f64, f64) {
 fn drive_the_rest(stack: &Stack, c: &mut Connection) {
     assert_eq!(acquire(c, "hot:queue", "other", 1000), None); // rejected
     assert_eq!(
-        cmd(c, &["LOCK.ACQUIRE", "hot:queue", "other", "1000", "WAIT", "20"]),
+        cmd(
+            c,
+            &["LOCK.ACQUIRE", "hot:queue", "other", "1000", "WAIT", "20"]
+        ),
         Ok(Value::Nil)
     ); // wait_timeouts
     assert_eq!(release(c, "hot:queue", "other"), 0); // release_not_owner
     assert_eq!(int(&ok(c, &["LOCK.EXTEND", "hot:queue", "other", "10"])), 0);
     assert_eq!(int(&ok(c, &["LOCK.FORCERELEASE", "hot:queue"])), 1);
     let mut session = stack.server.con();
-    ok(&mut session, &["LOCK.ACQUIRE", "s", "o", "60000", "SESSION"]);
+    ok(
+        &mut session,
+        &["LOCK.ACQUIRE", "s", "o", "60000", "SESSION"],
+    );
     drop(session); // session_releases
     ok(c, &["LOCK.ACQUIRE", "shared", "r", "60000", "SHARED"]);
     ok(c, &["LOCK.ACQUIRE", "sem", "p", "60000", "LIMIT", "2"]);
@@ -286,7 +292,9 @@ fn exporter_and_prometheus_see_what_the_locks_do() {
     let (least, most) = hold_and_make_wait(&stack, &mut c);
     p.until("redis_lock_wait_time_seconds_count", |v| v == 1.0);
     p.until("redis_lock_acquired_after_wait_total", |v| v == 1.0);
-    for le in ["0.001024", "0.004096", "0.016384", "0.065536", "0.262144", "1.048576"] {
+    for le in [
+        "0.001024", "0.004096", "0.016384", "0.065536", "0.262144", "1.048576",
+    ] {
         let bound: f64 = le.parse().expect("a bound");
         let expected = if bound < least {
             0.0
@@ -296,7 +304,11 @@ fn exporter_and_prometheus_see_what_the_locks_do() {
             continue; // the wait may fall on either side of this bound
         };
         let expr = format!("redis_lock_wait_time_seconds_bucket{{le=\"{le}\"}}");
-        assert_eq!(p.value(&expr), Some(expected), "{expr}: waited {least}..{most} s");
+        assert_eq!(
+            p.value(&expr),
+            Some(expected),
+            "{expr}: waited {least}..{most} s"
+        );
     }
     let max_ms = p.until("redis_lock_wait_time_max_ms", |v| v > 0.0);
     assert!(
@@ -307,9 +319,17 @@ fn exporter_and_prometheus_see_what_the_locks_do() {
     // A lease runs out while held, under a binary name: the counter, LOCK.HOT, the alert.
     run(&mut c, &[b"LOCK.ACQUIRE", b"exp\xff\\:1", b"o", b"100"]).expect("granted");
     p.until("redis_lock_expired_while_held_total", |v| v == 1.0);
-    p.until(r#"redis_lock_hot_expired{lock_name="exp\\xff\\x5c:1"}"#, |v| v == 1.0);
-    p.until(r#"redis_lock_hot_waits{lock_name="hot:queue"}"#, |v| v == 1.0);
-    p.until(r#"ALERTS{alertname="LockExpiredWhileHeld",alertstate="firing"}"#, |v| v == 1.0);
+    p.until(
+        r#"redis_lock_hot_expired{lock_name="exp\\xff\\x5c:1"}"#,
+        |v| v == 1.0,
+    );
+    p.until(r#"redis_lock_hot_waits{lock_name="hot:queue"}"#, |v| {
+        v == 1.0
+    });
+    p.until(
+        r#"ALERTS{alertname="LockExpiredWhileHeld",alertstate="firing"}"#,
+        |v| v == 1.0,
+    );
 
     drive_the_rest(&stack, &mut c);
     for (metric, least) in [
@@ -328,7 +348,10 @@ fn exporter_and_prometheus_see_what_the_locks_do() {
     assert_eq!(p.value("redis_lock_panics_total"), Some(0.0));
 
     // Every metric the dashboard and the rules name is scraped, and every query runs.
-    let queries: Vec<String> = dashboard_queries().into_iter().chain(rule_queries()).collect();
+    let queries: Vec<String> = dashboard_queries()
+        .into_iter()
+        .chain(rule_queries())
+        .collect();
     assert!(queries.len() >= 20, "found {} queries", queries.len());
     for expr in &queries {
         for name in metric_names(expr) {
@@ -354,7 +377,10 @@ fn the_dashboard_and_the_rules_name_what_the_script_exports() {
     assert_eq!(release(&mut c, "q", "a"), 1);
     waiter.join().expect("waiter").expect("granted");
     acquire(&mut c, "short", "a", 10).expect("free");
-    assert!(eventually(Duration::from_secs(10), || stat(&mut c, "expired_while_held") == 1.0));
+    assert!(eventually(Duration::from_secs(10), || stat(
+        &mut c,
+        "expired_while_held"
+    ) == 1.0));
 
     let script = std::fs::read_to_string(monitoring("redis-lock.lua")).expect("read the script");
     let Value::Array(pairs) = ok(&mut c, &["EVAL", &script, "0"]) else {
@@ -365,17 +391,26 @@ fn the_dashboard_and_the_rules_name_what_the_script_exports() {
         .map(|pair| {
             let key = text(&pair[0]);
             let value = text(&pair[1]);
-            assert!(value.parse::<f64>().is_ok(), "{key}: {value:?} is not a number");
+            assert!(
+                value.parse::<f64>().is_ok(),
+                "{key}: {value:?} is not a number"
+            );
             format!("redis_{}", key.split(';').next().unwrap_or_default())
         })
         .collect();
-    let queries: Vec<String> = dashboard_queries().into_iter().chain(rule_queries()).collect();
+    let queries: Vec<String> = dashboard_queries()
+        .into_iter()
+        .chain(rule_queries())
+        .collect();
     assert!(rule_queries().len() >= 5, "every alert's expr is read");
     for expr in &queries {
         let names = metric_names(expr);
         assert!(!names.is_empty(), "{expr} names no redis_lock_ metric");
         for name in names {
-            assert!(exported.contains(&name), "{name} (in {expr}) is not exported");
+            assert!(
+                exported.contains(&name),
+                "{name} (in {expr}) is not exported"
+            );
         }
     }
 }

@@ -105,7 +105,9 @@ static TABLES: Mutex<Option<[SpaceSaving; 2]>> = Mutex::new(None);
 /// Run `f` on `signal`'s table, sized for `lock.hot-names` (a change of it clears the table).
 fn with_table<T>(signal: Signal, f: impl FnOnce(&mut SpaceSaving) -> T) -> T {
     let capacity = capacity_for(config::hot_names());
-    let mut tables = TABLES.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    let mut tables = TABLES
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
     let tables = tables.get_or_insert_with(|| [0, 1].map(|_| SpaceSaving::new(capacity)));
     let table = &mut tables[signal as usize];
     if table.capacity() != capacity {
@@ -144,7 +146,9 @@ pub fn parse<A: Arg>(rest: &[A]) -> Result<(Signal, usize), LockError> {
 
 /// Forget every name (`CONFIG RESETSTAT`).
 pub fn clear() {
-    *TABLES.lock().unwrap_or_else(|poisoned| poisoned.into_inner()) = None;
+    *TABLES
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner()) = None;
 }
 
 #[cfg(test)]

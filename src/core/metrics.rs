@@ -365,7 +365,10 @@ mod tests {
         let p50 = h.quantile(0.5);
         assert!((120..256).contains(&p50), "p50 {p50}");
         assert_eq!(h.quantile(0.99), 5_000);
-        assert_eq!((h.below_pow2(7), h.below_pow2(8), h.below_pow2(13)), (3, 4, 5));
+        assert_eq!(
+            (h.below_pow2(7), h.below_pow2(8), h.below_pow2(13)),
+            (3, 4, 5)
+        );
         let before = h.reading();
         h.record(0);
         h.record(300);
