@@ -1,3 +1,4 @@
+#!lua flags=no-writes
 -- redis-lock's INFO lock section (and LOCK.HOT) for redis_exporter's -script option.
 --
 --   prometheus-redis-exporter -redis.addr redis://127.0.0.1:6379 -script redis-lock.lua
@@ -11,6 +12,9 @@
 -- Names: counters end in _total; histograms are lock_wait_time_seconds and
 -- lock_hold_time_seconds (_bucket, _count); everything else is a gauge. A lock's name is
 -- binary: bytes outside printable ASCII, and the backslash, become \xHH.
+--
+-- The first line declares that the script writes nothing (Redis 7.0+, Valkey): so it runs on
+-- replicas and when the server is out of memory (maxmemory), when the numbers matter most.
 
 local out = {}
 local function put(name, value)

@@ -398,6 +398,12 @@ fn the_dashboard_and_the_rules_name_what_the_script_exports() {
             format!("redis_{}", key.split(';').next().unwrap_or_default())
         })
         .collect();
+    // It declares no writes, so a server out of memory still answers it.
+    ok(&mut c, &["CONFIG", "SET", "maxmemory", "1"]);
+    assert!(cmd(&mut c, &["SET", "x", "y"]).is_err(), "out of memory");
+    assert!(cmd(&mut c, &["EVAL", &script, "0"]).is_ok());
+    ok(&mut c, &["CONFIG", "SET", "maxmemory", "0"]);
+
     let queries: Vec<String> = dashboard_queries()
         .into_iter()
         .chain(rule_queries())
