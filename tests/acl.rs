@@ -57,6 +57,8 @@ fn commands_carry_the_categories_their_flags_imply() {
             &["@blocking", "@lock", "@slow", "@write"][..],
         ),
         ("lock.release", &["@fast", "@lock", "@write"]),
+        ("lock.macquire", &["@blocking", "@lock", "@slow", "@write"]),
+        ("lock.mrelease", &["@lock", "@slow", "@write"]),
         ("lock.extend", &["@fast", "@lock", "@write"]),
         ("lock.fence", &["@fast", "@lock", "@read"]),
         ("lock.info", &["@lock", "@read", "@slow"]),
@@ -112,4 +114,30 @@ fn category_rules_grant_and_deny_as_for_built_in_commands() {
     assert!(fence(&mut u, "k").is_some());
     assert!(cmd(&mut u, &["LOCK.FORCERELEASE", "k"]).is_ok());
     assert!(denied(&mut u, &["GET", "k"]));
+}
+
+/// Key patterns reach every key of a lock set (found through `numkeys`), on every server.
+#[test]
+fn key_patterns_cover_every_key_of_a_set() {
+    let s = Server::start();
+    let mut c = s.con();
+    ok(
+        &mut c,
+        &[
+            "ACL", "SETUSER", "teller", "reset", "on", "nopass", "~acct:*", "+@all",
+        ],
+    );
+    let mut u = s.con();
+    ok(&mut u, &["AUTH", "teller", "x"]);
+    let set = ["LOCK.MACQUIRE", "2", "acct:1", "acct:2", "t", "60000"];
+    assert!(matches!(ok(&mut u, &set), Value::Array(_)));
+    for words in [
+        &["LOCK.MACQUIRE", "2", "acct:3", "vault", "t", "60000"][..],
+        &["LOCK.MRELEASE", "2", "acct:1", "vault", "t"],
+    ] {
+        assert!(denied(&mut u, words), "{words:?}");
+    }
+    assert_eq!(fence(&mut c, "acct:3"), None, "a denied set takes nothing");
+    let release = ["LOCK.MRELEASE", "2", "acct:1", "acct:2", "t"];
+    assert_eq!(ok(&mut u, &release), Value::Int(2));
 }

@@ -77,6 +77,37 @@ fn locks_route_by_slot_and_hash_tags_group_them() {
             || err.contains("ERR Script attempted to access a non local key"),
         "{err}"
     );
+    // A lock set routes by its keys' slot: hash tags put them together, else CROSSSLOT.
+    let set = [
+        "LOCK.MACQUIRE",
+        "2",
+        "{acct}:1",
+        "{acct}:2",
+        "carol",
+        "60000",
+    ];
+    let Value::Array(tokens) = q(&mut c, &set).unwrap() else {
+        panic!("a set of one slot is granted");
+    };
+    assert_eq!(tokens.len(), 2);
+    let owner = cluster.owner_of("{acct}:1").unwrap();
+    for words in [
+        [
+            "LOCK.MACQUIRE",
+            "2",
+            "{acct}:3",
+            "order:1",
+            "carol",
+            "60000",
+        ]
+        .as_slice(),
+        ["LOCK.MRELEASE", "2", "{acct}:1", "order:1", "carol"].as_slice(),
+    ] {
+        let err = cmd(&mut cluster.nodes[owner].con(), words).unwrap_err();
+        assert!(err.starts_with("CROSSSLOT"), "{words:?}: {err}");
+    }
+    let release = ["LOCK.MRELEASE", "2", "{acct}:2", "{acct}:1", "carol"];
+    assert_eq!(q(&mut c, &release).unwrap(), Value::Int(2));
 }
 
 #[test]

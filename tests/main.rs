@@ -1,6 +1,6 @@
 //! The integration tests on real servers, one module per concern, linked as one test binary
 //! (`cargo test --test integration`). The fault suite (`tests/faults/`) and the randomized
-//! suite (`tests/fuzz.rs`) are binaries of their own: `make test-faults` runs them.
+//! suite (`tests/fuzz/`) are binaries of their own: `make test-faults` runs them.
 
 mod acl;
 mod binary;
@@ -29,6 +29,7 @@ mod replication;
 mod restore;
 mod semaphore;
 mod session;
+mod sets;
 mod shared;
 mod upgrade;
 mod waiting;

@@ -426,6 +426,7 @@ mod tests {
         max_owner_length: 4,
         max_waiters: 10,
         max_holders: 10,
+        max_set_size: 4,
     };
 
     fn args(words: &[&'static str]) -> Vec<&'static [u8]> {
@@ -712,7 +713,7 @@ mod tests {
     fn module_arguments_follow_config_set_bounds() {
         let defaults = SETTINGS.each_ref().map(|s| s.default);
         assert_eq!(module_args::<&[u8]>(&[]), Ok(defaults));
-        let [waiters, ttl, holders, owner, foreign, hot] = module_args(&args(&[
+        let [waiters, ttl, holders, owner, set_size, foreign, hot] = module_args(&args(&[
             "max-ttl",
             "5000",
             "LOCK.MAX-WAITERS",
@@ -721,11 +722,13 @@ mod tests {
             "1048576",
             "foreign-holds",
             "NO",
+            "max-set-size",
+            "3",
         ]))
         .unwrap();
         assert_eq!(
-            (waiters, ttl, holders, owner, foreign, hot),
-            (7, 5000, 10_000, 1 << 20, 0, 10)
+            (waiters, ttl, holders, owner, set_size, foreign, hot),
+            (7, 5000, 10_000, 1 << 20, 3, 0, 10)
         );
         let refused = |words: &[&'static str]| module_args(&args(words)).unwrap_err().to_string();
         assert_eq!(

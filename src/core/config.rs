@@ -31,6 +31,13 @@ pub const MAX_OWNER_LENGTH_MIN: i64 = 1;
 pub const MAX_OWNER_LENGTH_MAX: i64 = 1 << 20;
 pub static MAX_OWNER_LENGTH: AtomicI64 = AtomicI64::new(MAX_OWNER_LENGTH_DEFAULT);
 
+/// `lock.max-set-size`: how many keys one `LOCK.MACQUIRE` may take at once (a set waits in
+/// every one of its keys' queues, and is granted in one step: its size bounds that step).
+pub const MAX_SET_SIZE_DEFAULT: i64 = 64;
+pub const MAX_SET_SIZE_MIN: i64 = 1;
+pub const MAX_SET_SIZE_MAX: i64 = 10_000;
+pub static MAX_SET_SIZE: AtomicI64 = AtomicI64::new(MAX_SET_SIZE_DEFAULT);
+
 /// `lock.foreign-holds` (yes/no): a plain string under a lock's name (an old-style `SET NX PX`
 /// lock of a client not yet moved to the module) counts as held by someone else: `ACQUIRE`
 /// answers nil or queues until the string is gone, instead of `WRONGTYPE`.
@@ -63,7 +70,7 @@ pub struct Setting {
 }
 
 /// Every setting, in the order they are registered and documented.
-pub static SETTINGS: [Setting; 6] = [
+pub static SETTINGS: [Setting; 7] = [
     Setting {
         name: "max-waiters",
         value: &MAX_WAITERS,
@@ -98,6 +105,15 @@ pub static SETTINGS: [Setting; 6] = [
         kind: Kind::Integer {
             min: MAX_OWNER_LENGTH_MIN,
             max: MAX_OWNER_LENGTH_MAX,
+        },
+    },
+    Setting {
+        name: "max-set-size",
+        value: &MAX_SET_SIZE,
+        default: MAX_SET_SIZE_DEFAULT,
+        kind: Kind::Integer {
+            min: MAX_SET_SIZE_MIN,
+            max: MAX_SET_SIZE_MAX,
         },
     },
     Setting {
@@ -166,6 +182,10 @@ pub fn max_holders() -> usize {
     usize::try_from(MAX_HOLDERS.load(Ordering::Relaxed)).unwrap_or(usize::MAX)
 }
 
+pub fn max_set_size() -> usize {
+    usize::try_from(MAX_SET_SIZE.load(Ordering::Relaxed)).unwrap_or(usize::MAX)
+}
+
 pub fn max_ttl() -> i64 {
     MAX_TTL.load(Ordering::Relaxed)
 }
@@ -191,6 +211,7 @@ pub struct Limits {
     pub max_owner_length: usize,
     pub max_waiters: usize,
     pub max_holders: usize,
+    pub max_set_size: usize,
 }
 
 impl Limits {
@@ -200,6 +221,7 @@ impl Limits {
             max_owner_length: max_owner_length(),
             max_waiters: max_waiters(),
             max_holders: max_holders(),
+            max_set_size: max_set_size(),
         }
     }
 }

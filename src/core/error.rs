@@ -54,6 +54,14 @@ pub enum LockError {
     CallRefused,
     /// A shared holder asked for exclusive while other readers hold.
     Deadlock,
+    /// `LOCK.MACQUIRE`'s numkeys is not 1 to `lock.max-set-size`.
+    SetSize,
+    /// A key appears twice in one `LOCK.MACQUIRE` / `LOCK.MRELEASE`.
+    DuplicateKey,
+    /// `LOCK.MACQUIRE ... WAIT` by an owner that holds some of the keys already.
+    SetWaitsOnItself,
+    /// `LOCK.MACQUIRE` with `LIMIT` or `PERMITS`.
+    SetOfPermits,
     /// A plain or `SHARED` request on a semaphore, or a `LIMIT` request on a lock.
     WrongKind,
     /// `LIMIT` differs from the live semaphore's.
@@ -92,7 +100,7 @@ pub enum LockError {
 
 impl LockError {
     /// Every variant, so tests can check every wire string.
-    pub const ALL: [LockError; 42] = [
+    pub const ALL: [LockError; 46] = [
         Self::NotAnInteger,
         Self::TtlNotPositive,
         Self::TtlTooLarge,
@@ -118,6 +126,10 @@ impl LockError {
         Self::UnknownCommand,
         Self::CallRefused,
         Self::Deadlock,
+        Self::SetSize,
+        Self::DuplicateKey,
+        Self::SetWaitsOnItself,
+        Self::SetOfPermits,
         Self::WrongKind,
         Self::LimitMismatch,
         Self::PermitsHeld,
@@ -171,6 +183,9 @@ impl LockError {
             Self::Deadlock => {
                 "DEADLOCK other owners hold this lock shared: upgrading would wait for them forever; release and acquire exclusive"
             }
+            Self::SetSize | Self::DuplicateKey | Self::SetWaitsOnItself | Self::SetOfPermits => {
+                self.set_wire()
+            }
             Self::WrongKind => {
                 "ERR the key holds another kind of lock: a semaphore takes LIMIT, a plain or SHARED lock does not"
             }
@@ -208,6 +223,22 @@ impl LockError {
             }
             Self::Demoted => {
                 "UNBLOCKED force unblock from blocking operation, instance state changed (master -> replica?)"
+            }
+        }
+    }
+}
+
+impl LockError {
+    /// The errors of lock sets (`LOCK.MACQUIRE`, `LOCK.MRELEASE`).
+    const fn set_wire(self) -> &'static str {
+        match self {
+            Self::SetSize => "ERR invalid numkeys: must be 1 to lock.max-set-size",
+            Self::DuplicateKey => "ERR a key appears twice in the set",
+            Self::SetWaitsOnItself => {
+                "DEADLOCK this owner holds some of these locks already: waiting for the others would wait for itself; release them first, or acquire without WAIT"
+            }
+            _ => {
+                "ERR LOCK.MACQUIRE takes exclusive or SHARED locks, not semaphore permits (LIMIT, PERMITS)"
             }
         }
     }

@@ -14,7 +14,10 @@ impl Counter {
         Self(AtomicU64::new(0))
     }
     pub fn incr(&self) {
-        self.0.fetch_add(1, Ordering::Relaxed);
+        self.add(1);
+    }
+    pub fn add(&self, n: u64) {
+        self.0.fetch_add(n, Ordering::Relaxed);
     }
     pub fn get(&self) -> u64 {
         self.0.load(Ordering::Relaxed)
@@ -202,6 +205,10 @@ pub struct Stats {
     pub guard_stale: Counter,
     /// Watchers answered with news (`LOCK.WATCH`, at once or after blocking).
     pub watch_news: Counter,
+    /// Lock sets granted (`LOCK.MACQUIRE`, at once or after waiting; each also counts once in
+    /// `acquired_immediately` or `acquired_after_wait`), and the keys they took.
+    pub set_grants: Counter,
+    pub set_keys_granted: Counter,
     pub locks: Gauge,
     pub waiters: Gauge,
     /// Clients blocked in `LOCK.WATCH`.
@@ -240,6 +247,8 @@ pub static STATS: Stats = Stats {
     guarded: Counter::new(),
     guard_stale: Counter::new(),
     watch_news: Counter::new(),
+    set_grants: Counter::new(),
+    set_keys_granted: Counter::new(),
     locks: Gauge::new(),
     waiters: Gauge::new(),
     watchers: Gauge::new(),
@@ -250,7 +259,7 @@ pub static STATS: Stats = Stats {
     hold_time: Histogram::new(),
 };
 
-const COUNTERS: usize = 25;
+const COUNTERS: usize = 27;
 
 impl Stats {
     /// Read every counter and histogram (when a `CONFIG RESETSTAT` is about to run).
@@ -345,6 +354,8 @@ impl Stats {
             ("guarded", &self.guarded),
             ("guard_stale", &self.guard_stale),
             ("watch_news", &self.watch_news),
+            ("set_grants", &self.set_grants),
+            ("set_keys_granted", &self.set_keys_granted),
         ]
     }
 }

@@ -10,6 +10,7 @@ pub mod fencing;
 pub mod guard_rules;
 pub mod hot;
 pub mod lock;
+pub mod lock_set;
 pub mod metrics;
 pub mod owner;
 pub mod queue;

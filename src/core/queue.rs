@@ -86,7 +86,18 @@ impl<C> WaitQueue<C> {
         }
     }
 
-    fn head(&self) -> Option<&Waiter<C>> {
+    /// Take the head out (it was just looked at).
+    pub fn pop_head(&mut self) -> Option<Waiter<C>> {
+        let Some((_, Some(waiter))) = self.slots.pop_front() else {
+            return None; // the front slot is never a gap
+        };
+        self.waiting -= 1;
+        self.tidy();
+        Some(waiter)
+    }
+
+    /// The waiter at the head of the queue.
+    pub fn head(&self) -> Option<&Waiter<C>> {
         self.slots.front().and_then(|(_, w)| w.as_ref())
     }
 
@@ -125,13 +136,16 @@ impl<C> WaitQueue<C> {
 
     /// Serve the head of the queue while it fits beside the live holds of `state`: one
     /// exclusive waiter, or every shared waiter (or semaphore request) in a row that fits; the
-    /// first that does not fit stops the step, so nobody behind it overtakes it. Each lease
-    /// starts `now`. Without a token left to issue, or at `max_holders`, serving stops.
+    /// first that does not fit stops the step, so nobody behind it overtakes it, and so does
+    /// the first that cannot be served from this queue `alone` (a member of a lock set, served
+    /// with its other keys). Each lease starts `now`. Without a token left to issue, or at
+    /// `max_holders`, serving stops.
     pub fn hand_off(
         &mut self,
         state: Option<&LockState>,
         now: Millis,
         max_holders: usize,
+        alone: impl Fn(&C) -> bool,
         mut issue_token: impl FnMut() -> Option<Token>,
     ) -> Option<Handed<C>> {
         if !self.head_fits(state, now) {
@@ -140,7 +154,8 @@ impl<C> WaitQueue<C> {
         let mut next = state.and_then(|s| s.live(now));
         let mut served = Vec::new();
         while let Some(head) = self.head() {
-            if !fits(next.as_ref(), &head.owner.bytes(), head.want, now)
+            if !alone(&head.client)
+                || !fits(next.as_ref(), &head.owner.bytes(), head.want, now)
                 || next
                     .as_ref()
                     .is_some_and(|s| s.live_count(now) >= max_holders)
@@ -150,11 +165,9 @@ impl<C> WaitQueue<C> {
             let Some(token) = issue_token() else {
                 break;
             };
-            let Some((_, Some(waiter))) = self.slots.pop_front() else {
-                break; // the front slot is never a gap: `head` just saw it
+            let Some(waiter) = self.pop_head() else {
+                break;
             };
-            self.waiting -= 1;
-            self.tidy();
             let holder = Holder {
                 owner: waiter.owner.clone(),
                 token,
@@ -220,7 +233,7 @@ mod tests {
     fn without_a_token_left_the_head_keeps_its_place() {
         let mut q = WaitQueue::default();
         q.push(waiter(1, "x", 10, Want::Exclusive));
-        assert!(q.hand_off(None, 0, 10, || None).is_none());
+        assert!(q.hand_off(None, 0, 10, |_| true, || None).is_none());
         assert_eq!(q.len(), 1, "the waiter keeps its place");
     }
 
@@ -230,8 +243,8 @@ mod tests {
         let _first = q.push(waiter(1, "x", 10, Want::Exclusive));
         let second = q.push(waiter(2, "y", 20, Want::Exclusive));
         let h = LockState::Exclusive(holder("a", 3, 100));
-        assert!(q.hand_off(Some(&h), 50, 10, || Some(4)).is_none());
-        let handed = q.hand_off(Some(&h), 100, 10, || Some(4)).unwrap();
+        assert!(q.hand_off(Some(&h), 50, 10, |_| true, || Some(4)).is_none());
+        let handed = q.hand_off(Some(&h), 100, 10, |_| true, || Some(4)).unwrap();
         assert_eq!(served(&handed), [(1, 4)]);
         assert_eq!(
             handed.state,
@@ -243,7 +256,7 @@ mod tests {
         assert_eq!(q.len(), 1);
         assert_eq!(q.remove(second).map(|w| w.client), Some(2));
         assert!(q.remove(second).is_none());
-        assert!(q.hand_off(None, 0, 10, || Some(5)).is_none());
+        assert!(q.hand_off(None, 0, 10, |_| true, || Some(5)).is_none());
     }
 
     #[test]
@@ -260,20 +273,24 @@ mod tests {
             Some(token)
         };
         let held = LockState::Exclusive(holder("a", 1, 100));
-        assert!(q.hand_off(Some(&held), 99, 10, &mut issue).is_none());
-        let readers = q.hand_off(Some(&held), 100, 10, &mut issue).unwrap();
+        assert!(q
+            .hand_off(Some(&held), 99, 10, |_| true, &mut issue)
+            .is_none());
+        let readers = q
+            .hand_off(Some(&held), 100, 10, |_| true, &mut issue)
+            .unwrap();
         assert_eq!(served(&readers), [(1, 11), (2, 12)]);
         assert!(
-            q.hand_off(Some(&readers.state), 105, 10, &mut issue)
+            q.hand_off(Some(&readers.state), 105, 10, |_| true, &mut issue)
                 .is_none(),
             "X waits for both"
         );
         let writer = q
-            .hand_off(Some(&readers.state), 110, 10, &mut issue)
+            .hand_off(Some(&readers.state), 110, 10, |_| true, &mut issue)
             .unwrap();
         assert_eq!(served(&writer), [(3, 13)]);
         let last = q
-            .hand_off(Some(&writer.state), 120, 10, &mut issue)
+            .hand_off(Some(&writer.state), 120, 10, |_| true, &mut issue)
             .unwrap();
         assert_eq!(served(&last), [(4, 14)]);
         assert!(q.is_empty());
@@ -293,10 +310,13 @@ mod tests {
             }],
         };
         assert!(
-            q.hand_off(Some(&sem), 50, 10, || Some(5)).is_none(),
+            q.hand_off(Some(&sem), 50, 10, |_| true, || Some(5))
+                .is_none(),
             "2 free permits: small must not pass big"
         );
-        let handed = q.hand_off(Some(&sem), 100, 10, || Some(5)).unwrap();
+        let handed = q
+            .hand_off(Some(&sem), 100, 10, |_| true, || Some(5))
+            .unwrap();
         assert_eq!(served(&handed), [(1, 5)]);
     }
 }

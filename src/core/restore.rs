@@ -83,6 +83,7 @@ mod tests {
             max_owner_length: 8,
             max_waiters: 100,
             max_holders: 2,
+            max_set_size: 4,
         }
     }
 

@@ -102,6 +102,11 @@ impl<'a> LockKey<'a> {
         }
     }
 
+    /// The key's name.
+    pub fn name(&self) -> &'a RedisString {
+        self.name
+    }
+
     /// The context of the command or callback that opened the key.
     pub fn ctx(&self) -> &'a Context {
         self.ctx

@@ -13,7 +13,7 @@ use crate::core::fencing;
 use crate::core::lock::{LockState, Millis};
 use crate::core::metrics::STATS;
 use crate::core::queue::{Handed, Waiter};
-use crate::core::registry::{Client, QueueKey, Registry};
+use crate::core::registry::{Client, QueueKey, Registry, SetHanded, SetWants};
 use crate::effects::timers;
 use crate::ffi::block::BlockedClient;
 
@@ -69,10 +69,16 @@ pub fn join(key: QueueKey, waiter: BlockedWaiter) {
     STATS.waiters.add(1);
 }
 
-/// Take a client out of whatever queue it is in (timeout, disconnect). Returns its handle if it
-/// was still queued (not yet answered), so the caller can hand the handle back to Redis, and the
-/// queue to settle if it was the head with others behind it (they may fit now).
-pub fn leave(client_id: u64) -> Option<(BlockedClient, Option<QueueKey>)> {
+/// Queue a blocked client in every queue of `keys` at once (a lock set).
+pub fn join_set(keys: Vec<QueueKey>, waiter: BlockedWaiter) {
+    registry().join_set(keys, waiter);
+    STATS.waiters.add(1);
+}
+
+/// Take a client out of whatever queues it is in (timeout, disconnect). Returns its handle if
+/// it was still queued (not yet answered), so the caller can hand the handle back to Redis, and
+/// the queues to settle where it was the head with others behind it (they may fit now).
+pub fn leave(client_id: u64) -> Option<(BlockedClient, Vec<QueueKey>)> {
     let left = registry().leave(client_id)?;
     count_out([&left.waiter]);
     Some((left.waiter.client.handle, left.settle))
@@ -110,11 +116,35 @@ pub fn hand_off(key: &QueueKey, state: Option<&LockState>, now: Millis) -> Optio
     handed
 }
 
-/// Remove and return every waiter of one queue.
+/// Remove and return every waiter of one queue. A set among them leaves its other queues too,
+/// which are settled soon (it may have stood at their head).
 pub fn take_all(key: &QueueKey) -> Vec<BlockedWaiter> {
-    let waiters = registry().take_all(key);
+    let (waiters, settle) = registry().take_all(key);
     count_out(&waiters);
+    for other in &settle {
+        timers::settle_soon(other);
+    }
     waiters
+}
+
+/// The set (its client id) whose seat heads `key`'s queue, if a set's does.
+pub fn head_set(key: &QueueKey) -> Option<u64> {
+    registry().head_set(key)
+}
+
+/// What the waiting set `id` asks for.
+pub fn set_wants(id: u64) -> Option<SetWants> {
+    registry().set_wants(id)
+}
+
+/// Grant the waiting set `id` all its keys if each is its now (`Registry::grant_set`), with
+/// fresh tokens of this server.
+pub fn grant_set(id: u64, states: &[Option<LockState>], now: Millis) -> Option<SetHanded<Blocked>> {
+    let handed = registry().grant_set(id, states, now, config::max_holders(), fencing::issue);
+    if let Some(h) = &handed {
+        count_out([&h.waiter]);
+    }
+    handed
 }
 
 /// Remove and return every waiter of every queue.
@@ -132,11 +162,14 @@ pub fn queues_in(db: Option<i32>) -> Vec<QueueKey> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::core::registry::Seat;
 
     #[test]
     fn a_queue_entry_stays_small() {
         // The README's per-waiter figure: the queue entry plus a client-index entry (see
         // `core::registry`); a timeout adds its schedule entry (see `core::schedule`).
         assert_eq!(std::mem::size_of::<BlockedWaiter>(), 88);
+        // A lock set's seat in a queue: the set's id in the place of the client.
+        assert_eq!(std::mem::size_of::<Waiter<Seat<Blocked>>>(), 88);
     }
 }

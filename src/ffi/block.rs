@@ -178,16 +178,19 @@ extern "C" fn on_free(_ctx: *mut raw::RedisModuleCtx, privdata: *mut c_void) {
         "the free callback",
         || (),
         || {
-            if let Answer::Granted(grant) = delivery.answer {
-                if !delivery.delivered {
-                    // The client went away between the grant and its reply: give the lock back.
-                    STATS.grants_revoked.incr();
-                    if let Some(h) = handlers::get() {
-                        (h.revoke)(Job::Revoke {
-                            key: grant.key,
-                            token: grant.token,
-                        });
-                    }
+            if delivery.delivered {
+                return;
+            }
+            // The client went away between the grant and its reply: give the locks back.
+            let granted = match delivery.answer {
+                Answer::Granted(grant) => vec![(grant.key, grant.token)],
+                Answer::GrantedSet(set) => set.members,
+                _ => return,
+            };
+            STATS.grants_revoked.incr();
+            if let Some(h) = handlers::get() {
+                for (key, token) in granted {
+                    (h.revoke)(Job::Revoke { key, token });
                 }
             }
         },

@@ -15,6 +15,9 @@ const SINCE: &str = "0.1.0";
 #[derive(Clone, Copy)]
 pub enum Kind {
     Key,
+    /// How many keys follow (`numkeys`): as the command's first argument, its key spec counts
+    /// the keys from it (as `LOCK.MACQUIRE` takes them).
+    NumKeys,
     String,
     Integer,
     UnixTime,
@@ -85,6 +88,17 @@ pub const fn optional(name: &'static str, kind: Kind) -> Arg {
     }
 }
 
+/// One or more keys (`key [key ...]`, counted by a `numkeys` before them).
+pub const fn keys(name: &'static str) -> Arg {
+    Arg {
+        name,
+        kind: Kind::Key,
+        token: None,
+        optional: false,
+        multiple: true,
+    }
+}
+
 /// Optional arguments that may repeat (`[arg ...]`).
 pub const fn rest(name: &'static str, kind: Kind) -> Arg {
     Arg {
@@ -114,6 +128,18 @@ pub struct Spec {
 }
 
 impl Spec {
+    /// Whether its keys are counted by a `numkeys` first argument (its flags then include
+    /// `getkeys-api`: Redis asks the command where its keys are, `ffi::entry`).
+    pub fn counts_keys(&self) -> bool {
+        matches!(
+            self.args.first(),
+            Some(Arg {
+                kind: Kind::NumKeys,
+                ..
+            })
+        )
+    }
+
     /// Whether `argc` arguments (the name included) match the arity.
     pub fn arity_allows(&self, argc: usize) -> bool {
         let argc = c_int::try_from(argc).unwrap_or(c_int::MAX);
@@ -136,16 +162,24 @@ pub const NO_KEYS: u32 = 0;
 /// A key read, with more keys the spec cannot point at (the server then asks the command).
 pub const RO_INCOMPLETE: u32 = RO | raw::REDISMODULE_CMD_KEY_INCOMPLETE;
 
-/// The one key spec of a command with a key: the key at position 1.
-fn set_first_key_spec(spec: &mut raw::RedisModuleCommandKeySpec, flags: u32) {
+/// The one key spec of a command with keys: the key at position 1, or (`counted`) the keys
+/// after a `numkeys` at position 1, as many as it says.
+fn set_first_key_spec(spec: &mut raw::RedisModuleCommandKeySpec, flags: u32, counted: bool) {
     spec.flags = u64::from(flags);
     spec.begin_search_type = raw::RedisModuleKeySpecBeginSearchType_REDISMODULE_KSPEC_BS_INDEX;
     // The union members the search and find types just chosen select.
     spec.bs.index.pos = 1;
-    spec.find_keys_type = raw::RedisModuleKeySpecFindKeysType_REDISMODULE_KSPEC_FK_RANGE;
-    spec.fk.range.lastkey = 0;
-    spec.fk.range.keystep = 1;
-    spec.fk.range.limit = 0;
+    if counted {
+        spec.find_keys_type = raw::RedisModuleKeySpecFindKeysType_REDISMODULE_KSPEC_FK_KEYNUM;
+        spec.fk.keynum.keynumidx = 0;
+        spec.fk.keynum.firstkey = 1;
+        spec.fk.keynum.keystep = 1;
+    } else {
+        spec.find_keys_type = raw::RedisModuleKeySpecFindKeysType_REDISMODULE_KSPEC_FK_RANGE;
+        spec.fk.range.lastkey = 0;
+        spec.fk.range.keystep = 1;
+        spec.fk.range.limit = 0;
+    }
 }
 
 fn cstring(s: &str, keep: &mut Vec<CString>) -> *const std::os::raw::c_char {
@@ -159,7 +193,9 @@ fn arg_type(kind: Kind) -> raw::RedisModuleCommandArgType {
     match kind {
         Kind::Key => raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_KEY,
         Kind::String => raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_STRING,
-        Kind::Integer => raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_INTEGER,
+        Kind::Integer | Kind::NumKeys => {
+            raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_INTEGER
+        }
         Kind::UnixTime => raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_UNIX_TIME,
         Kind::PureToken => raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_PURE_TOKEN,
     }
@@ -170,7 +206,8 @@ fn arg_type(kind: Kind) -> raw::RedisModuleCommandArgType {
 pub fn register(ctx: &Context, spec: &Spec, entry: raw::RedisModuleCmdFunc) -> Result<(), String> {
     let mut keep = Vec::new();
     let name = cstring(&spec.name.to_ascii_lowercase(), &mut keep);
-    let key_step = c_int::from(spec.key_flags != NO_KEYS);
+    // Keys counted by numkeys are found by the key spec alone (SetCommandInfo below).
+    let key_step = c_int::from(spec.key_flags != NO_KEYS && !spec.counts_keys());
     // SAFETY: registering at load time with C strings kept alive in `keep`; Redis copies them.
     let created = unsafe {
         raw::RedisModule_CreateCommand.map_or(raw::REDISMODULE_ERR as c_int, |create| {
@@ -238,7 +275,7 @@ fn describe(
         if doc.key_flags == NO_KEYS {
             key_specs.truncate(1);
         } else {
-            set_first_key_spec(&mut key_specs[0], doc.key_flags);
+            set_first_key_spec(&mut key_specs[0], doc.key_flags, doc.counts_keys());
         }
         let mut args = arg_list(doc, keep);
         let version = raw::RedisModuleCommandInfoVersion {

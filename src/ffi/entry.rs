@@ -5,9 +5,10 @@
 use std::os::raw::c_int;
 use std::sync::OnceLock;
 
-use redis_module::{raw, Context, RedisError};
+use redis_module::{raw, Context, RedisError, RedisValue};
 
 use crate::core::error::LockError;
+use crate::core::lock_set;
 use crate::ffi::command_info::{self, Spec};
 use crate::ffi::panics::{self, Handler};
 
@@ -40,12 +41,43 @@ extern "C" fn entry<const I: usize>(
 ) -> c_int {
     let command = TABLE.get().and_then(|table| table.get(I));
     panics::serve(ctx, argv, argc, |ctx: &Context, args| match command {
+        // Redis asks where the keys are (cluster routing, ACL): they follow `numkeys`.
+        Some(command) if command.spec.counts_keys() && keys_position_request(ctx) => {
+            panics::contain(
+                command.spec.name,
+                || (),
+                || {
+                    let numkeys = args.get(1).map_or(&[][..], |a| a.as_slice());
+                    report_key_positions(ctx, lock_set::key_positions(numkeys, args.len()));
+                },
+            );
+            Ok(RedisValue::NoReply)
+        }
         Some(command) if command.takes(args.len()) => {
             panics::command(ctx, command.spec.name, args, command.handler)
         }
         Some(_) => Err(RedisError::WrongArity),
         None => Err(LockError::UnknownCommand.into()),
     })
+}
+
+/// Whether Redis calls the command only to learn its keys' positions (`getkeys-api`).
+fn keys_position_request(ctx: &Context) -> bool {
+    // SAFETY: `ctx` is the live context of this call; the function only reads its flags.
+    unsafe { raw::RedisModule_IsKeysPositionRequest.is_some_and(|f| f(ctx.ctx) != 0) }
+}
+
+/// Tell Redis where the keys are, in answer to `keys_position_request`.
+fn report_key_positions(ctx: &Context, positions: std::ops::Range<usize>) {
+    for pos in positions {
+        // SAFETY: called on the main thread inside a keys position request, with a position
+        // below argc.
+        unsafe {
+            if let (Some(key_at), Ok(pos)) = (raw::RedisModule_KeyAtPos, c_int::try_from(pos)) {
+                key_at(ctx.ctx, pos);
+            }
+        }
+    }
 }
 
 /// One entry point per row (a function pointer cannot carry the row): the most rows a table

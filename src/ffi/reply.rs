@@ -34,10 +34,30 @@ pub fn grant(owner: &[u8], token: Token, with_owner: bool) -> RedisValue {
     }
 }
 
+/// The reply of a granted lock set: its tokens in key order, or `[owner, [token ...]]` for
+/// owner `*`.
+pub fn grant_set(
+    owner: &[u8],
+    tokens: impl Iterator<Item = Token>,
+    with_owner: bool,
+) -> RedisValue {
+    let tokens = RedisValue::Array(tokens.map(token).collect());
+    if with_owner {
+        RedisValue::Array(vec![RedisValue::StringBuffer(owner.to_vec()), tokens])
+    } else {
+        tokens
+    }
+}
+
 /// The reply a blocked client reads.
 pub fn answer(answer: &Answer) -> RedisResult {
     match answer {
         Answer::Granted(g) => Ok(grant(&g.owner.bytes(), g.token, g.with_owner)),
+        Answer::GrantedSet(g) => Ok(grant_set(
+            &g.owner.bytes(),
+            g.members.iter().map(|(_, t)| *t),
+            g.with_owner,
+        )),
         Answer::TimedOut => Ok(RedisValue::Null),
         Answer::Failed(err) => Err((*err).into()),
         // Sent by `send_answer`, as a map.

@@ -142,9 +142,9 @@ fn client_unblocked(client_id: u64) {
 
 /// The head of a queue left: who stands behind it may fit now (readers behind a writer, a
 /// small semaphore request behind a big one). Settled on the next turn of the event loop.
-fn settle_after_leaving(queue: Option<QueueKey>) {
-    if let Some(key) = queue {
-        timers::settle_soon(&key);
+fn settle_after_leaving(queues: Vec<QueueKey>) {
+    for key in &queues {
+        timers::settle_soon(key);
     }
 }
 

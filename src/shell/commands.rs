@@ -2,6 +2,7 @@
 //! `effects::keyspace` (which replicates and emits events), counts what happened, and replies.
 //! Arity is checked before a handler runs (`shell::table`), so each sees its declared count.
 
+use std::borrow::Cow;
 use std::num::NonZeroI64;
 
 use redis_module::{Context, ContextFlags, RedisResult, RedisString, RedisValue};
@@ -52,14 +53,8 @@ pub fn acquire(ctx: &Context, args: &[RedisString]) -> RedisResult {
     let limits = Limits::current();
     let parsed = args::acquire(&args[2..], now, &limits)?;
     epochs::ensure(ctx)?;
-    let generated;
-    let (owner, with_owner) = match parsed.owner {
-        OwnerArg::Given(owner) => (owner, false),
-        OwnerArg::Generate => {
-            generated = owner::uuid_from_random(server::random_bytes());
-            (generated.as_bytes(), true)
-        }
-    };
+    let (owner, with_owner) = owner_of(parsed.owner);
+    let owner = &*owner;
     let lock = LockKey::open(ctx, &args[1]);
     let (state, waiting) = match state_with_queue_served(&lock, now) {
         Ok(found) => found,
@@ -114,10 +109,21 @@ pub fn acquire(ctx: &Context, args: &[RedisString]) -> RedisResult {
     Ok(reply::grant(owner, token, with_owner))
 }
 
+/// An acquire's owner: as given, or one the server makes up for `*` (the reply then names it).
+pub fn owner_of(arg: OwnerArg<'_>) -> (Cow<'_, [u8]>, bool) {
+    match arg {
+        OwnerArg::Given(owner) => (Cow::Borrowed(owner), false),
+        OwnerArg::Generate => {
+            let generated = owner::uuid_from_random(server::random_bytes());
+            (Cow::Owned(generated.into_bytes()), true)
+        }
+    }
+}
+
 /// The lock's state and whether anyone waits for it, once the queue went first where the lock
 /// is free but its settle has not run yet (a lease ran out a moment ago, or the value or the
 /// plain string that held the name was deleted).
-fn state_with_queue_served(
+pub fn state_with_queue_served(
     lock: &LockKey,
     now: Millis,
 ) -> Result<(Option<LockState>, bool), LockError> {
@@ -166,7 +172,7 @@ fn busy(
 
 /// Store a grant (or renewal), bind a `SESSION` hold to the connection, and settle the queue
 /// when a downgrade may let readers at its head in, or several holds end one by one.
-fn store_grant(
+pub fn store_grant(
     ctx: &Context,
     lock: &LockKey,
     granted: LockState,
@@ -188,11 +194,28 @@ fn store_grant(
 
 /// How a caller waits: its reply's shape, whether its hold will be a session hold, its WAIT
 /// timeout, and when the queue is to be settled (the first live lease's end).
-struct Waiting {
-    with_owner: bool,
-    session: bool,
-    timeout: Millis,
-    due: Millis,
+pub struct Waiting {
+    pub with_owner: bool,
+    pub session: bool,
+    pub timeout: Millis,
+    pub due: Millis,
+}
+
+/// Block the caller, to be answered later (`None`: the server cannot block it here), with its
+/// WAIT timeout in the schedule.
+pub fn block_caller(ctx: &Context, how: &Waiting) -> Option<Blocked> {
+    let handle = block::block(ctx)?;
+    let client_id = server::client_id(ctx);
+    Some(Blocked {
+        client_id,
+        handle,
+        with_owner: how.with_owner,
+        since_us: clock::mono_us(),
+        session: how.session,
+        timeout: (how.timeout > 0)
+            .then(|| NonZeroI64::new(timers::time_out_after(client_id, how.timeout)))
+            .flatten(),
+    })
 }
 
 /// Block the caller in `key`'s queue (its reply comes from `ffi::block` later).
@@ -207,20 +230,9 @@ fn wait_in_queue(
         STATS.queue_full.incr();
         return Err(LockError::QueueFull.into());
     }
-    let Some(handle) = block::block(ctx) else {
+    let Some(client) = block_caller(ctx, &how) else {
         STATS.rejected.incr();
         return Ok(RedisValue::Null);
-    };
-    let client_id = server::client_id(ctx);
-    let client = Blocked {
-        client_id,
-        handle,
-        with_owner: how.with_owner,
-        since_us: clock::mono_us(),
-        session: how.session,
-        timeout: (how.timeout > 0)
-            .then(|| NonZeroI64::new(timers::time_out_after(client_id, how.timeout)))
-            .flatten(),
     };
     let want = waiter.want;
     queues::join(

@@ -10,6 +10,8 @@ pub mod hot;
 pub mod info;
 pub mod renames;
 pub mod resetstat;
+pub mod set_handoff;
+pub mod sets;
 pub mod settling;
 pub mod table;
 pub mod watch;

@@ -26,6 +26,7 @@ use crate::ffi::block;
 use crate::ffi::clock;
 use crate::ffi::server;
 use crate::shell::cluster;
+use crate::shell::set_handoff;
 
 /// Bring `key` in line with its queue (a settle or revoke timer, or an event). `revoked`: a
 /// grant whose reply never went out, released here if it still holds.
@@ -113,10 +114,12 @@ pub fn pass_on(lock: &LockKey, state: Option<&LockState>, now: Millis) {
         now,
     );
     match (next, &key) {
-        // No token left to issue: nobody can be served; a free lock's value goes.
-        (Next::HandOff, Some(key)) if !hand_off(lock, key, state, now) && live.is_none() => {
-            lock.remove(now)
-        }
+        // Nobody could be served (no token left, or a set at the head waits for its other
+        // keys): watch the live holds, or let a free lock's value go.
+        (Next::HandOff, Some(key)) if !hand_off(lock, key, state, now) => match next_deadline {
+            Some(at) => timers::settle_at(key, at),
+            None => lock.remove(now),
+        },
         (Next::HandOff, _) => {}
         (Next::WatchUntil(at), Some(key)) => timers::settle_at(key, at),
         (Next::Remove, _) => lock.remove(now),
@@ -124,10 +127,14 @@ pub fn pass_on(lock: &LockKey, state: Option<&LockState>, now: Millis) {
     }
 }
 
-/// Serve the head of `key`'s queue and whoever fits behind it. False if nobody could be served.
+/// Serve the head of `key`'s queue and whoever fits behind it (a set at the head is served
+/// with all its keys, or not yet). False if nobody could be served.
 fn hand_off(lock: &LockKey, key: &QueueKey, state: Option<&LockState>, now: Millis) -> bool {
     if epochs::ensure(lock.ctx()).is_err() {
         return false; // logged; the next grant tries again
+    }
+    if let Some(set) = queues::head_set(key) {
+        return set_handoff::grant_waiting(lock, set, now);
     }
     let Some(handed) = queues::hand_off(key, state, now) else {
         return false;
@@ -161,6 +168,10 @@ fn hand_off(lock: &LockKey, key: &QueueKey, state: Option<&LockState>, now: Mill
     }
     if let Some(at) = next_deadline {
         timers::settle_at(key, at);
+    }
+    // Readers just served may let a SHARED set that now heads the queue in too.
+    if let Some(set) = queues::head_set(key) {
+        set_handoff::grant_waiting(lock, set, now);
     }
     true
 }

@@ -6,11 +6,11 @@
 use redis_module::Context;
 
 use crate::ffi::command_info::{
-    arg, flag, option, optional, rest, Kind, Spec, NO_KEYS, OW_UPDATE, RO, RO_INCOMPLETE,
+    arg, flag, keys, option, optional, rest, Kind, Spec, NO_KEYS, OW_UPDATE, RO, RO_INCOMPLETE,
     RW_DELETE, RW_UPDATE,
 };
 use crate::ffi::entry;
-use crate::shell::{commands, guarded, hot, watch};
+use crate::shell::{commands, guarded, hot, sets, watch};
 
 pub use crate::ffi::entry::Command;
 
@@ -74,6 +74,46 @@ pub static COMMANDS: &[Command] = &[
         },
         most: None,
         handler: commands::extend,
+    },
+    Command {
+        spec: Spec {
+            name: "LOCK.MACQUIRE",
+            flags: "write deny-oom blocking getkeys-api",
+            arity: -5,
+            key_flags: RW_UPDATE,
+            acl: "write slow blocking lock",
+            summary: "Takes a set of locks in one step or none (exclusive, or all SHARED), optionally waiting in all their FIFO queues at once, and returns each key's fencing token.",
+            complexity: "O(N) for the N keys",
+            args: &[
+                arg("numkeys", Kind::NumKeys),
+                keys("key"),
+                arg("owner", Kind::String),
+                arg("ttl-ms", Kind::Integer),
+                flag("SHARED"),
+                flag("SESSION"),
+                option("WAIT", "timeout-ms", Kind::Integer),
+            ],
+        },
+        most: None,
+        handler: sets::macquire,
+    },
+    Command {
+        spec: Spec {
+            name: "LOCK.MRELEASE",
+            flags: "write getkeys-api",
+            arity: -4,
+            key_flags: RW_DELETE,
+            acl: "write slow lock",
+            summary: "Releases every one of the keys the owner holds; each next waiter gets its key at once.",
+            complexity: "O(N) for the N keys",
+            args: &[
+                arg("numkeys", Kind::NumKeys),
+                keys("key"),
+                arg("owner", Kind::String),
+            ],
+        },
+        most: None,
+        handler: sets::mrelease,
     },
     Command {
         spec: Spec {
@@ -242,7 +282,10 @@ mod tests {
         let acquire = &COMMANDS[0].spec;
         assert!(!acquire.arity_allows(3));
         assert!(acquire.arity_allows(4) && acquire.arity_allows(6));
-        let fence = &COMMANDS[3];
+        let fence = COMMANDS
+            .iter()
+            .find(|c| c.spec.name == "LOCK.FENCE")
+            .expect("in the table");
         assert!(fence.takes(2) && fence.takes(3) && !fence.takes(4));
     }
 
@@ -275,7 +318,9 @@ mod tests {
                         .filter(|w| !w.is_empty() && *w != "...")
                         .collect();
                     let mut table: Vec<&str> = c.spec.args.iter().flat_map(|a| a.words()).collect();
+                    // `key [key ...]` names one argument that repeats.
                     shown.sort_unstable();
+                    shown.dedup();
                     table.sort_unstable();
                     assert_eq!(shown, table, "{}: {line}", path.display());
                     checked += 1;

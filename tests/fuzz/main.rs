@@ -2,31 +2,34 @@
 //! (`LOCK_FUZZ_SEED=<seed>` replays a run, `LOCK_FUZZ_SECS` sets its length):
 //! - argument fuzzing of every command with binary arguments over RESP2 and RESP3: every reply
 //!   is a value or a Redis-style error, the connection stays in step, nothing panics;
-//! - random operation histories checked step by step against a model of the locks.
+//! - random operation histories checked step by step against a model of the locks;
+//! - lock sets taken by many clients at once (`sets.rs`).
+
+mod sets;
 
 use redis_lock_harness::*;
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-struct Rng(u64);
+pub struct Rng(u64);
 
 impl Rng {
-    fn next(&mut self) -> u64 {
+    pub fn next_u64(&mut self) -> u64 {
         // xorshift64*
         self.0 ^= self.0 >> 12;
         self.0 ^= self.0 << 25;
         self.0 ^= self.0 >> 27;
         self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
     }
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
+    pub fn below(&mut self, n: usize) -> usize {
+        (self.next_u64() % n as u64) as usize
     }
-    fn pick<'a, T>(&mut self, items: &'a [T]) -> &'a T {
+    pub fn pick<'a, T>(&mut self, items: &'a [T]) -> &'a T {
         &items[self.below(items.len())]
     }
 }
 
-fn seeded(test: &str) -> (Rng, Duration) {
+pub fn seeded(test: &str) -> (Rng, Duration) {
     let seed = std::env::var("LOCK_FUZZ_SEED")
         .ok()
         .and_then(|s| s.parse().ok())
@@ -39,8 +42,10 @@ fn seeded(test: &str) -> (Rng, Duration) {
     (Rng(seed), Duration::from_secs(secs))
 }
 
-const COMMANDS: [&[u8]; 9] = [
+const COMMANDS: [&[u8]; 11] = [
     b"LOCK.ACQUIRE",
+    b"LOCK.MACQUIRE",
+    b"LOCK.MRELEASE",
     b"LOCK.RELEASE",
     b"LOCK.EXTEND",
     b"LOCK.FENCE",
@@ -87,7 +92,7 @@ fn random_arg(rng: &mut Rng) -> Vec<u8> {
         0 => rng.pick(&NUMBERS).to_vec(),
         1 => rng.pick(&WORDS).to_vec(),
         2 => format!("k{}", rng.below(4)).into_bytes(),
-        _ => (0..rng.below(12)).map(|_| rng.next() as u8).collect(),
+        _ => (0..rng.below(12)).map(|_| rng.next_u64() as u8).collect(),
     }
 }
 
@@ -146,7 +151,7 @@ fn fuzz_arguments_of_every_command() {
 
 /// The model of one key: who holds it, how, with which token.
 #[derive(Clone, Debug, PartialEq)]
-enum Held {
+pub enum Held {
     Exclusive(String, i64),
     Shared(Vec<(String, i64)>),
     /// limit, then (owner, token, permits)
@@ -154,7 +159,7 @@ enum Held {
 }
 
 impl Held {
-    fn token_of(&self, owner: &str) -> Option<i64> {
+    pub fn token_of(&self, owner: &str) -> Option<i64> {
         match self {
             Held::Exclusive(o, t) => (o == owner).then_some(*t),
             Held::Shared(v) => v.iter().find(|(o, _)| o == owner).map(|(_, t)| *t),
@@ -171,7 +176,7 @@ impl Held {
     }
 
     /// Without `owner`'s hold (None when nothing is left).
-    fn without(self, owner: &str) -> Option<Held> {
+    pub fn without(self, owner: &str) -> Option<Held> {
         match self {
             Held::Exclusive(..) => None,
             Held::Shared(mut v) => {
@@ -188,14 +193,14 @@ impl Held {
 
 /// A request the model decides: exclusive, shared, or `n` permits of a semaphore of `limit`.
 #[derive(Clone, Copy, Debug)]
-enum Ask {
+pub enum Ask {
     Exclusive,
     Shared,
     Permits(u32, u32),
 }
 
 /// What the server must answer, by the rules of the README (nobody queues in this test).
-enum Expect {
+pub enum Expect {
     /// A fresh token (above every earlier one) and the new model.
     Fresh(Box<dyn Fn(i64) -> Held>),
     /// This very token; the model does not change but for the mode (a downgrade).
@@ -215,7 +220,7 @@ impl std::fmt::Debug for Expect {
     }
 }
 
-fn expect(held: Option<&Held>, owner: &str, ask: Ask) -> Expect {
+pub fn expect(held: Option<&Held>, owner: &str, ask: Ask) -> Expect {
     let o = owner.to_string();
     match (held, ask) {
         (None, Ask::Exclusive) => Expect::Fresh(Box::new(move |t| Held::Exclusive(o.clone(), t))),
@@ -292,7 +297,7 @@ fn random_histories_match_a_model() {
         let owner = *rng.pick(&owners);
         let held = model.get(key).cloned();
         let mine = held.as_ref().and_then(|h| h.token_of(owner));
-        match rng.below(10) {
+        match rng.below(11) {
             0..=2 => {
                 let ask = match rng.below(4) {
                     0 | 1 => Ask::Exclusive,
@@ -407,6 +412,22 @@ fn random_histories_match_a_model() {
                     Value::Nil,
                     "step {steps}: nothing new after its own cursor"
                 );
+            }
+            9 => {
+                let other = *rng.pick(&keys);
+                if other != key {
+                    let step = sets::Step {
+                        keys: [key, other],
+                        owner,
+                        steps,
+                    };
+                    if rng.below(3) == 0 {
+                        sets::release_step(&mut c, &mut model, &step);
+                    } else {
+                        let shared = rng.below(3) == 0;
+                        sets::acquire_step(&mut c, &mut model, &step, shared, &mut last_token);
+                    }
+                }
             }
             _ => {
                 if rng.below(10) == 0 {
