@@ -369,6 +369,22 @@ fn exporter_and_prometheus_see_what_the_locks_do() {
         }
         assert!(p.query(expr).is_some(), "Prometheus refused {expr}");
     }
+    metrics_missing_is_told(&stack, &mut c);
+}
+
+/// `LockMetricsMissing`'s condition: quiet while the script's metrics arrive, met once the
+/// exporter's user may no longer run the script.
+fn metrics_missing_is_told(stack: &Stack, c: &mut Connection) {
+    let rules = rule_queries();
+    let expr = rules
+        .iter()
+        .find(|e| e.contains("redis_up"))
+        .expect("the LockMetricsMissing rule");
+    assert_eq!(stack.prometheus.query(expr).map(|r| r.len()), Some(0));
+    ok(c, &["ACL", "SETUSER", "default", "-eval"]);
+    stack
+        .prometheus
+        .until(&format!("count({expr})"), |v| v == 1.0);
 }
 
 /// Without Prometheus: the script's names on a live server, as the scrape config renames them
