@@ -218,6 +218,30 @@ fn lock_hot_lists_the_most_waited_names() {
         ok(&mut c, &["LOCK.HOT", "waits", "COUNT", "2"]),
         Value::Array(vec![row(name, 3), row(b"warm", 2)])
     );
+    // A waiting lock set counts a wait on each of its keys.
+    let reply = cmd(
+        &mut c,
+        &[
+            "LOCK.MACQUIRE",
+            "2",
+            "cold",
+            "free",
+            "w",
+            "1000",
+            "WAIT",
+            "1",
+        ],
+    );
+    assert_eq!(reply, Ok(Value::Nil), "timed out in the queues");
+    assert_eq!(
+        ok(&mut c, &["LOCK.HOT", "WAITS", "COUNT", "4"]),
+        Value::Array(vec![
+            row(name, 3),
+            row(b"cold", 2),
+            row(b"warm", 2),
+            row(b"free", 1)
+        ])
+    );
     ok(&mut c, &["CONFIG", "SET", "lock.hot-names", "1"]);
     assert_eq!(
         ok(&mut c, &["LOCK.HOT", "WAITS"]),

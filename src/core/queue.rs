@@ -17,6 +17,18 @@ pub struct Waiter<C> {
     pub want: Want,
 }
 
+impl<C> Waiter<C> {
+    /// The same waiter with its client handle turned into another.
+    pub fn map_client<D>(self, to: impl FnOnce(C) -> D) -> Waiter<D> {
+        Waiter {
+            client: to(self.client),
+            owner: self.owner,
+            ttl: self.ttl,
+            want: self.want,
+        }
+    }
+}
+
 /// Waiters served in one step, with their tokens, and the state they hold it in.
 #[derive(Debug)]
 pub struct Handed<C> {

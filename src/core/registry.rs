@@ -112,7 +112,7 @@ impl<C: Client> Registry<C> {
             .queues
             .entry(Arc::clone(&key))
             .or_default()
-            .push(seated(waiter));
+            .push(waiter.map_client(Seat::Alone));
         self.client_queue.insert(client_id, (key, place));
     }
 
@@ -375,22 +375,6 @@ impl<C: Client> Registry<C> {
             self.client_queue = HashMap::new();
             self.sets = HashMap::new();
         }
-    }
-}
-
-/// A client's waiter as a seat of its own in a queue.
-fn seated<C>(w: Waiter<C>) -> Waiter<Seat<C>> {
-    let Waiter {
-        client,
-        owner,
-        ttl,
-        want,
-    } = w;
-    Waiter {
-        client: Seat::Alone(client),
-        owner,
-        ttl,
-        want,
     }
 }
 

@@ -21,7 +21,7 @@ use crate::core::registry::QueueKey;
 use crate::effects::epochs;
 use crate::effects::foreign;
 use crate::effects::keyspace::{self, LockEvent, LockKey};
-use crate::effects::queues::{self, Blocked};
+use crate::effects::queues::{self, Blocked, BlockedWaiter};
 use crate::effects::sessions;
 use crate::effects::timers;
 use crate::ffi::block;
@@ -201,9 +201,19 @@ pub struct Waiting {
     pub due: Millis,
 }
 
-/// Block the caller, to be answered later (`None`: the server cannot block it here), with its
-/// WAIT timeout in the schedule.
-pub fn block_caller(ctx: &Context, how: &Waiting) -> Option<Blocked> {
+/// Block the caller as `waiter`, to be answered later, with its WAIT timeout in the schedule
+/// (`None`, counted as rejected: the server cannot block it here).
+pub fn block_as(ctx: &Context, how: &Waiting, waiter: Waiter<()>) -> Option<BlockedWaiter> {
+    let Some(client) = block_caller(ctx, how) else {
+        STATS.rejected.incr();
+        return None;
+    };
+    STATS.queued(waiter.want);
+    Some(waiter.map_client(|()| client))
+}
+
+/// The blocked client of the caller, with its WAIT timeout in the schedule.
+fn block_caller(ctx: &Context, how: &Waiting) -> Option<Blocked> {
     let handle = block::block(ctx)?;
     let client_id = server::client_id(ctx);
     Some(Blocked {
@@ -230,21 +240,10 @@ fn wait_in_queue(
         STATS.queue_full.incr();
         return Err(LockError::QueueFull.into());
     }
-    let Some(client) = block_caller(ctx, &how) else {
-        STATS.rejected.incr();
+    let Some(waiter) = block_as(ctx, &how, waiter) else {
         return Ok(RedisValue::Null);
     };
-    let want = waiter.want;
-    queues::join(
-        key.clone(),
-        Waiter {
-            client,
-            owner: waiter.owner,
-            ttl: waiter.ttl,
-            want,
-        },
-    );
-    STATS.queued(want);
+    queues::join(key.clone(), waiter);
     hot::record(Signal::Waits, &key.name);
     timers::settle_at(&key, how.due);
     Ok(RedisValue::NoReply)

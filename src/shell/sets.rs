@@ -160,21 +160,10 @@ fn wait(
         timeout,
         due: now,
     };
-    let Some(client) = commands::block_caller(ctx, &how) else {
-        STATS.rejected.incr();
+    let Some(waiter) = commands::block_as(ctx, &how, waiter) else {
         return Ok(RedisValue::Null);
     };
-    let want = waiter.want;
-    queues::join_set(
-        keys.clone(),
-        Waiter {
-            client,
-            owner: waiter.owner,
-            ttl: waiter.ttl,
-            want,
-        },
-    );
-    STATS.queued(want);
+    queues::join_set(keys.clone(), waiter);
     keys.iter()
         .for_each(|k| hot::record(Signal::Waits, &k.name));
     for ((key, member), lock) in keys.iter().zip(members).zip(locks) {

@@ -418,7 +418,9 @@ for (const flavour of FLAVOURS) {
           await eventually(async () => (await replica.info("replication", "master_link_status")) === "up", 20_000),
         );
         const durable = new Locks(await clients.client(master.port));
-        const hold = await durable.acquire("d", { replicas: 1 });
+        // The replica acknowledges within milliseconds; 10 s (not the default 1 s) leaves room
+        // for a loaded machine: what is tested is that the grant waits for it.
+        const hold = await durable.acquire("d", { replicas: 1, replicasTimeout: 10_000 });
         assert.equal(await replica.cmd("LOCK.FENCE", "d"), hold.token);
         assert.equal(await hold.release(), true);
         durable.close();
