@@ -93,7 +93,7 @@ test-rust-client-%: deps build valkey
 ## Grafana"): promtool checks the alert rules and runs their tests (monitoring/); then the
 ## module's server, Debian's redis_exporter with monitoring/redis-lock.lua and Debian's
 ## Prometheus with the docs' scrape config on loopback, lock traffic, and what Prometheus's API
-## shows of it (about 15 s a server).
+## shows of it (15 to 40 s a server on 2 busy cores, 9 to 11 s of it the test).
 test-prometheus: test-prometheus-redis test-prometheus-valkey
 test-prometheus-%: deps build valkey
 	cd monitoring && promtool check rules redis-lock-rules.yml && \
