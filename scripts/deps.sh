@@ -7,7 +7,8 @@
 #                           suite), a TrueType font (benchmark charts), Python with pip and venv
 #                           (the Python client's tests and the matrix servers' wheels), Node.js
 #                           20+ with npm (the TypeScript client's), PostgreSQL, MariaDB and the
-#                           sqlite3 shell (the fenced-write tests, scripts/testdb.sh); the default
+#                           sqlite3 shell (the fenced-write tests, scripts/testdb.sh), Prometheus
+#                           and its redis_exporter (the metrics suite); the default
 #   scripts/deps.sh qemu    qemu-user, to run Debian's arm64 redis-server (make test-aarch64)
 #   scripts/deps.sh bench   etcd (Debian's etcd-server), for the election benchmark's peer
 #                           (make bench-election)
@@ -88,6 +89,11 @@ need test mariadb-server-core test -x /usr/sbin/mariadbd
 need test mariadb-server-core test -x /usr/bin/mariadb-install-db
 need test mariadb-client-core has mariadb
 need test sqlite3 has sqlite3
+# The metrics suite (tests/prometheus.rs) starts Debian's Prometheus (with promtool) and
+# redis_exporter on loopback ports of its own; where systemd starts the packages' services, they
+# listen on 9090 and 9121, which the suite never uses.
+need test prometheus has promtool
+need test prometheus-redis-exporter has prometheus-redis-exporter
 need test default-jdk-headless has javac
 need test maven has mvn
 if [ $list = no ] && [[ " $groups " == *" test "* ]] && command -v node >/dev/null 2>&1; then

@@ -97,6 +97,7 @@ READERS = {
     "upgrade": cargo,
     "dist": cargo,
     "aarch64": cargo,
+    "prometheus": cargo,
     "python": pytest,
     "node": node,
     "go": go,

@@ -4,7 +4,7 @@
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 test_only="redis-server redis-tools faketime fonts-dejavu-core python3-pip nodejs npm postgresql
-mariadb-server-core sqlite3"
+mariadb-server-core sqlite3 prometheus prometheus-redis-exporter"
 fail() { echo "deps: $*" >&2; exit 1; }
 for mode in build dist; do
     listed=$("$here/deps.sh" --list $mode | awk '{print $2}')

@@ -24,7 +24,10 @@ fn defaults_and_bounds() {
     assert_eq!(get(&mut c, "lock.max-ttl"), "2592000000");
     assert_eq!(get(&mut c, "lock.max-owner-length"), "1024");
     assert_eq!(get(&mut c, "lock.max-set-size"), "64");
+    assert_eq!(get(&mut c, "lock.hot-names"), "10");
     for (name, bad) in [
+        ("lock.hot-names", "-1"),
+        ("lock.hot-names", "1001"),
         ("lock.max-set-size", "0"),
         ("lock.max-set-size", "10001"),
         ("lock.max-waiters", "0"),

@@ -24,6 +24,7 @@ mod metrics;
 mod panics;
 mod pause;
 mod persistence;
+mod prometheus;
 mod replication;
 mod restore;
 mod semaphore;

@@ -189,3 +189,81 @@ fn the_module_reports_its_version() {
         "MODULE LIST shows lock {number}: {listed}"
     );
 }
+
+/// `LOCK.HOT`: binary names, most waited first, bounded by `lock.hot-names`, cleared by
+/// `CONFIG RESETSTAT`.
+#[test]
+fn lock_hot_lists_the_most_waited_names() {
+    let s = Server::start();
+    let mut c = s.con();
+    let name: &[u8] = b"bin\x00\xff";
+    for (key, waits) in [(name, 3), (b"warm".as_slice(), 2), (b"cold".as_slice(), 1)] {
+        run(&mut c, &[b"LOCK.ACQUIRE", key, b"holder", b"60000"]).expect("free");
+        for _ in 0..waits {
+            let reply = run(
+                &mut c,
+                &[b"LOCK.ACQUIRE", key, b"w", b"1000", b"WAIT", b"1"],
+            );
+            assert_eq!(reply, Ok(Value::Nil), "timed out in the queue");
+        }
+    }
+    let row = |name: &[u8], n: i64| {
+        Value::Array(vec![
+            Value::BulkString(name.to_vec()),
+            Value::Int(n),
+            Value::Int(0),
+        ])
+    };
+    assert_eq!(
+        ok(&mut c, &["LOCK.HOT", "waits", "COUNT", "2"]),
+        Value::Array(vec![row(name, 3), row(b"warm", 2)])
+    );
+    // A waiting lock set counts a wait on each of its keys.
+    let reply = cmd(
+        &mut c,
+        &[
+            "LOCK.MACQUIRE",
+            "2",
+            "cold",
+            "free",
+            "w",
+            "1000",
+            "WAIT",
+            "1",
+        ],
+    );
+    assert_eq!(reply, Ok(Value::Nil), "timed out in the queues");
+    assert_eq!(
+        ok(&mut c, &["LOCK.HOT", "WAITS", "COUNT", "4"]),
+        Value::Array(vec![
+            row(name, 3),
+            row(b"cold", 2),
+            row(b"warm", 2),
+            row(b"free", 1)
+        ])
+    );
+    ok(&mut c, &["CONFIG", "SET", "lock.hot-names", "1"]);
+    assert_eq!(
+        ok(&mut c, &["LOCK.HOT", "WAITS"]),
+        Value::Array(vec![]),
+        "cleared"
+    );
+    let reply = run(
+        &mut c,
+        &[b"LOCK.ACQUIRE", b"warm", b"w", b"1000", b"WAIT", b"1"],
+    );
+    assert_eq!(reply, Ok(Value::Nil));
+    assert_eq!(
+        ok(&mut c, &["LOCK.HOT", "WAITS"]),
+        Value::Array(vec![row(b"warm", 1)])
+    );
+    ok(&mut c, &["CONFIG", "RESETSTAT"]);
+    assert!(
+        eventually(Duration::from_secs(5), || ok(
+            &mut c,
+            &["LOCK.HOT", "WAITS"]
+        ) == Value::Array(vec![])),
+        "CONFIG RESETSTAT clears it"
+    );
+    assert!(cmd(&mut c, &["LOCK.HOT", "HOLDS"]).is_err());
+}

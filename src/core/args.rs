@@ -713,7 +713,7 @@ mod tests {
     fn module_arguments_follow_config_set_bounds() {
         let defaults = SETTINGS.each_ref().map(|s| s.default);
         assert_eq!(module_args::<&[u8]>(&[]), Ok(defaults));
-        let [waiters, ttl, holders, owner, set_size, foreign] = module_args(&args(&[
+        let [waiters, ttl, holders, owner, set_size, foreign, hot] = module_args(&args(&[
             "max-ttl",
             "5000",
             "LOCK.MAX-WAITERS",
@@ -727,8 +727,8 @@ mod tests {
         ]))
         .unwrap();
         assert_eq!(
-            (waiters, ttl, holders, owner, set_size, foreign),
-            (7, 5000, 10_000, 1 << 20, 3, 0)
+            (waiters, ttl, holders, owner, set_size, foreign, hot),
+            (7, 5000, 10_000, 1 << 20, 3, 0, 10)
         );
         let refused = |words: &[&'static str]| module_args(&args(words)).unwrap_err().to_string();
         assert_eq!(

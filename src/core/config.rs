@@ -44,6 +44,13 @@ pub static MAX_SET_SIZE: AtomicI64 = AtomicI64::new(MAX_SET_SIZE_DEFAULT);
 pub const FOREIGN_HOLDS_DEFAULT: i64 = 1;
 pub static FOREIGN_HOLDS: AtomicI64 = AtomicI64::new(FOREIGN_HOLDS_DEFAULT);
 
+/// `lock.hot-names`: how many of the most contended names `LOCK.HOT` lists (0: none, and no
+/// names are tracked).
+pub const HOT_NAMES_DEFAULT: i64 = 10;
+pub const HOT_NAMES_MIN: i64 = 0;
+pub const HOT_NAMES_MAX: i64 = 1000;
+pub static HOT_NAMES: AtomicI64 = AtomicI64::new(HOT_NAMES_DEFAULT);
+
 /// What values a setting takes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Kind {
@@ -63,7 +70,7 @@ pub struct Setting {
 }
 
 /// Every setting, in the order they are registered and documented.
-pub static SETTINGS: [Setting; 6] = [
+pub static SETTINGS: [Setting; 7] = [
     Setting {
         name: "max-waiters",
         value: &MAX_WAITERS,
@@ -114,6 +121,15 @@ pub static SETTINGS: [Setting; 6] = [
         value: &FOREIGN_HOLDS,
         default: FOREIGN_HOLDS_DEFAULT,
         kind: Kind::YesNo,
+    },
+    Setting {
+        name: "hot-names",
+        value: &HOT_NAMES,
+        default: HOT_NAMES_DEFAULT,
+        kind: Kind::Integer {
+            min: HOT_NAMES_MIN,
+            max: HOT_NAMES_MAX,
+        },
     },
 ];
 
@@ -181,6 +197,11 @@ pub fn foreign_holds() -> bool {
 
 pub fn max_owner_length() -> usize {
     usize::try_from(MAX_OWNER_LENGTH.load(Ordering::Relaxed)).unwrap_or(usize::MAX)
+}
+
+/// How many of the most contended names `LOCK.HOT` lists.
+pub fn hot_names() -> usize {
+    usize::try_from(HOT_NAMES.load(Ordering::Relaxed)).unwrap_or(0)
 }
 
 /// The limits a command checks its arguments against, read once per command.

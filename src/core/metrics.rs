@@ -62,6 +62,10 @@ impl Gauge {
 
 const BUCKETS: usize = 64;
 
+/// The exponents `b` of the `2^b` µs bounds `INFO lock` shows cumulative counts for
+/// (`wait_time_le_1024us` ... `wait_time_le_268435456us`: about 1 ms to 4.5 min, by 4x).
+pub const INFO_BOUNDS: [u32; 10] = [10, 12, 14, 16, 18, 20, 22, 24, 26, 28];
+
 /// Durations in microseconds, in power-of-two buckets: bucket `b` holds values below `2^b`.
 /// Percentiles are the upper bound of the bucket they fall in (at most 2x high), capped by the
 /// exact maximum.
@@ -93,6 +97,15 @@ impl Histogram {
 
     pub fn max(&self) -> u64 {
         self.max.load(Ordering::Relaxed)
+    }
+
+    /// How many durations were below `2^b` microseconds: a cumulative bucket of a Prometheus
+    /// histogram whose upper bound is `2^b` µs.
+    pub fn below_pow2(&self, b: usize) -> u64 {
+        self.buckets[..=b.min(BUCKETS - 1)]
+            .iter()
+            .map(|n| n.load(Ordering::Relaxed))
+            .sum()
     }
 
     /// The `q` quantile (0 < q <= 1) in microseconds, 0 when empty.
@@ -363,6 +376,10 @@ mod tests {
         let p50 = h.quantile(0.5);
         assert!((120..256).contains(&p50), "p50 {p50}");
         assert_eq!(h.quantile(0.99), 5_000);
+        assert_eq!(
+            (h.below_pow2(7), h.below_pow2(8), h.below_pow2(13)),
+            (3, 4, 5)
+        );
         let before = h.reading();
         h.record(0);
         h.record(300);

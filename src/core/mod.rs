@@ -8,6 +8,7 @@ pub mod config;
 pub mod error;
 pub mod fencing;
 pub mod guard_rules;
+pub mod hot;
 pub mod lock;
 pub mod lock_set;
 pub mod metrics;

@@ -16,6 +16,7 @@ use redis_module::{Context, RedisString};
 
 use crate::core::config;
 use crate::core::error::LockError;
+use crate::core::hot::{self, Signal};
 use crate::core::lock::{self, LockState, Millis};
 use crate::core::metrics::STATS;
 use crate::core::registry::QueueKey;
@@ -75,6 +76,7 @@ pub fn hold_ended(
     );
     if expired {
         STATS.expired_while_held.incr();
+        hot::record(Signal::Expired, key.as_slice());
         notify(ctx, LockEvent::Expire, key);
     }
     expired

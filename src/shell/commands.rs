@@ -12,6 +12,7 @@ use crate::core::codec;
 use crate::core::config::Limits;
 use crate::core::error::LockError;
 use crate::core::fencing;
+use crate::core::hot::{self, Signal};
 use crate::core::lock::{self, Acquire, Holder, LockState, Millis, Request, Token};
 use crate::core::metrics::STATS;
 use crate::core::owner::{self, Owner};
@@ -243,6 +244,7 @@ fn wait_in_queue(
         return Ok(RedisValue::Null);
     };
     queues::join(key.clone(), waiter);
+    hot::record(Signal::Waits, &key.name);
     timers::settle_at(&key, how.due);
     Ok(RedisValue::NoReply)
 }

@@ -3,7 +3,7 @@
 
 use redis_module::{InfoContext, RedisResult};
 
-use crate::core::metrics::STATS;
+use crate::core::metrics::{INFO_BOUNDS, STATS};
 use crate::core::version;
 use crate::effects::foreign;
 use crate::effects::watches;
@@ -33,6 +33,10 @@ pub fn render(ctx: &InfoContext) -> RedisResult<()> {
             .field(&format!("{name}_p50_ms"), ms(h.quantile(0.50)))?
             .field(&format!("{name}_p99_ms"), ms(h.quantile(0.99)))?
             .field(&format!("{name}_max_ms"), ms(h.max()))?;
+        for b in INFO_BOUNDS {
+            let field = format!("{name}_le_{}us", 1u64 << b);
+            section = section.field(&field, h.below_pow2(b as usize))?;
+        }
     }
     section = section
         .field("module_heap_bytes", alloc::held_bytes() as u64)?

@@ -6,6 +6,7 @@ pub mod callbacks;
 pub mod cluster;
 pub mod commands;
 pub mod guarded;
+pub mod hot;
 pub mod info;
 pub mod renames;
 pub mod resetstat;

@@ -10,6 +10,7 @@
 
 use std::sync::Mutex;
 
+use crate::core::hot;
 use crate::core::metrics::{Reading, STATS};
 use crate::ffi::server::info_field;
 
@@ -97,6 +98,7 @@ pub fn check() {
     let after = read();
     if was_reset(&before, &after) {
         STATS.reset_since(&ours);
+        hot::clear();
     } else if after.command_stats == before.command_stats {
         // Neither run nor refused: queued in a MULTI, perhaps.
         PENDING

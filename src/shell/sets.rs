@@ -9,6 +9,7 @@ use crate::core::args::AcquireArgs;
 use crate::core::config::Limits;
 use crate::core::error::LockError;
 use crate::core::fencing;
+use crate::core::hot::{self, Signal};
 use crate::core::lock::{self, Acquire, Millis, Request};
 use crate::core::lock_set::{self, Member, SetAcquire};
 use crate::core::metrics::STATS;
@@ -163,6 +164,8 @@ fn wait(
         return Ok(RedisValue::Null);
     };
     queues::join_set(keys.clone(), waiter);
+    keys.iter()
+        .for_each(|k| hot::record(Signal::Waits, &k.name));
     for ((key, member), lock) in keys.iter().zip(members).zip(locks) {
         watch_member(ctx, key, member, lock, now);
     }

@@ -10,7 +10,7 @@ use crate::ffi::command_info::{
     RW_DELETE, RW_UPDATE,
 };
 use crate::ffi::entry;
-use crate::shell::{commands, guarded, sets, watch};
+use crate::shell::{commands, guarded, hot, sets, watch};
 
 pub use crate::ffi::entry::Command;
 
@@ -241,6 +241,20 @@ pub static COMMANDS: &[Command] = &[
         },
         most: None,
         handler: commands::epoch,
+    },
+    Command {
+        spec: Spec {
+            name: "LOCK.HOT",
+            flags: "readonly",
+            arity: -2,
+            key_flags: NO_KEYS,
+            acl: "read slow lock",
+            summary: "Lists the most contended lock names (WAITS: requests that queued, EXPIRED: leases that ran out while held), each with its estimated count and error bound.",
+            complexity: "O(C log C) for the C names tracked (four times lock.hot-names)",
+            args: &[arg("signal", Kind::String), option("COUNT", "count", Kind::Integer)],
+        },
+        most: None,
+        handler: hot::hot,
     },
 ];
 
