@@ -209,6 +209,7 @@ impl<K: Hash + Eq + Clone, J> Schedule<K, J> {
                 self.insert_key_at(new, hash, slot);
             }
         }
+        self.shrink_if_idle();
     }
 
     pub fn len(&self) -> usize {
@@ -219,10 +220,15 @@ impl<K: Hash + Eq + Clone, J> Schedule<K, J> {
         self.jobs.is_empty() && self.keys.is_empty() && self.ids.is_empty()
     }
 
-    /// A burst of waiters or locks should not leave its high-water mark behind.
+    /// A burst of waiters or locks should not leave its high-water mark behind: like Redis's
+    /// own dictionaries, the table shrinks once it is less than an eighth full (to twice what
+    /// it holds, so a table that fills again does not grow at once).
     fn shrink_if_idle(&mut self) {
-        if self.keyed.is_empty() && self.keyed.capacity() > 64 {
+        let (len, capacity) = (self.keyed.len(), self.keyed.capacity());
+        if len == 0 && capacity > 64 {
             self.keyed = HashTable::new();
+        } else if capacity > 64 && len < capacity / 8 {
+            self.keyed.shrink_to(len * 2, |(_, h)| *h);
         }
     }
 }
@@ -286,6 +292,34 @@ mod tests {
             ]
         );
         assert!(s.is_empty());
+    }
+
+    #[test]
+    fn the_key_table_gives_back_a_burst_however_its_keys_go() {
+        let mut s: Schedule<u32, u32> = Schedule::default();
+        let burst = |s: &mut Schedule<u32, u32>| {
+            for k in 0..20_000 {
+                s.add_key_owned(k, 1_000 + i64::from(k));
+            }
+            assert!(s.keyed.capacity() >= 20_000);
+        };
+        // A flush (`rekey` dropping every key), one that keeps a few, expiries, cancels.
+        burst(&mut s);
+        s.rekey(|_| None);
+        assert_eq!(s.keyed.capacity(), 0);
+        burst(&mut s);
+        s.rekey(|k| (*k < 100).then_some(*k));
+        assert!(s.keyed.capacity() <= 8 * 100, "{}", s.keyed.capacity());
+        burst(&mut s);
+        while s.len() > 50 {
+            s.pop_due(i64::MAX);
+        }
+        assert!(s.keyed.capacity() <= 8 * 50, "{}", s.keyed.capacity());
+        for k in 0..20_000 {
+            s.cancel_key(&k);
+        }
+        assert_eq!(s.len(), 0);
+        assert!(s.keyed.capacity() <= 64, "{}", s.keyed.capacity());
     }
 
     #[test]
