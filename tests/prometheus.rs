@@ -389,6 +389,29 @@ fn metrics_missing_is_told(stack: &Stack, c: &mut Connection) {
 
 /// Without Prometheus: the script's names on a live server, as the scrape config renames them
 /// (`redis_` + the key up to `;`), cover every metric the dashboard and the rules name.
+/// The docs' install lines, as written but for the directory (`/etc/prometheus/` is the
+/// system's), from the repository's root as the docs run them.
+#[test]
+#[ignore = "needs Debian's prometheus (promtool): make test-prometheus"]
+fn the_rules_install_snippet_runs_as_written() {
+    let dir = fresh_dir("prometheus-rules");
+    let script =
+        doc_snippet("install-rules").replace("/etc/prometheus/", &format!("{}/", dir.display()));
+    let out = Command::new("sh")
+        .args(["-ec", &script])
+        .current_dir(workspace())
+        .output()
+        .expect("run sh");
+    assert!(
+        out.status.success(),
+        "{script}\n{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(dir.join("redis-lock.lua").exists() && dir.join("redis-lock-rules.yml").exists());
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[test]
 fn the_dashboard_and_the_rules_name_what_the_script_exports() {
     let s = Server::start();
