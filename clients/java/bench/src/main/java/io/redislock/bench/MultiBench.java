@@ -263,20 +263,21 @@ final class MultiBench {
         System.out.printf(Locale.ROOT, "%nLock sets: %d workers, sets of 2-4 of %d keys (seed %d, the same sets for each), "
                 + "%d ms holds, waits bounded at %d s, %s s each after a %s s warm-up, %s%n%n", WORKERS, KEYS, SEED, HOLD_MS,
                 WAIT.toSeconds(), Bench.seconds(SECONDS), Bench.seconds(Bench.WARMUP), serverVersion);
-        System.out.println("| contender | sets/s | Jain | wait p50 ms | wait p99 ms | timeouts (10 s) | overlaps | errors | took s |");
-        System.out.println("|---|---|---|---|---|---|---|---|---|");
+        System.out.println("| contender | sets | sets/s | Jain | wait p50 ms | wait p99 ms | timeouts (10 s) | overlaps | errors "
+                + "| took s |");
+        System.out.println("|---|---|---|---|---|---|---|---|---|---|");
         for (Result r : results) {
-            System.out.printf(Locale.ROOT, "| %s | %.0f | %.4f | %.1f | %.1f | %d | %d | %d | %.1f |%n", r.name, r.perSecond, r.jain,
-                    r.p50, r.p99, r.timeouts, r.overlaps, r.errors, r.took);
+            System.out.printf(Locale.ROOT, "| %s | %d | %.0f | %.4f | %.1f | %.1f | %d | %d | %d | %.1f |%n", r.name, r.sets, r.perSecond,
+                    r.jain, r.p50, r.p99, r.timeouts, r.overlaps, r.errors, r.took);
         }
         System.out.println();
         Result mine = results.get(0);
         for (Result r : results.subList(1, results.size())) {
             System.out.printf(Locale.ROOT, "acquireAll / %s: sets/s %s, wait p99 %.1f ms / %.1f ms = %.2f, "
-                    + "Jain %.4f / %.4f = %.2f, timeouts %d vs %d%n", r.name,
+                    + "Jain %.4f / %.4f = %s, timeouts %d vs %d%n", r.name,
                     r.sets == 0 ? "(none taken by the peer)" : String.format(Locale.ROOT, "x%.2f", mine.perSecond / r.perSecond),
-                    mine.p99, r.p99, mine.p99 / r.p99, mine.jain, r.jain, r.jain == 0 ? Double.POSITIVE_INFINITY : mine.jain / r.jain,
-                    mine.timeouts, r.timeouts);
+                    mine.p99, r.p99, mine.p99 / r.p99, mine.jain, r.jain,
+                    r.jain == 0 ? "-" : String.format(Locale.ROOT, "%.2f", mine.jain / r.jain), mine.timeouts, r.timeouts);
         }
         System.out.printf(Locale.ROOT, "%nlock sets took %.1f s%n", (System.nanoTime() - began) / 1e9);
         boolean ok = results.stream().allMatch(r -> r.overlaps == 0)
