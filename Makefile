@@ -265,7 +265,9 @@ bench-node: release deps
 
 ## The Java client against Redisson 3.52's RLock and fair lock (clients/java/bench, Maven
 ## profile bench: Redisson from Maven Central into ~/.m2 the first time), in one run of about
-## 40 s: 32 threads on one lock with a 1 ms hold; grants/s, Jain fairness, wait p99, as ratios.
+## 65 s: 32 threads on one lock with a 1 ms hold; grants/s, Jain fairness, wait p99, as ratios;
+## then lock sets (16 workers, 2-4 of 8 keys, 1 ms holds): LOCK.MACQUIRE against sorted single
+## locks and RedissonMultiLock; sets/s, Jain, wait p99, timeouts, as ratios (docs/performance.md).
 bench-java: release deps
 	cd clients/java && $(ON_REDIS_RELEASE) $(MVN) -Pbench -pl bench -am -Dmaven.test.skip=true verify
 

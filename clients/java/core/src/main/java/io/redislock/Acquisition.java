@@ -4,6 +4,7 @@ import io.lettuce.core.RedisCommandExecutionException;
 import io.lettuce.core.codec.StringCodec;
 import io.lettuce.core.output.IntegerOutput;
 import java.time.Duration;
+import java.util.List;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.RejectedExecutionException;
 import java.util.concurrent.TimeUnit;
@@ -19,8 +20,18 @@ import java.util.concurrent.TimeoutException;
  * LockServiceUnavailableException} when it did not (rule 14): connection errors retried past the
  * options' bound or the caller's deadline, or a wait longer than the bound whose server stopped
  * answering the {@code PING}s sent on another link.
+ *
+ * <p>One key ({@code LOCK.ACQUIRE}, a {@link Hold}) or a lock set ({@code LOCK.MACQUIRE}, a {@link
+ * MultiHold}, rule 23): the same rules, the same code; only the command, its reply and what a
+ * grant makes ({@link Grants}) differ.
  */
-final class Acquisition {
+final class Acquisition<H> {
+    /** What a grant of this acquisition makes, and how a grant nobody wants is given back. */
+    interface Grants<H> {
+        H hold(long[] tokens, long grantedAt, Link session);
+
+        CompletableFuture<Boolean> release(H hold);
+    }
     /** How long past the server's own wait a reply may take before the wait counts as cut off: min(this, bound). */
     private static final long GRACE_MS = 1000;
     /** The pause between retries after a connection error (rule 4) or a retryable reply (rule 19): every call's. */
@@ -28,9 +39,12 @@ final class Acquisition {
     /** A wait without limit, as the client's command timeout sees it. */
     private static final Duration FOREVER = Duration.ofDays(3650);
 
-    final CompletableFuture<Hold> result = new CompletableFuture<>();
+    final CompletableFuture<H> result = new CompletableFuture<>();
     private final RedisLocks locks;
-    private final String key;
+    /** The key, or the set's keys in the caller's order (then sent as one LOCK.MACQUIRE). */
+    private final List<String> keys;
+    private final boolean set;
+    private final Grants<H> grants;
     private final String owner;
     private final LockOptions o;
     /** -1: one attempt; {@code Long.MAX_VALUE}: without limit; else the wait in ms. */
@@ -53,9 +67,41 @@ final class Acquisition {
     /** When the last PING of a watched wait that was answered was sent; 0 while not watched. */
     private volatile long lastPong;
 
-    Acquisition(RedisLocks locks, String key, String owner, LockOptions o, long waitMs) {
+    /** An acquisition of one key's hold. */
+    static Acquisition<Hold> of(RedisLocks locks, String key, String owner, LockOptions o, long waitMs) {
+        return new Acquisition<>(locks, List.of(key), false, owner, o, waitMs, new Grants<>() {
+            @Override
+            public Hold hold(long[] tokens, long grantedAt, Link session) {
+                return new Hold(locks, key, owner, tokens[0], o, grantedAt, session);
+            }
+
+            @Override
+            public CompletableFuture<Boolean> release(Hold hold) {
+                return hold.releaseAsync();
+            }
+        });
+    }
+
+    /** An acquisition of a lock set: every key of {@code keys} in one step, or none (rule 23). */
+    static Acquisition<MultiHold> ofSet(RedisLocks locks, List<String> keys, String owner, LockOptions o, long waitMs) {
+        return new Acquisition<>(locks, keys, true, owner, o, waitMs, new Grants<>() {
+            @Override
+            public MultiHold hold(long[] tokens, long grantedAt, Link session) {
+                return new MultiHold(locks, keys, owner, tokens, o, grantedAt, session);
+            }
+
+            @Override
+            public CompletableFuture<Boolean> release(MultiHold hold) {
+                return hold.releaseAsync();
+            }
+        });
+    }
+
+    private Acquisition(RedisLocks locks, List<String> keys, boolean set, String owner, LockOptions o, long waitMs, Grants<H> grants) {
         this.locks = locks;
-        this.key = key;
+        this.keys = keys;
+        this.set = set;
+        this.grants = grants;
         this.owner = owner;
         this.o = o;
         // A zero wait is one attempt (WAIT 0 waits forever); one past what a command timeout (in ns)
@@ -75,8 +121,13 @@ final class Acquisition {
         });
     }
 
+    /** Gives back a grant that came as the wait ended early. */
+    CompletableFuture<Boolean> release(H hold) {
+        return grants.release(hold);
+    }
+
     /** Starts on the caller's thread, which connects what the hold will need (never an event loop). */
-    Acquisition start() {
+    Acquisition<H> start() {
         if (!locks.started(this)) {
             result.completeExceptionally(new IllegalStateException("RedisLocks is closed"));
             return this;
@@ -131,16 +182,19 @@ final class Acquisition {
         }
         long sent = System.nanoTime(); // a lease granted at once starts no earlier than this
         boolean waited = serverWait >= 0;
-        CompletableFuture<Long> reply = link.call(new IntegerOutput<>(StringCodec.UTF8), Protocol.ACQUIRE, key,
-                Protocol.acquire(owner, LockOptions.ceilMillis(o.ttl), o.modeArgs(), serverWait)).toCompletableFuture();
+        Object[] args = Protocol.acquire(owner, LockOptions.ceilMillis(o.ttl), o.modeArgs(), serverWait);
+        CompletableFuture<long[]> reply = set
+                ? link.callKeys(new AnyOutput(), Protocol.MACQUIRE, keys, args).toCompletableFuture().thenApply(Protocol::tokens)
+                : link.call(new IntegerOutput<>(StringCodec.UTF8), Protocol.ACQUIRE, keys.get(0), args).toCompletableFuture()
+                        .thenApply(t -> Protocol.token(t) == null ? null : new long[] {t});
         // The shared command link keeps the client's own timeout: a try's reply is awaited for the bound.
-        (own ? reply : locks.bounded(reply, o.unavailableAfter)).whenComplete((token, error) -> {
+        (own ? reply : locks.bounded(reply, o.unavailableAfter)).whenComplete((tokens, error) -> {
             if (error != null) {
                 retryOrFail(link, error);
             } else {
                 answered();
                 // A waiter's lease starts when it is granted, which its reply tells.
-                replied(link, Protocol.token(token), waited ? System.nanoTime() : sent);
+                replied(link, tokens, waited ? System.nanoTime() : sent);
             }
         });
     }
@@ -173,13 +227,22 @@ final class Acquisition {
         return left.compareTo(o.unavailableAfter) < 0 ? left : o.unavailableAfter;
     }
 
-    private void replied(Link link, Long token, long grantedAt) {
-        if (token == null) {
+    private void replied(Link link, long[] tokens, long grantedAt) {
+        if (tokens == null) {
             done(link, null);
         } else if (o.replicas > 0) {
-            awaitReplicas(link, token, grantedAt);
+            awaitReplicas(link, tokens, grantedAt);
         } else {
-            granted(link, token, grantedAt);
+            granted(link, tokens, grantedAt);
+        }
+    }
+
+    /** A grant nobody will hold, given back: {@code LOCK.RELEASE}, or one {@code LOCK.MRELEASE} for a set. */
+    private void giveBack(long[] tokens) {
+        if (set) {
+            locks.mreleaseAsync(keys, owner, o.unavailableAfter);
+        } else {
+            locks.releaseAsync(keys.get(0), owner, tokens[0], o.unavailableAfter);
         }
     }
 
@@ -188,15 +251,15 @@ final class Acquisition {
      * granted. A {@code WAIT} that fails or gets no answer within its timeout and the grace is
      * unavailable (rule 14); the grant is given back when the server answers.
      */
-    private void awaitReplicas(Link link, long token, long grantedAt) {
+    private void awaitReplicas(Link link, long[] tokens, long grantedAt) {
         link.timeout(grace.plus(o.replicaTimeout));
-        link.callOnNodeOf(key, () -> new IntegerOutput<>(StringCodec.UTF8), Protocol.WAIT, o.replicas, ceilMillisOrZero(o.replicaTimeout))
+        link.callOnNodeOf(keys.get(0), () -> new IntegerOutput<>(StringCodec.UTF8), Protocol.WAIT, o.replicas, ceilMillisOrZero(o.replicaTimeout))
                 .whenComplete((acked, error) -> {
                     if (error == null && acked != null && acked >= o.replicas) {
-                        granted(link, token, grantedAt);
+                        granted(link, tokens, grantedAt);
                         return;
                     }
-                    locks.releaseAsync(key, owner, token, o.unavailableAfter);
+                    giveBack(tokens);
                     if (error == null) {
                         done(link, null);
                     } else {
@@ -211,7 +274,7 @@ final class Acquisition {
         return d.isZero() ? 0 : LockOptions.ceilMillis(d);
     }
 
-    private void granted(Link link, long token, long grantedAt) {
+    private void granted(Link link, long[] tokens, long grantedAt) {
         boolean wanted;
         synchronized (this) {
             // A session's link becomes the hold's here, under the lock an early end takes to close
@@ -223,13 +286,13 @@ final class Acquisition {
             }
         }
         if (!wanted) { // ended while the grant was on its way: give it back
-            locks.releaseAsync(key, owner, token, o.unavailableAfter);
+            giveBack(tokens);
             done(link, null);
             return;
         }
-        Hold hold = new Hold(locks, key, owner, token, o, grantedAt, o.session ? link : null);
+        H hold = grants.hold(tokens, grantedAt, o.session ? link : null);
         if (!result.complete(hold)) {
-            hold.releaseAsync();
+            grants.release(hold);
         }
         if (!o.session) {
             done(link, hold);
@@ -237,7 +300,7 @@ final class Acquisition {
     }
 
     private void notGranted() {
-        result.completeExceptionally(new NotAcquiredException(key));
+        result.completeExceptionally(new NotAcquiredException(String.join(" ", keys)));
     }
 
     /** The caller's deadline: not granted if the server answered last, unavailable if it failed (rule 14). */
@@ -297,7 +360,7 @@ final class Acquisition {
     }
 
     /** The call is over: its own link goes back for the next wait (a session's goes with its hold). */
-    private void done(Link link, Hold hold) {
+    private void done(Link link, H hold) {
         boolean mine;
         synchronized (this) {
             mine = ownLink == link;

@@ -88,7 +88,7 @@ public final class Election {
 
     /** {@link #campaign()} without blocking; cancelling the future leaves the queue (rule 3). */
     public CompletableFuture<Leadership> campaignAsync() {
-        return leadershipOf(new Acquisition(locks, key, identity, options(), Long.MAX_VALUE).start().result);
+        return leadershipOf(Acquisition.of(locks, key, identity, options(), Long.MAX_VALUE).start().result);
     }
 
     /** {@link #campaign(Duration)} without blocking: {@link NotAcquiredException} when not leader in time. */

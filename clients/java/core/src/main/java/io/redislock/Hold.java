@@ -265,6 +265,19 @@ public final class Hold implements AutoCloseable {
         });
     }
 
+    /**
+     * A member of a lock set leaves the loop as a release does (rule 7), sending nothing: its set
+     * sends one {@code LOCK.MRELEASE} for its members. Whether it was live (not released, not lost).
+     */
+    synchronized boolean detach() {
+        if (released) {
+            return false;
+        }
+        released = true;
+        leaveLoop();
+        return lostReason == null;
+    }
+
     private void closeSession() {
         if (session != null) {
             session.close();

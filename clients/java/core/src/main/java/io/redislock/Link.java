@@ -137,6 +137,18 @@ final class Link implements AutoCloseable {
         return async.dispatch(new Name(command), output, args(key, args));
     }
 
+    /** Sends {@code command numkeys key... args...} (a lock set's: rule 23); routed by its first key. */
+    <T> RedisFuture<T> callKeys(CommandOutput<String, String, T> output, String command, List<String> keys, Object... args) {
+        return async.dispatch(new Name(command), output, args(keys, args));
+    }
+
+    /** {@link #callOnce} of {@code command numkeys key... args...}: a set's keys share one slot (CROSSSLOT otherwise). */
+    <T> CompletableFuture<T> callOnceKeys(Supplier<CommandOutput<String, String, T>> output, String command, List<String> keys,
+            Object... args) {
+        Supplier<RedisCommand<String, String, T>> make = () -> new Command<>(new Name(command), output.get(), args(keys, args));
+        return cluster == null ? once(connection, make.get()) : onceOnNode(SlotHash.getSlot(keys.get(0)), make, null, false, REDIRECTS);
+    }
+
     /** {@code command key args...} as a command of its own, for {@link #pipeline}. */
     static <T> AsyncCommand<String, String, T> command(CommandOutput<String, String, T> output, String command, String key,
             Object... args) {
@@ -251,7 +263,14 @@ final class Link implements AutoCloseable {
     }
 
     private static CommandArgs<String, String> args(String key, Object... args) {
-        CommandArgs<String, String> a = new CommandArgs<>(StringCodec.UTF8).addKey(key);
+        return rest(new CommandArgs<>(StringCodec.UTF8).addKey(key), args);
+    }
+
+    private static CommandArgs<String, String> args(List<String> keys, Object... args) {
+        return rest(new CommandArgs<>(StringCodec.UTF8).add(keys.size()).addKeys(keys), args);
+    }
+
+    private static CommandArgs<String, String> rest(CommandArgs<String, String> a, Object... args) {
         for (Object arg : args) {
             if (arg instanceof Long || arg instanceof Integer) {
                 a.add(((Number) arg).longValue());

@@ -139,6 +139,11 @@ public final class LockOptions {
         return with(ttl, owner, on, onLost);
     }
 
+    /** These options without their listener: a set's members, whose loss their set reports once (rule 23). */
+    LockOptions withoutOnLost() {
+        return with(ttl, owner, watchdog, null);
+    }
+
     public LockOptions onLost(LostListener listener) {
         return with(ttl, owner, watchdog, Objects.requireNonNull(listener));
     }

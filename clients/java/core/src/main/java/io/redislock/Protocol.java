@@ -15,6 +15,12 @@ final class Protocol {
     static final String RELEASE = "LOCK.RELEASE";
     static final String EXTEND = "LOCK.EXTEND";
     static final String GUARD = "LOCK.GUARD";
+    /** A lock set, all keys or none (rule 23): {@code LOCK.MACQUIRE numkeys key... owner ttl [SHARED] [SESSION] [WAIT ms]}. */
+    static final String MACQUIRE = "LOCK.MACQUIRE";
+    /** {@code LOCK.MRELEASE numkeys key... owner}: how many of the keys the owner held and released. */
+    static final String MRELEASE = "LOCK.MRELEASE";
+    /** The server's default {@code lock.max-set-size}: more keys are an argument error (rule 23). */
+    static final int MAX_SET_SIZE = 64;
     /** Who holds a lock, told when it changes: an election's leader (rules 21, 22). */
     static final String WATCH = "LOCK.WATCH";
     /** Redis's own {@code WAIT n timeout}, after a durable grant (rule 9). */
@@ -115,6 +121,40 @@ final class Protocol {
             }
         }
         return new Watched(cursor, Optional.of(new Leader(owner, token)));
+    }
+
+    /**
+     * A lock set's keys, checked before anything is sent (rules 17, 23): at least one, none twice,
+     * at most {@link #MAX_SET_SIZE}; an unmodifiable copy in the caller's order.
+     */
+    static List<String> setKeys(java.util.Collection<String> keys) {
+        List<String> k = List.copyOf(keys); // null keys: NullPointerException
+        if (k.isEmpty()) {
+            throw new IllegalArgumentException("a lock set needs at least one key");
+        }
+        if (k.size() > MAX_SET_SIZE) {
+            throw new IllegalArgumentException("a lock set takes at most " + MAX_SET_SIZE + " keys, not " + k.size());
+        }
+        java.util.Set<String> seen = new java.util.HashSet<>();
+        for (String key : k) {
+            if (!seen.add(key)) {
+                throw new IllegalArgumentException("a key appears twice in the set: " + key);
+            }
+        }
+        return k;
+    }
+
+    /** A {@code LOCK.MACQUIRE} reply: the tokens in the order of the keys, or null when not granted. */
+    static long[] tokens(Object reply) {
+        if (reply == null) {
+            return null;
+        }
+        List<?> l = (List<?>) reply;
+        long[] tokens = new long[l.size()];
+        for (int i = 0; i < tokens.length; i++) {
+            tokens[i] = ((Number) l.get(i)).longValue();
+        }
+        return tokens;
     }
 
     /** An acquire's reply: the fencing token, or null when not granted. */

@@ -60,7 +60,7 @@ public final class RedisLocks implements AutoCloseable {
     });
     private final ConcurrentLinkedDeque<Link> idleWaits = new ConcurrentLinkedDeque<>();
     /** The acquisitions not yet over: close() ends them, which closes their waits' links. */
-    private final Set<Acquisition> acquiring = ConcurrentHashMap.newKeySet();
+    private final Set<Acquisition<?>> acquiring = ConcurrentHashMap.newKeySet();
     /** The observations not yet closed: close() closes them. */
     private final Set<Observation> observations = ConcurrentHashMap.newKeySet();
     /** The closes of links still in progress (a cancelled wait's, a session's): close() waits for them. */
@@ -173,7 +173,73 @@ public final class RedisLocks implements AutoCloseable {
      * which waits on this.
      */
     public CompletableFuture<Hold> acquireAsync(String key, Duration wait, LockOptions options) {
-        return new Acquisition(this, key, ownerOf(options), options, waitMillis(wait)).start().result;
+        return Acquisition.of(this, key, ownerOf(options), options, waitMillis(wait)).start().result;
+    }
+
+    /**
+     * A {@link java.util.concurrent.locks.Lock} on every key of a lock set (rule 23), with the
+     * default options: each {@code lock()} takes them all in one step or none.
+     */
+    public RedisMultiLock multiLock(String... keys) {
+        return multiLock(List.of(keys), LockOptions.defaults());
+    }
+
+    public RedisMultiLock multiLock(List<String> keys, LockOptions options) {
+        return new RedisMultiLock(this, setKeys(keys, options), options);
+    }
+
+    /**
+     * Takes every key of {@code keys} in one step, or none (rule 23: one {@code LOCK.MACQUIRE
+     * ... WAIT}, queued in every key's queue at once, so sets never deadlock whatever the order of
+     * their keys), waiting without limit as a mutex does. No keys, a key twice or more than 64 keys:
+     * {@link IllegalArgumentException}, nothing sent.
+     */
+    public MultiHold acquireAll(List<String> keys) throws InterruptedException {
+        return acquireAll(keys, LockOptions.defaults());
+    }
+
+    public MultiHold acquireAll(List<String> keys, LockOptions options) throws InterruptedException {
+        return take(Acquisition.ofSet(this, setKeys(keys, options), ownerOf(options), options, Long.MAX_VALUE), true);
+    }
+
+    /** Waits up to {@code wait} for every key of {@code keys}; {@link NotAcquiredException} (nothing taken) if not granted. */
+    public MultiHold acquireAll(List<String> keys, Duration wait) throws InterruptedException {
+        return acquireAll(keys, wait, LockOptions.defaults());
+    }
+
+    public MultiHold acquireAll(List<String> keys, Duration wait, LockOptions options) throws InterruptedException {
+        List<String> k = setKeys(keys, options);
+        MultiHold h = take(Acquisition.ofSet(this, k, ownerOf(options), options, waitMillis(wait)), true);
+        if (h == null) {
+            throw new NotAcquiredException(String.join(" ", k));
+        }
+        return h;
+    }
+
+    /** Every key of {@code keys} if all are free now, else null and nothing taken (the form that tries once). */
+    public MultiHold tryAcquireAll(List<String> keys) {
+        return tryAcquireAll(keys, LockOptions.defaults());
+    }
+
+    public MultiHold tryAcquireAll(List<String> keys, LockOptions options) {
+        try {
+            return take(Acquisition.ofSet(this, setKeys(keys, options), ownerOf(options), options, -1), false);
+        } catch (InterruptedException e) {
+            throw new AssertionError(e);
+        }
+    }
+
+    /** {@link #acquireAsync} of a lock set: completes with the {@link MultiHold}, or {@link NotAcquiredException}. */
+    public CompletableFuture<MultiHold> acquireAllAsync(List<String> keys, Duration wait, LockOptions options) {
+        return Acquisition.ofSet(this, setKeys(keys, options), ownerOf(options), options, waitMillis(wait)).start().result;
+    }
+
+    /** A set's keys and options checked before anything is sent (rules 17, 23): semaphore permits are not a set's mode. */
+    static List<String> setKeys(List<String> keys, LockOptions options) {
+        if (options.limit > 0) {
+            throw new IllegalArgumentException("a lock set takes exclusive or shared locks, not semaphore permits");
+        }
+        return Protocol.setKeys(keys);
     }
 
     /** A wait in whole ms, rounded up; a negative one is an argument error (rule 17). */
@@ -207,7 +273,16 @@ public final class RedisLocks implements AutoCloseable {
      * (leaving the server's queue, rule 3); an uninterruptible one keeps the flag for later.
      */
     Hold take(String key, String owner, LockOptions o, long waitMs, boolean interruptible) throws InterruptedException {
-        CompletableFuture<Hold> f = new Acquisition(this, key, owner, o, waitMs).start().result;
+        return take(Acquisition.of(this, key, owner, o, waitMs), interruptible);
+    }
+
+    /** {@link #take} of a lock set. */
+    MultiHold takeAll(List<String> keys, String owner, LockOptions o, long waitMs, boolean interruptible) throws InterruptedException {
+        return take(Acquisition.ofSet(this, keys, owner, o, waitMs), interruptible);
+    }
+
+    private <H> H take(Acquisition<H> a, boolean interruptible) throws InterruptedException {
+        CompletableFuture<H> f = a.start().result;
         boolean interrupted = false;
         try {
             for (;;) {
@@ -216,7 +291,7 @@ public final class RedisLocks implements AutoCloseable {
                 } catch (InterruptedException e) {
                     if (interruptible) {
                         if (!f.cancel(false) && !f.isCompletedExceptionally()) {
-                            f.join().releaseAsync(); // granted as the interrupt came
+                            a.release(f.join()); // granted as the interrupt came
                         }
                         throw e;
                     }
@@ -273,6 +348,15 @@ public final class RedisLocks implements AutoCloseable {
         // (rule 14's table). A retryable reply (rule 19) says it did not run: asked again.
         return askingAgain(this::commands, l -> l.callOnce(() -> new IntegerOutput<>(StringCodec.UTF8), Protocol.RELEASE, key,
                 Protocol.release(owner, token)), bound);
+    }
+
+    /**
+     * {@code LOCK.MRELEASE numkeys key... owner}: how many of the keys the owner held and released;
+     * asked again and bounded as {@link #releaseAsync} (rule 23).
+     */
+    CompletableFuture<Long> mreleaseAsync(List<String> keys, String owner, Duration bound) {
+        return askingAgain(this::commands, l -> l.callOnceKeys(() -> new IntegerOutput<>(StringCodec.UTF8), Protocol.MRELEASE, keys,
+                owner), bound);
     }
 
     /**
@@ -384,7 +468,7 @@ public final class RedisLocks implements AutoCloseable {
     }
 
     /** Registers an acquisition that close() is to end; false if closed already. */
-    synchronized boolean started(Acquisition a) {
+    synchronized boolean started(Acquisition<?> a) {
         if (closed) {
             return false;
         }
@@ -392,7 +476,7 @@ public final class RedisLocks implements AutoCloseable {
         return true;
     }
 
-    void finished(Acquisition a) {
+    void finished(Acquisition<?> a) {
         acquiring.remove(a);
     }
 
@@ -621,7 +705,7 @@ public final class RedisLocks implements AutoCloseable {
         synchronized (this) {
             closed = true;
         }
-        for (Acquisition a : acquiring) { // a wait in flight ends, and its link is closed (rule 3)
+        for (Acquisition<?> a : acquiring) { // a wait in flight ends, and its link is closed (rule 3)
             a.result.completeExceptionally(new IllegalStateException("RedisLocks is closed"));
         }
         for (Observation o : observations) {

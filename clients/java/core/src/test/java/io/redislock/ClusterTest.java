@@ -2,6 +2,7 @@ package io.redislock;
 
 import static org.junit.jupiter.api.Assertions.*;
 
+import io.lettuce.core.RedisException;
 import io.lettuce.core.RedisURI;
 import io.lettuce.core.cluster.RedisClusterClient;
 import java.time.Duration;
@@ -79,6 +80,35 @@ class ClusterTest {
             }
         }
         throw new AssertionError("nobody serves " + key);
+    }
+
+    @Test
+    void aLockSetOfOneSlotIsTakenWaitedForAndRenewedOnItsMaster_crossSlotIsAnError() throws Exception {
+        try (RedisLocks locks = RedisLocks.create(client); RedisLocks other = RedisLocks.create(client)) {
+            for (String tag : List.of("{a}", "{b}", "{c}")) {
+                List<String> keys = List.of(tag + ":2", tag + ":1");
+                TestServer owner = ownerOf(keys.get(0));
+                MultiHold set = locks.acquireAll(keys, Duration.ofSeconds(1), LockOptions.defaults().ttl(Duration.ofMillis(1500)));
+                long renewals = owner.calls("lock.extend");
+                for (String k : keys) {
+                    assertEquals(set.token(k), owner.cmd("LOCK.FENCE", k), k);
+                }
+                assertEquals("OK", set.guard(tag + ":1", "SET", tag + ":balance", "5"));
+                CompletableFuture<MultiHold> waiter = other.acquireAllAsync(List.of(tag + ":1", tag + ":2"), Duration.ofSeconds(5),
+                        LockOptions.defaults());
+                assertTrue(TestServer.eventually(() -> owner.waiters(tag + ":1") == 1, 3000), "queued on the slot's master");
+                assertTrue(TestServer.eventually(() -> owner.calls("lock.extend") >= renewals + 2, 5000), "each member renewed");
+                assertFalse(set.isLost());
+                assertTrue(set.release());
+                MultiHold next = waiter.get(5, TimeUnit.SECONDS);
+                assertTrue(next.release());
+                assertNull(owner.info(tag + ":1"));
+            }
+            RedisException e = assertThrows(RedisException.class,
+                    () -> locks.tryAcquireAll(List.of("{a}:1", "{b}:1")), "keys of two slots");
+            assertTrue(String.valueOf(e.getMessage()).contains("CROSSSLOT") || String.valueOf(e.getMessage()).contains("slot"),
+                    e.getMessage());
+        }
     }
 
     @Test

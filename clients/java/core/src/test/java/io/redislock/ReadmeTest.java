@@ -130,6 +130,30 @@ class ReadmeTest extends OnServer {
     }
 
     @Test
+    void theLockSetsExample() throws Exception {
+        server.cmd("SET", "account:1:balance", "100");
+        server.cmd("SET", "account:2:balance", "100");
+        List<String> accounts = List.of("account:1", "account:2");          // any order: no deadlock
+        try (MultiHold both = locks.acquireAll(accounts, Duration.ofSeconds(5))) {  // all or none
+            both.guard("account:1", "DECRBY", "account:1:balance", "10");    // each key's own token
+            both.guard("account:2", "INCRBY", "account:2:balance", "10");
+            List<Long> tokens = both.tokens();                               // in the order of the keys
+        }                                                                    // one LOCK.MRELEASE
+        RedisMultiLock pair = locks.multiLock("account:1", "account:2");    // a java.util.concurrent.locks.Lock
+        pair.lock();
+        try {
+            pair.hold().guard("account:2", "INCRBY", "account:2:balance", "1");
+        } finally {
+            pair.unlock();
+        }
+
+        assertEquals("90", server.cmd("GET", "account:1:balance"));
+        assertEquals("111", server.cmd("GET", "account:2:balance"));
+        assertNull(server.info("account:1"), "released");
+        assertNull(server.info("account:2"), "released");
+    }
+
+    @Test
     void theRepositoryReadmeExample() throws Exception {
         server.cmd("SET", "{sku:9}:stock", "10");
         String uri = uri();
@@ -157,7 +181,7 @@ class ReadmeTest extends OnServer {
                 checked++;
             }
         }
-        assertEquals(5, checked, "every Java example is checked");
+        assertEquals(6, checked, "every Java example is checked");
     }
 
     static List<String> javaBlocks(String page) {

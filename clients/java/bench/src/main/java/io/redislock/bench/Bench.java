@@ -37,7 +37,8 @@ import org.redisson.config.SingleServerConfig;
  * Redisson is otherwise on its defaults too, printed with the results. Prints grants/s, Jain's
  * fairness index over the threads' grant counts (1 = all equal), the p50 and p99 of the time from
  * asking to holding, the overlaps (two holders at once: must be 0) and the ratios against each
- * Redisson lock. Exits 1 on an overlap, a take that failed or a run that does not end.
+ * Redisson lock. Exits 1 on an overlap, a take that failed or a run that does not end. Then the
+ * lock sets' table ({@link MultiBench}) on the same server.
  */
 public final class Bench {
     static final int THREADS = 32;
@@ -191,7 +192,6 @@ public final class Bench {
             results.add(measure("redis-lock-client (RedisLock, the server's queue)", locks.lock("bench:java:ours")));
             results.add(measure("Redisson RLock (getLock)", redisson.getLock("bench:java:rlock")));
             results.add(measure("Redisson fair lock (getFairLock)", redisson.getFairLock("bench:java:fair")));
-            locks.close();
 
             System.out.printf(Locale.ROOT, "%n%d threads on one lock, %d ms holds, %s s each after a %s s warm-up, %s%n",
                     THREADS, HOLD_MS, seconds(SECONDS), seconds(WARMUP), server.version());
@@ -219,6 +219,10 @@ public final class Bench {
             if (!ok) {
                 System.err.println("FAILED: two holders at once, a failed take, or no grant at all");
             }
+            // Lock sets (issue 36): the same server and clients, after the single lock's table.
+            ok &= MultiBench.bench(locks, redisson, server.version());
+            locks.close();
+            System.out.printf(Locale.ROOT, "%nthe whole run took %.1f s%n", (System.nanoTime() - began) / 1e9);
         } finally {
             if (redisson != null) {
                 redisson.shutdown(0, 2, TimeUnit.SECONDS);
