@@ -320,10 +320,14 @@ class LockBase:
                 # (Connected is not answered: a service may take connections and drop commands.)
                 yield self._connect, conn, outage.timeout()
                 sent = True
-                yield self._write, conn, make_args()
-                if wait is not None:
-                    yield from self._watch_wait(pool, conn, deadline, outage)
-                reply = yield self._read, conn
+                args = make_args()
+                if isinstance(args, p.Batch):
+                    reply = yield from self._batch(conn, args)
+                else:
+                    yield self._write, conn, args
+                    if wait is not None:
+                        yield from self._watch_wait(pool, conn, deadline, outage)
+                    reply = yield self._read, conn
             except Unavailable:
                 yield self._close, conn
                 raise
@@ -357,6 +361,24 @@ class LockBase:
                 return reply, conn
             yield from self._give_back(pool, conn)
             return reply, None
+
+    def _batch(self, conn: Any, commands: "p.Batch") -> Steps[list]:
+        """``commands`` written on ``conn`` one after the other, then their replies read: a
+        list, or the first error reply raised once every reply was read (so ``conn`` can be
+        lent again)."""
+        for args in commands:
+            yield self._write, conn, args
+        replies: list = []
+        refused: Optional[ResponseError] = None
+        for _ in commands:
+            try:
+                replies.append((yield self._read, conn))
+            except ResponseError as err:
+                refused = refused or err
+                replies.append(err)
+        if refused is not None:
+            raise refused
+        return replies
 
     def _watch_wait(self, pool: Any, conn: Any, deadline: Optional[float],
                     outage: p.Outage) -> Steps[None]:
