@@ -10,6 +10,7 @@ import "./dispose.js";
 
 export { Locks, type AcquireOptions, type LocksOptions } from "./locks.js";
 export { Hold, type HoldEvents } from "./hold.js";
+export { MultiHold, type MultiHoldEvents } from "./multihold.js";
 export {
   Election,
   Leadership,
