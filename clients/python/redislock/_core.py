@@ -368,9 +368,14 @@ class LockBase:
         lent again)."""
         for args in commands:
             yield self._write, conn, args
+        return (yield from self._replies(conn, len(commands)))
+
+    def _replies(self, conn: Any, count: int) -> Steps[list]:
+        """The next ``count`` replies on ``conn``; the first error reply raised once every one
+        was read."""
         replies: list = []
         refused: Optional[ResponseError] = None
-        for _ in commands:
+        for _ in range(count):
             try:
                 replies.append((yield self._read, conn))
             except ResponseError as err:
@@ -481,7 +486,7 @@ class LockBase:
                     raise LinkError("the connection was closed")
                 if not (yield self._in_state, self._send_renewal(conn, token, renewals.ttl)):
                     return None  # released first: never renew a released hold
-                reason = renewals.answered(sent, (yield self._read, conn))
+                reason = yield from self._renewed(conn, sent, renewals)
             except p.BROKEN_LINK + p.NOT_REDIS as err:
                 yield self._close, conn  # (if it is not closed already: the hold ends with it)
                 reason = renewals.ended() or p.session_closed(err)
@@ -490,6 +495,10 @@ class LockBase:
         if reason is None:
             return None
         return (yield self._in_state, _now(self._lose, token, reason))
+
+    def _renewed(self, conn: Any, sent: float, renewals: p.Renewals) -> Steps[Optional[str]]:
+        """The reply to a session hold's renewal sent at ``sent``: the reason if it lost it."""
+        return renewals.answered(sent, (yield self._read, conn))
 
     def _send_renewal(self, conn: Any, token: int, ttl: float) -> Steps[bool]:
         """Send the renewal of hold ``token`` (with the state lock held), unless it was released."""

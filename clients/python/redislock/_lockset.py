@@ -33,7 +33,7 @@ class _Member:
         return self.lockset._member_lost(self.key, token, reason)
 
     def _announce_lost(self, reason: str) -> Steps[None]:
-        return self.lockset._lost_after(p.member_lost(reason, self.key))
+        return self.lockset._announce_lost(p.member_lost(reason, self.key))
 
 
 class LockSetBase(LockBase):
@@ -44,12 +44,13 @@ class LockSetBase(LockBase):
     _NAME = "redislock.MultiLock"
 
     def __init__(self, client: Any, keys: Sequence[Any], ttl: float = 30.0, *,
-                 owner: Optional[str] = None, shared: bool = False, watchdog: bool = True,
-                 reentrant: bool = False, on_lost: Any = None, raise_on_lost: bool = True,
-                 on_event: Any = None, unavailable_after: float = p.UNAVAILABLE_AFTER):
+                 owner: Optional[str] = None, shared: bool = False, session: bool = False,
+                 watchdog: bool = True, reentrant: bool = False, on_lost: Any = None,
+                 raise_on_lost: bool = True, on_event: Any = None,
+                 unavailable_after: float = p.UNAVAILABLE_AFTER):
         #: The keys, in the order given: ``tokens`` follow it.
         self.keys: Tuple[Any, ...] = p.check_keys(keys)
-        super().__init__(client, self.keys[0], ttl, owner=owner, shared=shared,
+        super().__init__(client, self.keys[0], ttl, owner=owner, shared=shared, session=session,
                          watchdog=watchdog, reentrant=reentrant, on_lost=on_lost,
                          raise_on_lost=raise_on_lost, on_event=on_event,
                          unavailable_after=unavailable_after)
@@ -89,18 +90,25 @@ class LockSetBase(LockBase):
             nonlocal sent  # (retries: as ``LockBase._ask_server``)
             left = p.next_wait(deadline, wait) if wait else wait
             sent = time.monotonic()
-            return p.macquire_args(self.keys, self.owner, self.ttl, self.mode.shared, left)
+            return p.macquire_args(self.keys, self.owner, self.ttl, self.mode.shared,
+                                   self.session, left)
 
-        reply, _ = yield from self._call(pool, macquire_args, wait=wait, deadline=deadline)
+        reply, conn = yield from self._call(pool, macquire_args, wait=wait, deadline=deadline,
+                                            keep=self.session)
         granted = sent if wait is None else time.monotonic()
         tokens = p.tokens_of(reply)
+        if tokens is not None and self.session:
+            self._session_conn = conn  # kept open while the set lives: it is every member
+        elif self.session:
+            yield from self._give_back(pool, conn)
         if tokens is None:
             return False
         yield self._in_state, self._grant(tokens, granted)  # type: ignore[arg-type]
         return True
 
     def _grant(self, tokens: Tuple[int, ...], granted: float) -> Steps[None]:  # type: ignore[override]
-        """Hold ``tokens`` from now (with the state lock held): each member in the pool's loop."""
+        """Hold ``tokens`` from now (with the state lock held): each member in the pool's loop;
+        a session set's, renewed together on its own connection by a watchdog of its own."""
         self.token, self.lost = tokens, None  # type: ignore[assignment]
         self._by_key = dict(zip(self.keys, tokens))
         self._granted_at = time.monotonic()
@@ -108,15 +116,16 @@ class LockSetBase(LockBase):
         self._stop = self._Event()
         self._give_back_due = None
         self._ttl_now = self.ttl
-        self._entries = []
-        if self._lease_timer:
+        self._entries, self._renewals = [], None
+        if self.session and self.watchdog:
+            self._renewals = p.Renewals(self.ttl, granted)
+            yield self._start_watchdog, tokens, self._stop  # type: ignore[arg-type]
+        elif self._lease_timer:
             pool = p.pool_of(self.client, self.key)
             loop = self._loop_of(pool)
             for key, token in zip(self.keys, tokens):
                 self._entries.append(loop.add(pool, _Member(self, key), token, self.ttl, granted,
                                               self.watchdog))
-        return
-        yield  # a generator all the same
 
     # -- losing ------------------------------------------------------------------------------
 
@@ -146,11 +155,38 @@ class LockSetBase(LockBase):
             entry.loop.schedule.remove(entry)  # (the loop's mutex is held: its schedule's own)
         return True
 
-    def _lost_after(self, reason: str) -> Steps[None]:
-        """A loss found by the loop or by extend: said (once), then the members still held
-        given back."""
-        yield from self._announce_lost(reason)
+    def _announce_lost(self, reason: str) -> Steps[None]:
+        """A loss said (once), then the members still held given back, if it was not found by
+        a release (which gave them back itself)."""
+        yield from super()._announce_lost(reason)
         yield self._in_state, self._give_back_lost()
+
+    # -- a session set's watchdog: ``LockBase._watch``, renewing every member -----------------
+
+    def _send_renewal(self, conn: Any, tokens: Any, ttl: float) -> Steps[bool]:
+        """The renewals of every member of session set ``tokens`` in one write (with the state
+        lock held), unless it was released."""
+        if self.token is not tokens:
+            return False
+        for key, token in zip(self.keys, tokens):
+            yield self._write, conn, p.extend_args(key, self.owner, ttl, token)
+        return True
+
+    def _renewed(self, conn: Any, sent: float, renewals: p.Renewals) -> Steps[Optional[str]]:
+        replies = yield from self._replies(conn, len(self.keys))
+        for key, reply in zip(self.keys, replies):
+            if not p.extended(reply):
+                return p.member_lost(p.LEASE_RAN_OUT, key)
+        return renewals.answered(sent, 1)
+
+    def _lose(self, tokens: Any, reason: Optional[str]) -> Optional[str]:  # type: ignore[override]
+        """A session set's watchdog found ``reason`` (with the state lock held): named by the key
+        it came from, else (a deadline, the connection: every member's) by the first key."""
+        if reason is None:
+            return None
+        if not reason.startswith(p.member_lost(p.LEASE_RAN_OUT, "")[:-1]):
+            reason = p.member_lost(reason, self.keys[0])
+        return reason if self._set_lost(tokens, reason) else None
 
     def _give_back_lost(self) -> Steps[None]:
         """Release what a lost set still holds, once (with the state lock held, so before the
@@ -184,13 +220,15 @@ class LockSetBase(LockBase):
             return (yield self._in_state, _now(self._extended, tokens, ttl, sent))
         reason = p.member_lost(p.LEASE_RAN_OUT, gone[0])
         if (yield self._in_state, _now(self._lose_now, tokens, reason)):
-            yield from self._lost_after(reason)
+            yield from self._announce_lost(reason)
         return False
 
     def _extended(self, tokens: Any, ttl: float, sent: float) -> bool:  # type: ignore[override]
         if self.token is not tokens or self.lost is not None:
             return False
         self._ttl_now = ttl
+        if self._renewals is not None:
+            self._renewals.extended(ttl, sent)
         return all([entry.loop.extended(entry, ttl, sent) for entry in self._entries])
 
     def _lose_now(self, tokens: Any, reason: str) -> bool:  # type: ignore[override]

@@ -235,12 +235,14 @@ def check_keys(keys: Any) -> Tuple[Any, ...]:
     return keys
 
 
-def macquire_args(keys: Sequence[Any], owner: str, ttl: Number, shared: bool,
+def macquire_args(keys: Sequence[Any], owner: str, ttl: Number, shared: bool, session: bool,
                   wait: Optional[Number]) -> List[Any]:
     """``LOCK.MACQUIRE``; ``wait`` as in ``acquire_args``."""
     args: List[Any] = ["LOCK.MACQUIRE", len(keys), *keys, owner, millis(ttl)]
     if shared:
         args.append("SHARED")
+    if session:
+        args.append("SESSION")
     if wait is not None:
         args += ["WAIT", 0 if wait == 0 else millis(wait)]
     return args

@@ -170,7 +170,7 @@ class MultiLock(_lockset.LockSetBase, Lock):
     writes under one key with its token. The set is lost (``lost``, ``on_lost`` once,
     ``LockLost`` on leaving ``with``) when any member is, the reason naming that key; the
     members still held are then released. ``release()`` is True only if every member was still
-    held. Arguments as ``Lock``'s (no ``session`` nor ``replicas``); no keys, a key twice or
+    held. Arguments as ``Lock``'s (``session=True`` too; no ``replicas``); no keys, a key twice or
     more than 64 keys is a ``ValueError``, before anything is sent. In a cluster the keys must
     hash to one slot (``{account}:1``, ``{account}:2``).
     """

@@ -223,3 +223,21 @@ async def test_a_set_waits_for_its_busy_key_in_the_servers_queue(flavour, r):
     assert time.monotonic() - started < 2
     assert calls(r, "lock.macquire") == 1, "one blocking call, no polling"
     assert await lock.release() is True
+
+
+async def test_a_session_set_ends_with_its_connection(flavour, r):
+    lost = []
+    lock = flavour.MultiLock(flavour.client(), ["n:1", "n:2"], ttl=0.9, session=True,
+                             on_lost=lost.append, raise_on_lost=False)
+    assert await lock.acquire()
+    listed = [c for c in r.client_list() if c.get("cmd") == "lock.macquire"]
+    assert len(listed) == 1, "the set's own connection"
+    await asyncio.sleep(0.7)  # renewed on it past most of a lease
+    assert lock.locked() and r.exists("n:1", "n:2") == 2
+    r.client_kill_filter(_id=listed[0]["id"])
+    assert free(r, "n:1", "n:2"), "the server ended every member with it"
+    assert await soon(lambda: lost, 3)
+    assert lost[0].startswith(p.SESSION_CLOSED) and lost[0].endswith("(key n:1)")
+    assert await lock.release() is False
+    await asyncio.sleep(0.3)
+    assert len(lost) == 1
