@@ -468,7 +468,7 @@ class LockBase:
             while lost is None and not (yield self._stopped, stop, renewals.pause()):
                 lost = yield from self._renewal(conn, token, renewals)
         except self._WATCHDOG_FAILURES as err:  # nobody would hear of it: say it, once
-            log.error("redislock: the watchdog of %s failed", self.key, exc_info=err)
+            log.error("redislock: the watchdog of %s failed", self._label(), exc_info=err)
             lost = yield self._in_state, _now(self._lose, token, p.watchdog_failed(err))
         if lost is not None:
             yield from self._announce_lost(lost)
@@ -569,7 +569,7 @@ class LockBase:
         return reason
 
     def _announce_lost(self, reason: str) -> Steps[None]:
-        log.warning("redislock: lost %s: %s", self.key, reason)
+        log.warning("redislock: lost %s: %s", self._label(), reason)
         self._emit("lost", reason=reason)
         if self.on_lost is not None:
             try:
@@ -670,6 +670,10 @@ class LockBase:
         return self._Hold(self, timeout, blocking)
 
     # -- the rest ----------------------------------------------------------------------------
+
+    def _label(self) -> str:
+        """What the hold is of, in logs: its key."""
+        return str(self.key)
 
     def _emit(self, event: str, **fields: Any) -> None:
         if self.on_event is not None:

@@ -281,5 +281,8 @@ class LockSetBase(LockBase):
             raise NotAcquired(f"the set {list(self.keys)!r} was not granted{within}")
         return self
 
+    def _label(self) -> str:
+        return f"the set {list(self.keys)!r}"
+
     def __repr__(self) -> str:
         return f"<{self._NAME} {list(self.keys)!r} owner={self.owner} tokens={self.token}>"
