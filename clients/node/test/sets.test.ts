@@ -115,8 +115,8 @@ for (const flavour of FLAVOURS) {
     });
 
     it("rule 23: the watchdog keeps a set past several ttls", async ({ locks, server }) => {
-      const set = await locks.acquireAll(["w:1", "w:2"], { ttl: 600 });
-      await sleep(2000); // over three leases: only renewals keep it
+      const set = await locks.acquireAll(["w:1", "w:2"], { ttl: 1000 });
+      await sleep(3500); // over three leases: only renewals keep it
       assert.equal(set.held, true);
       assert.equal(set.lostReason, undefined);
       for (const key of set.keys) assert.equal(Number(await server.cmd("LOCK.FENCE", key)), set.tokenOf(key));
@@ -130,7 +130,7 @@ for (const flavour of FLAVOURS) {
     }) => {
       const reasons: string[] = [];
       const set = await locks.acquireAll(["m:1", "m:2", "m:3"], {
-        ttl: 900,
+        ttl: 2000,
         onLost: (r) => reasons.push(r),
         raiseOnLost: false,
       });
@@ -154,7 +154,7 @@ for (const flavour of FLAVOURS) {
     it("rule 23: leaving await using throws the loss, naming the key", async ({ locks, server }) => {
       let thrown: unknown;
       try {
-        await using set = await locks.acquireAll(["l:1", "l:2"], { ttl: 900 });
+        await using set = await locks.acquireAll(["l:1", "l:2"], { ttl: 2000 });
         await server.cmd("LOCK.FORCERELEASE", "l:1");
         await set.lost;
       } catch (e) {
