@@ -10,15 +10,19 @@ import { CONNECT_TIMEOUT, LinkTimeout, noop, within, type Adapter, type Connecti
 import { Election, type ElectionOptions } from "./election.js";
 import { LockError, LockLostError, NotAcquiredError, UnavailableError } from "./errors.js";
 import { Hold } from "./hold.js";
+import { MultiHold } from "./multihold.js";
 import { Link, Links } from "./links.js";
 import { RenewalLoop } from "./loop.js";
 import {
   RETRY_PAUSE,
   acquireArgs,
+  checkKeys,
   int,
+  macquireArgs,
   modeWords,
   releaseArgs,
   tokenOf,
+  tokensOf,
   waitArgs,
   type Arg,
   type Mode,
@@ -76,6 +80,8 @@ const REPLY_GRACE = 1000;
 /** An acquire's checked arguments. */
 interface Ask {
   key: string;
+  /** A lock set's keys (`key` is the first): `LOCK.MACQUIRE`. */
+  keys: string[] | undefined;
   o: AcquireOptions;
   owner: string;
   ttl: number;
@@ -122,7 +128,7 @@ export class Locks {
    */
   async acquire(key: string, options: AcquireOptions = {}): Promise<Hold> {
     const o = { ...this.#defaults, ...options };
-    const hold = await this.#take(key, o, o.wait ?? Infinity);
+    const hold = (await this.#take(key, o, o.wait ?? Infinity)) as Hold | null;
     if (hold) return hold;
     const within = o.wait === undefined || o.wait === Infinity ? "" : ` within ${o.wait} ms`;
     throw new NotAcquiredError(`${key} was not granted${within}`, key);
@@ -131,7 +137,31 @@ export class Locks {
   /** `acquire`, but null when not granted; tries once unless `wait` is given. */
   async tryAcquire(key: string, options: AcquireOptions = {}): Promise<Hold | null> {
     const o = { ...this.#defaults, ...options };
-    return this.#take(key, o, o.wait ?? 0);
+    return (await this.#take(key, o, o.wait ?? 0)) as Hold | null;
+  }
+
+  /**
+   * Take every one of `keys` in one step, or none (`LOCK.MACQUIRE`, rule 23): each exclusive, or
+   * each shared (`shared: true`), with its own token and lease. A set that waits queues in every
+   * key's queue at once, so sets never deadlock whatever order they name their keys in. Waits as
+   * `acquire` does; rejects with `NotAcquiredError` when not granted in time. No keys, a key twice
+   * or more than 64 keys is a `RangeError` before anything is sent; `semaphore` and `replicas`
+   * are not offered. In a cluster the keys must hash to one slot (`{acct}:1`, `{acct}:2`).
+   */
+  async acquireAll(keys: readonly string[], options: AcquireOptions = {}): Promise<MultiHold> {
+    const o = { ...this.#defaults, ...options };
+    const set = checkKeys(keys);
+    const hold = (await this.#take(set[0]!, o, o.wait ?? Infinity, set)) as MultiHold | null;
+    if (hold) return hold;
+    const within = o.wait === undefined || o.wait === Infinity ? "" : ` within ${o.wait} ms`;
+    throw new NotAcquiredError(`the set ${set.join(", ")} was not granted${within}`, set[0]!);
+  }
+
+  /** `acquireAll`, but null when not granted (and nothing taken); tries once unless `wait` is given. */
+  async tryAcquireAll(keys: readonly string[], options: AcquireOptions = {}): Promise<MultiHold | null> {
+    const o = { ...this.#defaults, ...options };
+    const set = checkKeys(keys);
+    return (await this.#take(set[0]!, o, o.wait ?? 0, set)) as MultiHold | null;
   }
 
   /**
@@ -145,7 +175,7 @@ export class Locks {
     routine: (hold: Hold, signal: AbortSignal) => Promise<T>,
   ): Promise<T> {
     const o = { ...this.#defaults, ...options };
-    const hold = await this.acquire(key, o);
+    const hold: Hold = await this.acquire(key, o);
     const lost = new AbortController();
     void hold.lost.then((reason) => lost.abort(new LockLostError(reason)));
     let result: T;
@@ -167,10 +197,18 @@ export class Locks {
    * watchdog; `leader()` and `observe()` read who leads.
    */
   election(key: string, options: ElectionOptions = {}): Election {
-    const election: Election = new Election(key, options.identity, this.#reach, (o, wait) =>
-      // Not this object's `defaults`: a leadership is always an exclusive session hold with its
-      // watchdog on, whatever the other holds are.
-      this.#take(key, { ...o, owner: election.identity, session: true, watchdog: true }, wait),
+    const election: Election = new Election(
+      key,
+      options.identity,
+      this.#reach,
+      (o, wait) =>
+        // Not this object's `defaults`: a leadership is always an exclusive session hold with its
+        // watchdog on, whatever the other holds are.
+        this.#take(
+          key,
+          { ...o, owner: election.identity, session: true, watchdog: true },
+          wait,
+        ) as Promise<Hold | null>,
     );
     return election;
   }
@@ -184,8 +222,8 @@ export class Locks {
     this.#idle.clear();
   }
 
-  async #take(key: string, o: AcquireOptions, wait: number): Promise<Hold | null> {
-    const ask = this.#ask(key, o, wait); // every argument checked before anything is sent
+  async #take(key: string, o: AcquireOptions, wait: number, keys?: string[]): Promise<Hold | MultiHold | null> {
+    const ask = this.#ask(key, o, wait, keys); // every argument checked before anything is sent
     ask.signal?.throwIfAborted();
     let failingSince: number | undefined;
     let staleRetried = false;
@@ -218,7 +256,7 @@ export class Locks {
   }
 
   /** The acquire's arguments, checked (`RangeError`), and its deadline. */
-  #ask(key: string, o: AcquireOptions, wait: number): Ask {
+  #ask(key: string, o: AcquireOptions, wait: number, keys: string[] | undefined): Ask {
     if (!(wait >= 0)) throw new RangeError("wait must be a number of ms >= 0 (Infinity: without limit)");
     const ttl = o.ttl ?? DEFAULT_TTL;
     if (!(ttl >= 1 && ttl < Infinity)) throw new RangeError("ttl must be a finite number of ms >= 1");
@@ -230,10 +268,13 @@ export class Locks {
       ? { limit: o.semaphore.limit, permits: o.semaphore.permits ?? 1 }
       : { shared: !!o.shared };
     modeWords(mode);
+    if (keys && (o.semaphore || o.replicas))
+      throw new RangeError("a lock set takes exclusive or shared locks: no semaphore, no replicas");
     const session = !!o.session;
     const blocking = wait > 0;
     return {
       key,
+      keys,
       o,
       ttl,
       mode,
@@ -249,13 +290,18 @@ export class Locks {
   }
 
   /** One try: the hold, or null when not granted. */
-  async #attempt(ask: Ask, attempt: Attempt): Promise<Hold | null> {
+  async #attempt(ask: Ask, attempt: Attempt): Promise<Hold | MultiHold | null> {
     const { key, owner, signal } = ask;
     const left = ask.deadline - performance.now();
-    const args = acquireArgs(key, owner, ask.ttl, ask.mode, ask.session, ask.blocking ? Math.max(1, left) : undefined);
+    const wait = ask.blocking ? Math.max(1, left) : undefined;
+    const args = ask.keys
+      ? macquireArgs(ask.keys, owner, ask.ttl, !!ask.mode.shared, ask.session, wait)
+      : acquireArgs(key, owner, ask.ttl, ask.mode, ask.session, wait);
+    // A lock set's grant is its tokens; a lock's, its token.
+    const granted = (reply: unknown): number | number[] | null => (ask.keys ? tokensOf(reply) : tokenOf(reply));
     if (!ask.own) {
       const sent = performance.now();
-      const token = tokenOf(await this.#reach.send(key, args, false));
+      const token = granted(await this.#reach.send(key, args, false));
       return token === null ? null : this.#hold(ask, token, sent, undefined);
     }
     const made = await this.#abortable(this.#connection(key, attempt.route), signal, noop, (m) => m.conn.close());
@@ -265,11 +311,14 @@ export class Locks {
       const sent = performance.now();
       attempt.sent = sent;
       const reply = this.#reply(c, key, args, ask.blocking ? left : 0);
-      const token = tokenOf(await this.#abortable(reply, signal, () => c.close()));
+      const token = granted(await this.#abortable(reply, signal, () => c.close()));
       // A grant after a wait started its lease when the server granted it, which the reply
       // tells (one loopback or network hop later); a try's lease started no earlier than it was sent.
       const leaseFrom = ask.blocking ? performance.now() : sent;
-      if (token === null || (ask.o.replicas && !(await this.#durable(c, ask, token, leaseFrom)))) {
+      if (
+        token === null ||
+        (typeof token === "number" && ask.o.replicas && !(await this.#durable(c, ask, token, leaseFrom)))
+      ) {
         this.#giveBack(attempt.route, c);
         return null;
       }
@@ -332,9 +381,24 @@ export class Locks {
     return false;
   }
 
-  #hold(ask: Ask, token: number, leaseFrom: number, session: Connection | undefined): Hold {
+  #hold(ask: Ask, token: number | number[], leaseFrom: number, session: Connection | undefined): Hold | MultiHold {
     session?.ref(false); // a hold never keeps the process alive (its end releases a session hold)
     const { o } = ask;
+    if (typeof token !== "number") {
+      return new MultiHold({
+        reach: this.#reach,
+        loop: this.#loop,
+        keys: ask.keys!,
+        owner: ask.owner,
+        tokens: token,
+        ttl: ask.ttl,
+        leaseFrom,
+        watchdog: o.watchdog ?? true,
+        ...(session ? { session: Link.session(session) } : {}),
+        ...(o.onLost ? { onLost: o.onLost } : {}),
+        raiseOnLost: o.raiseOnLost ?? true,
+      });
+    }
     return new Hold({
       reach: this.#reach,
       loop: this.#loop,

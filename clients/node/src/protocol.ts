@@ -110,6 +110,58 @@ export function acquireArgs(
   return args;
 }
 
+/** The most keys of one lock set: the server's default `lock.max-set-size` (rule 23). */
+export const MAX_SET_SIZE = 64;
+
+/** A lock set's keys (rule 23), checked: 1 to `MAX_SET_SIZE` strings, none twice, else
+ * `RangeError` (`TypeError` for what is not an array of strings). */
+export function checkKeys(keys: unknown): string[] {
+  if (!Array.isArray(keys)) throw new TypeError("keys must be an array of keys");
+  if (keys.length === 0) throw new RangeError("a lock set needs at least one key");
+  if (keys.length > MAX_SET_SIZE)
+    throw new RangeError(`a lock set takes at most ${MAX_SET_SIZE} keys: ${keys.length} given`);
+  const seen = new Set<string>();
+  for (const key of keys) {
+    if (typeof key !== "string") throw new TypeError(`a key is a string: ${String(key)}`);
+    if (seen.has(key)) throw new RangeError(`a key appears twice in the set: ${key}`);
+    seen.add(key);
+  }
+  return [...(keys as string[])];
+}
+
+/** `LOCK.MACQUIRE`; `wait` as in `acquireArgs`. */
+export function macquireArgs(
+  keys: readonly string[],
+  owner: string,
+  ttl: number,
+  shared: boolean,
+  session: boolean,
+  wait: number | undefined,
+): Arg[] {
+  const args: Arg[] = ["LOCK.MACQUIRE", keys.length, ...keys, owner, millis(ttl)];
+  if (shared) args.push("SHARED");
+  if (session) args.push("SESSION");
+  if (wait !== undefined) args.push("WAIT", wait === Infinity ? 0 : millis(wait));
+  return args;
+}
+
+export function mreleaseArgs(keys: readonly string[], owner: string): Arg[] {
+  return ["LOCK.MRELEASE", keys.length, ...keys, owner];
+}
+
+/** The tokens of a `LOCK.MACQUIRE` reply, one per key in their order; null when not granted. */
+export function tokensOf(reply: unknown): number[] | null {
+  if (reply === null || reply === undefined) return null;
+  if (!Array.isArray(reply)) throw new TypeError(`expected an array of tokens, got ${String(reply)}`);
+  if (reply.length === 2 && Array.isArray(reply[1])) return (reply[1] as unknown[]).map(int); // owner `*`
+  return reply.map(int);
+}
+
+/** Why a lock set was lost: the reason of its member `key` that was (rule 23). */
+export function memberLost(reason: string, key: string): string {
+  return `${reason} (key ${key})`;
+}
+
 export function extendArgs(key: string, owner: string, ttl: number, token: number): Arg[] {
   return ["LOCK.EXTEND", key, owner, millis(ttl), "TOKEN", token];
 }

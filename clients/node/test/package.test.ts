@@ -28,6 +28,7 @@ test("ESM and CommonJS export the same names", () => {
     "LockError",
     "LockLostError",
     "Locks",
+    "MultiHold",
     "NotAcquiredError",
     "StaleError",
     "UnavailableError",

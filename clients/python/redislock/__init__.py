@@ -7,7 +7,8 @@
 
 Fenced database transactions (``redislock.db`` on DB-API connections, ``redislock.sqlalchemy``
 on SQLAlchemy sessions), shared locks (``shared=True``), semaphores (``Semaphore``), session
-holds (``session=True``), durable grants (``replicas=n``), guarded writes (``lock.guard(...)``),
+holds (``session=True``), lock sets (``MultiLock``: several keys in one step or none), durable
+grants (``replicas=n``), guarded writes (``lock.guard(...)``),
 a watchdog that renews the lease and says when a hold is lost (``on_lost``, ``LockLost``),
 elections (``Election``: campaign, leadership with its term, ``leader()``, ``observe()``);
 ``redislock.aio`` has the same API for asyncio. ``redislock.compat`` has drop-in adapters for
@@ -20,11 +21,12 @@ from .aio import Election as AsyncElection
 from .election import Election, Leadership
 from .errors import (Deadlock, LeadershipLost, LockError, LockLost, NotAcquired, Stale,
                      Unavailable)
-from .lock import Lock, Semaphore
+from .lock import Lock, MultiLock, Semaphore
 
 __all__ = [
     "Lock",
     "Semaphore",
+    "MultiLock",
     "Election",
     "AsyncElection",
     "Leadership",

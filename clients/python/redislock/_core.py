@@ -320,10 +320,14 @@ class LockBase:
                 # (Connected is not answered: a service may take connections and drop commands.)
                 yield self._connect, conn, outage.timeout()
                 sent = True
-                yield self._write, conn, make_args()
-                if wait is not None:
-                    yield from self._watch_wait(pool, conn, deadline, outage)
-                reply = yield self._read, conn
+                args = make_args()
+                if isinstance(args, p.Batch):
+                    reply = yield from self._batch(conn, args)
+                else:
+                    yield self._write, conn, args
+                    if wait is not None:
+                        yield from self._watch_wait(pool, conn, deadline, outage)
+                    reply = yield self._read, conn
             except Unavailable:
                 yield self._close, conn
                 raise
@@ -357,6 +361,29 @@ class LockBase:
                 return reply, conn
             yield from self._give_back(pool, conn)
             return reply, None
+
+    def _batch(self, conn: Any, commands: "p.Batch") -> Steps[list]:
+        """``commands`` written on ``conn`` one after the other, then their replies read: a
+        list, or the first error reply raised once every reply was read (so ``conn`` can be
+        lent again)."""
+        for args in commands:
+            yield self._write, conn, args
+        return (yield from self._replies(conn, len(commands)))
+
+    def _replies(self, conn: Any, count: int) -> Steps[list]:
+        """The next ``count`` replies on ``conn``; the first error reply raised once every one
+        was read."""
+        replies: list = []
+        refused: Optional[ResponseError] = None
+        for _ in range(count):
+            try:
+                replies.append((yield self._read, conn))
+            except ResponseError as err:
+                refused = refused or err
+                replies.append(err)
+        if refused is not None:
+            raise refused
+        return replies
 
     def _watch_wait(self, pool: Any, conn: Any, deadline: Optional[float],
                     outage: p.Outage) -> Steps[None]:
@@ -441,7 +468,7 @@ class LockBase:
             while lost is None and not (yield self._stopped, stop, renewals.pause()):
                 lost = yield from self._renewal(conn, token, renewals)
         except self._WATCHDOG_FAILURES as err:  # nobody would hear of it: say it, once
-            log.error("redislock: the watchdog of %s failed", self.key, exc_info=err)
+            log.error("redislock: the watchdog of %s failed", self._label(), exc_info=err)
             lost = yield self._in_state, _now(self._lose, token, p.watchdog_failed(err))
         if lost is not None:
             yield from self._announce_lost(lost)
@@ -459,7 +486,7 @@ class LockBase:
                     raise LinkError("the connection was closed")
                 if not (yield self._in_state, self._send_renewal(conn, token, renewals.ttl)):
                     return None  # released first: never renew a released hold
-                reason = renewals.answered(sent, (yield self._read, conn))
+                reason = yield from self._renewed(conn, sent, renewals)
             except p.BROKEN_LINK + p.NOT_REDIS as err:
                 yield self._close, conn  # (if it is not closed already: the hold ends with it)
                 reason = renewals.ended() or p.session_closed(err)
@@ -468,6 +495,10 @@ class LockBase:
         if reason is None:
             return None
         return (yield self._in_state, _now(self._lose, token, reason))
+
+    def _renewed(self, conn: Any, sent: float, renewals: p.Renewals) -> Steps[Optional[str]]:
+        """The reply to a session hold's renewal sent at ``sent``: the reason if it lost it."""
+        return renewals.answered(sent, (yield self._read, conn))
 
     def _send_renewal(self, conn: Any, token: int, ttl: float) -> Steps[bool]:
         """Send the renewal of hold ``token`` (with the state lock held), unless it was released."""
@@ -538,7 +569,7 @@ class LockBase:
         return reason
 
     def _announce_lost(self, reason: str) -> Steps[None]:
-        log.warning("redislock: lost %s: %s", self.key, reason)
+        log.warning("redislock: lost %s: %s", self._label(), reason)
         self._emit("lost", reason=reason)
         if self.on_lost is not None:
             try:
@@ -639,6 +670,10 @@ class LockBase:
         return self._Hold(self, timeout, blocking)
 
     # -- the rest ----------------------------------------------------------------------------
+
+    def _label(self) -> str:
+        """What the hold is of, in logs: its key."""
+        return str(self.key)
 
     def _emit(self, event: str, **fields: Any) -> None:
         if self.on_event is not None:

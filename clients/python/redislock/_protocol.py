@@ -211,6 +211,66 @@ def acquire_args(
     return args
 
 
+#: The most keys of one lock set: the server's default ``lock.max-set-size`` (rule 23).
+MAX_SET_SIZE = 64
+
+
+def check_keys(keys: Any) -> Tuple[Any, ...]:
+    """A lock set's keys (rule 23): a sequence of 1 to ``MAX_SET_SIZE`` keys, none twice, else
+    ``ValueError`` (``TypeError`` for one string, which is a key, not a sequence of them)."""
+    if isinstance(keys, (str, bytes)):
+        raise TypeError(f"keys must be a sequence of keys, not one key: {keys!r}")
+    keys = tuple(keys)
+    if not keys:
+        raise ValueError("a lock set needs at least one key")
+    if len(keys) > MAX_SET_SIZE:
+        raise ValueError(f"a lock set takes at most {MAX_SET_SIZE} keys: {len(keys)} given")
+    seen = set()
+    for key in keys:
+        if not isinstance(key, (str, bytes)):
+            raise TypeError(f"a key is a str or bytes: {key!r}")
+        if key in seen:
+            raise ValueError(f"a key appears twice in the set: {key!r}")
+        seen.add(key)
+    return keys
+
+
+def macquire_args(keys: Sequence[Any], owner: str, ttl: Number, shared: bool, session: bool,
+                  wait: Optional[Number]) -> List[Any]:
+    """``LOCK.MACQUIRE``; ``wait`` as in ``acquire_args``."""
+    args: List[Any] = ["LOCK.MACQUIRE", len(keys), *keys, owner, millis(ttl)]
+    if shared:
+        args.append("SHARED")
+    if session:
+        args.append("SESSION")
+    if wait is not None:
+        args += ["WAIT", 0 if wait == 0 else millis(wait)]
+    return args
+
+
+def mrelease_args(keys: Sequence[Any], owner: str) -> List[Any]:
+    return ["LOCK.MRELEASE", len(keys), *keys, owner]
+
+
+def tokens_of(reply: Any) -> Optional[Tuple[int, ...]]:
+    """The tokens of a ``LOCK.MACQUIRE`` reply, one per key in their order (nil: not granted)."""
+    if reply is None:
+        return None
+    if len(reply) == 2 and isinstance(reply[1], (list, tuple)):  # owner `*`: [owner, [tokens]]
+        reply = reply[1]
+    return tuple(int(token) for token in reply)
+
+
+def member_lost(reason: str, key: Any) -> str:
+    """Why a lock set was lost: the reason of the member ``key`` that was (rule 23)."""
+    return f"{reason} (key {_text(key)})"
+
+
+class Batch(list):
+    """Commands sent together on one connection (a lock set's extend): the replies come back
+    as a list, in their order; an error reply is raised once all were read."""
+
+
 def extend_args(key: str, owner: str, ttl: Number, token: int) -> List[Any]:
     return ["LOCK.EXTEND", key, owner, millis(ttl), "TOKEN", token]
 

@@ -10,12 +10,12 @@ from __future__ import annotations
 import asyncio
 from typing import Any, Callable, Optional
 
-from . import _core, _election
+from . import _core, _election, _lockset
 from . import _protocol as p
 from ._core import arun, log  # noqa: F401  (log: this module's name too)
 from ._loop_tasks import loop_of
 
-__all__ = ["Lock", "Semaphore", "Election", "Leadership", "Observation", "Leader"]
+__all__ = ["Lock", "Semaphore", "MultiLock", "Election", "Leadership", "Observation", "Leader"]
 
 
 class _AsyncWith:
@@ -171,6 +171,17 @@ class Semaphore(_core.SemaphoreBase, Lock):
     """The asyncio twin of ``redislock.Semaphore``."""
 
     _NAME = "redislock.aio.Semaphore"
+
+
+class MultiLock(_lockset.LockSetBase, Lock):
+    """The asyncio twin of ``redislock.MultiLock`` (a lock set, rule 23): ``async with``,
+    ``await acquire()``, ``await release()``, ``await extend()``, ``await guard(key, ...)``."""
+
+    _NAME = "redislock.aio.MultiLock"
+
+    async def guard(self, key: Any, *command: Any) -> Any:  # type: ignore[override]
+        """``LOCK.GUARD`` with ``key``'s token (``redislock.Stale`` once the set is not live)."""
+        return await arun(self._guarded_under(key, command))
 
 
 # -- elections (rules 21 and 22): the rules of ``redislock._election``, awaited -------------------

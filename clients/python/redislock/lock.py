@@ -11,12 +11,12 @@ import threading
 import time
 from typing import Any, Callable, Optional
 
-from . import _core
+from . import _core, _lockset
 from . import _protocol as p
 from ._core import EventHook, log, run  # noqa: F401  (EventHook, log: this module's names too)
 from ._loop_threads import loop_of
 
-__all__ = ["Lock", "Semaphore", "EventHook"]
+__all__ = ["Lock", "Semaphore", "MultiLock", "EventHook"]
 
 
 class _With:
@@ -157,3 +157,27 @@ class Semaphore(_core.SemaphoreBase, Lock):
     permits never guard a write."""
 
     _NAME = "redislock.Semaphore"
+
+
+class MultiLock(_lockset.LockSetBase, Lock):
+    """A lock set (rule 23): ``keys`` taken in one step or none (``LOCK.MACQUIRE``), each
+    exclusive (or each read-held: ``shared=True``) for ``ttl`` seconds at a time, renewed by
+    the watchdog. Waiting sets queue in every key's queue at once, so two sets never deadlock
+    whatever order their keys are named in: nobody sorts them.
+
+    ``with lock:`` takes them all, then ``lock.tokens`` are the fencing tokens, one per key in
+    the order given (``lock.token_for(key)``: one of them), and ``lock.guard(key, *command)``
+    writes under one key with its token. The set is lost (``lost``, ``on_lost`` once,
+    ``LockLost`` on leaving ``with``) when any member is, the reason naming that key; the
+    members still held are then released. ``release()`` is True only if every member was still
+    held. Arguments as ``Lock``'s (``session=True`` too; no ``replicas``); no keys, a key twice or
+    more than 64 keys is a ``ValueError``, before anything is sent. In a cluster the keys must
+    hash to one slot (``{account}:1``, ``{account}:2``).
+    """
+
+    _NAME = "redislock.MultiLock"
+
+    def guard(self, key: Any, *command: Any) -> Any:  # type: ignore[override]
+        """Run ``command`` through ``LOCK.GUARD`` with ``key``'s token: it runs only while that
+        member is the key's live exclusive hold, else ``redislock.Stale``."""
+        return run(self._guarded_under(key, command))

@@ -222,6 +222,9 @@ class Threads(_Driver):
     def Semaphore(self, client: Any, key: str, limit: int, ttl: float = 30.0, **kw: Any) -> AsAsync:
         return AsAsync(redislock.Semaphore(client, key, limit, ttl, **kw))
 
+    def MultiLock(self, client: Any, keys: Any, ttl: float = 30.0, **kw: Any) -> AsAsync:
+        return AsAsync(redislock.MultiLock(client, keys, ttl, **kw))
+
     def Election(self, client: Any, key: str, identity: str, **kw: Any) -> AsAsyncElection:
         return AsAsyncElection(redislock.Election(client, key, identity, **kw))
 
@@ -274,6 +277,10 @@ class Tasks(_Driver):
     def Semaphore(self, client: Any, key: str, limit: int, ttl: float = 30.0,
                   **kw: Any) -> redislock.aio.Semaphore:
         return redislock.aio.Semaphore(client, key, limit, ttl, **kw)
+
+    def MultiLock(self, client: Any, keys: Any, ttl: float = 30.0,
+                  **kw: Any) -> redislock.aio.MultiLock:
+        return redislock.aio.MultiLock(client, keys, ttl, **kw)
 
     def Election(self, client: Any, key: str, identity: str, **kw: Any) -> Any:
         return redislock.AsyncElection(client, key, identity, **kw)
