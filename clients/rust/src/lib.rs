@@ -62,6 +62,7 @@ mod observe;
 mod protocol;
 mod renewal;
 mod schedule;
+mod set;
 mod source;
 
 /// The `redis` crate this one is built on (1.x): its `Client` makes a `Locker`, its `cmd`
@@ -75,3 +76,4 @@ pub use error::Error;
 pub use guard::LockGuard;
 pub use locker::Locker;
 pub use observe::Observer;
+pub use set::{SetBuilder, SetGuard};
