@@ -6,7 +6,7 @@ mod common;
 use std::time::Duration;
 
 use common::{calls, locker};
-use redis_lock_client::{redis, Error, SetGuard};
+use redis_lock_client::{redis, Error, Locker, SetGuard};
 use redis_lock_harness::*;
 
 async fn take(l: &redis_lock_client::Locker, keys: &[&str], ttl: Duration) -> SetGuard {
@@ -251,4 +251,68 @@ async fn shared_sets_deadlock_and_session_sets() {
     assert!(eventually(Duration::from_secs(3), || {
         !exists(&s, "q:1") && !exists(&s, "q:2")
     }));
+}
+
+// README lock set example: begin
+/// Move `amount` between two accounts under both their locks, taken in one step.
+async fn transfer(locker: &Locker, from: &str, to: &str, amount: i64) -> Result<bool, Error> {
+    // One hash tag ({bank}): one slot in a cluster. Any order: sets never deadlock.
+    let keys = [
+        format!("{{bank}}:lock:{from}"),
+        format!("{{bank}}:lock:{to}"),
+    ];
+    let set = locker
+        .lock_set(&keys)
+        .ttl(Duration::from_secs(30))
+        .wait(Duration::from_secs(5)) // in every key's queue at once
+        .acquire()
+        .await?
+        .expect("granted within 5 s");
+    let mut debit = redis::cmd("DECRBY");
+    debit.arg(format!("{{bank}}:acct:{from}")).arg(amount);
+    let mut credit = redis::cmd("INCRBY");
+    credit.arg(format!("{{bank}}:acct:{to}")).arg(amount);
+    // Each guarded write names its key and goes with that key's token.
+    let _: i64 = set.run(&keys[0], &debit).await?;
+    let _: i64 = set.run(&keys[1], &credit).await?;
+    set.release().await // true only if every member was still held
+}
+// README lock set example: end
+
+/// The README's lock set example, run: two transfers in opposite directions at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_readme_lock_set_example_runs() {
+    let s = Server::start();
+    let l = locker(&s);
+    ok(&mut s.con(), &["SET", "{bank}:acct:1", "100"]);
+    let (a, b) = tokio::join!(transfer(&l, "1", "2", 10), transfer(&l, "2", "1", 3));
+    assert!(a.unwrap() && b.unwrap());
+    let mut c = s.con();
+    assert_eq!(text(&ok(&mut c, &["GET", "{bank}:acct:1"])), "93");
+    assert_eq!(text(&ok(&mut c, &["GET", "{bank}:acct:2"])), "7");
+}
+
+/// The README shows the example this file runs, word for word.
+#[test]
+fn the_readme_shows_the_lock_set_example_that_runs() {
+    let this = include_str!("sets.rs");
+    let begin = "// README lock set example: begin\n";
+    let end = "// README lock set example: end\n";
+    let from = this.find(begin).unwrap() + begin.len();
+    let tested = &this[from..this.find(end).unwrap()];
+    let readme = include_str!("../README.md");
+    let shown = readme
+        .split("```rust")
+        .filter_map(|block| block.split_once("\n")?.1.split_once("```").map(|b| b.0))
+        .find(|block| block.contains("async fn transfer"))
+        .expect("the README's Lock sets example");
+    let shown = shown
+        .lines()
+        .filter(|l| !l.starts_with("use redis_lock_client::{") && !l.starts_with("use std::"))
+        .collect::<Vec<_>>()
+        .join("\n");
+    assert!(
+        shown.contains(tested.trim_end()),
+        "README:\n{shown}\ntested:\n{tested}"
+    );
 }
