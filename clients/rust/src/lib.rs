@@ -41,6 +41,10 @@
 //! # let _ = left; Ok(()) }
 //! ```
 
+// rustc 1.95 reaches its query depth (128) laying out the README election example's future
+// in a doctest (not in tests/election.rs, which compiles the same code): more for doctests.
+#![doc(test(attr(recursion_limit = "256")))]
+
 /// The README's examples, compiled as doctests (with the feature `sqlx-postgres`, as `make
 /// test` runs them: one example is a fenced transaction on PostgreSQL).
 #[cfg(all(doctest, feature = "sqlx-postgres"))]
