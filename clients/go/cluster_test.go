@@ -73,6 +73,32 @@ func TestClusterRoutesEveryLockToItsSlotsMaster(t *testing.T) {
 		}
 		release(t, got.lock, true)
 	}
+	// Rule 23: a set whose keys share a hash tag goes to that slot's master, waits and renewals
+	// included; keys in several slots are ErrCrossSlot, not retried.
+	for addr, tag := range tags {
+		node, keys := nodes[addr], []string{tag + ":a", tag + ":b"}
+		set, err := l.ObtainAll(ctx, keys, 900*time.Millisecond, redislock.WithWait(time.Second))
+		if err != nil {
+			t.Fatalf("ObtainAll on %s: %v", addr, err)
+		}
+		renewed := calls(node, "lock.extend")
+		eventually(t, 5*time.Second, "the set renewed on "+addr, func() bool { return calls(node, "lock.extend") >= renewed+2 })
+		if fence(node, keys[0]) != set.Token(keys[0]) || fence(node, keys[1]) != set.Token(keys[1]) {
+			t.Fatalf("the set is not held on %s: %v", addr, set.Err())
+		}
+		if held, err := set.Release(ctx); !held || err != nil {
+			t.Fatalf("set Release on %s: %v, %v", addr, held, err)
+		}
+	}
+	var spread []string
+	for _, tag := range tags {
+		spread = append(spread, tag+":x")
+	}
+	for _, wait := range []time.Duration{0, time.Second} {
+		if _, err := l.ObtainAll(ctx, spread, time.Second, redislock.WithWait(wait)); !errors.Is(err, redislock.ErrCrossSlot) {
+			t.Fatalf("ObtainAll of keys in %d slots (wait %v): %v, want ErrCrossSlot", len(spread), wait, err)
+		}
+	}
 	// Nothing was sent to a node that does not serve its slot: no node answered MOVED or ASK
 	// (how many LOCK.ACQUIREs each ran is not the point: a retried wait would add one).
 	for addr, node := range nodes {

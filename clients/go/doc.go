@@ -19,6 +19,9 @@
 //	defer lock.Release(ctx)
 //	left, err := lock.Guard(ctx, "DECRBY", "{sku:9}:stock", 1).Int64()
 //
+// Lock sets (Locker.ObtainAll) take several keys in one step or none (LOCK.MACQUIRE): a
+// *MultiLock with a token per key, renewed by the same loop, lost as one when any member is.
+//
 // Elections (NewElection) build on the same holds: a candidate campaigns with a session hold
 // renewed by the watchdog, its term is the token, and Observe follows the leaders with
 // LOCK.WATCH.

@@ -22,8 +22,13 @@ var (
 	ErrLost = errors.New("redislock: hold lost")
 
 	// ErrDeadlock: an exclusive hold was asked by an owner that holds the lock shared beside
-	// other readers (two upgrading readers would wait for each other forever).
+	// other readers (two upgrading readers would wait for each other forever), or a set was
+	// to wait (ObtainAll) by an owner that holds some of its keys while others are busy.
 	ErrDeadlock = errors.New("redislock: deadlock")
+
+	// ErrCrossSlot: the keys of a set (ObtainAll) hash to more than one slot of a cluster.
+	// Give them one hash tag ({account}:1, {account}:2). It is not retried.
+	ErrCrossSlot = errors.New("redislock: the keys of a set are in more than one cluster slot")
 
 	// ErrUnavailable: the lock service could not be reached (refused, unresolvable, no answer
 	// within the Locker's unavailability bound) or did not answer as Redis with the module

@@ -109,6 +109,34 @@ func ExampleLocker_Obtain_wait() {
 	// true true
 }
 
+// A transfer takes both accounts' locks in one step, or none (LOCK.MACQUIRE): two transfers
+// naming them in opposite orders never deadlock. Each guarded write names its key and goes
+// with that key's token. (The Go client's README shows the lines from locker to Release.)
+func ExampleLocker_ObtainAll() {
+	client := redis.NewClient(&redis.Options{Addr: addr})
+	defer client.Close()
+	ctx := context.Background()
+	client.Set(ctx, "{bank}:acct:1", 100, 0)
+
+	locker := redislock.New(client)
+	keys := []string{"{bank}:lock:1", "{bank}:lock:2"} // one hash tag: one slot in a cluster
+	set, err := locker.ObtainAll(ctx, keys, 30*time.Second)
+	if err != nil {
+		log.Fatal(err) // errors.Is(err, redislock.ErrNotObtained) when not granted
+	}
+	from, err := set.Guard(ctx, "{bank}:lock:1", "DECRBY", "{bank}:acct:1", 10).Int64()
+	if err != nil {
+		log.Fatal(err) // errors.Is(err, redislock.ErrStale) once that key's hold is gone
+	}
+	to, err := set.Guard(ctx, "{bank}:lock:2", "INCRBY", "{bank}:acct:2", 10).Int64()
+	if err != nil {
+		log.Fatal(err)
+	}
+	held, err := set.Release(ctx) // true only if every member was still held
+	fmt.Println(from, to, held, err)
+	// Output: 90 10 true <nil>
+}
+
 // Lost is closed when the hold ends before its release; Err says why. Here an operator
 // force-releases the lock, and the watchdog's next renewal (ttl/3 later at most) finds out.
 func ExampleLock_Lost() {

@@ -180,20 +180,8 @@ func (l *Lock) known() error {
 // hold's connection is closed. When the server does not answer, the error matches
 // ErrUnavailable (and the hold is no longer renewed).
 func (l *Lock) Release(ctx context.Context) (bool, error) {
-	l.mu.Lock()
-	was := l.phase
-	if was == held {
-		l.phase = released
-	}
-	l.mu.Unlock()
-	if was != held {
+	if !l.leave() {
 		return false, nil
-	}
-	if l.renewal != nil {
-		l.locker.renewals.remove(l.renewal)
-	}
-	if l.fixed != nil {
-		l.fixed.Stop()
 	}
 	n, err := l.locker.release(ctx, l.key, l.owner, l.token)
 	if l.session != nil {
@@ -227,20 +215,47 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) (bool, error) {
 	n, err := pooled(ctx, l.locker, l.key, func(ctx context.Context, c redis.UniversalClient) (int64, error) {
 		return once(ctx, c, extendArgs(l.key, l.owner, ttl, l.token)...).Int64()
 	})
-	switch {
-	case err != nil:
+	if err != nil {
 		return false, err
-	case n == 0:
+	}
+	return l.extended(n, sent, ttl), nil
+}
+
+// extended takes an extend's answer n (sent at sent, for ttl): 1 moves the lease's end (the
+// watchdog renews by ttl from then on); 0 loses the hold. It reports whether the hold is live.
+func (l *Lock) extended(n int64, sent time.Time, ttl time.Duration) bool {
+	if n == 0 {
 		if l.renewal != nil {
 			l.locker.renewals.remove(l.renewal)
 		}
 		l.lose(reasonRanOut, held)
-		return false, nil
+		return false
 	}
 	if l.renewal != nil {
 		l.locker.renewals.extended(l.renewal, sent, ttl)
 	}
-	return l.extendFixed(sent.Add(ttl)), nil
+	return l.extendFixed(sent.Add(ttl))
+}
+
+// leave marks the hold released and takes it out of the renewal loop (a fixed lease's timer
+// stopped): no renewal of it is sent after that. False when it was not live.
+func (l *Lock) leave() bool {
+	l.mu.Lock()
+	was := l.phase
+	if was == held {
+		l.phase = released
+	}
+	l.mu.Unlock()
+	if was != held {
+		return false
+	}
+	if l.renewal != nil {
+		l.locker.renewals.remove(l.renewal)
+	}
+	if l.fixed != nil {
+		l.fixed.Stop()
+	}
+	return true
 }
 
 // extendFixed moves a fixed lease's end to end; false when the hold is no longer live.

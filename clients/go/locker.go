@@ -80,10 +80,11 @@ func (l *Locker) Obtain(ctx context.Context, key string, ttl time.Duration, opts
 	if owner == "" {
 		owner = newOwner()
 	}
-	token, conn, start, err := l.acquire(ctx, key, owner, ttl, &o)
+	tokens, conn, start, err := l.acquire(ctx, l.single(key, owner, ttl, &o), &o)
 	if err != nil {
 		return nil, err
 	}
+	token := tokens[0]
 	if o.replicas > 0 {
 		err := l.durable(ctx, conn, key, owner, token, &o)
 		if err != nil {
@@ -100,13 +101,34 @@ func (l *Locker) Obtain(ctx context.Context, key string, ttl time.Duration, opts
 	return l.hold(key, owner, token, ttl, start, session, !o.noWatchdog), nil
 }
 
-// acquire sends LOCK.ACQUIRE until it has an answer: the token, the connection it came on
+// A grant is what acquire asks for: one key (LOCK.ACQUIRE) or a set (LOCK.MACQUIRE).
+type grant struct {
+	key      string                            // routes it: the key, a set's first key
+	args     func(wait int64) []any            // the command; wait < 0: no WAIT, 0: without limit
+	parse    func(*redis.Cmd) ([]int64, error) // the tokens, ErrNotObtained, ...
+	giveBack func(context.Context, []int64)    // releases a grant the caller does not get
+}
+
+// single is the grant of one key.
+func (l *Locker) single(key, owner string, ttl time.Duration, o *options) *grant {
+	return &grant{
+		key:  key,
+		args: func(wait int64) []any { return o.acquireArgs(key, owner, ttl, wait) },
+		parse: func(cmd *redis.Cmd) ([]int64, error) {
+			token, err := parseToken(cmd)
+			return []int64{token}, err
+		},
+		giveBack: func(ctx context.Context, tokens []int64) { l.giveBack(ctx, key, owner, tokens[0]) },
+	}
+}
+
+// acquire sends g's command until it has an answer: the tokens, the connection it came on
 // when it needed one of its own (a wait, a session, a durable grant), and when the lease began
 // at the earliest the client can tell (the try's sending, or a wait's reply).
-func (l *Locker) acquire(ctx context.Context, key, owner string, ttl time.Duration, o *options) (int64, *waitConn, time.Time, error) {
+func (l *Locker) acquire(ctx context.Context, g *grant, o *options) ([]int64, *waitConn, time.Time, error) {
 	waits := !o.waitSet || o.wait > 0
 	if !waits && !o.session && o.replicas == 0 {
-		return l.try(ctx, key, o.acquireArgs(key, owner, ttl, -1))
+		return l.try(ctx, g)
 	}
 	deadline, bounded, byCtx := o.deadline(ctx)
 	start := time.Now()
@@ -118,40 +140,40 @@ func (l *Locker) acquire(ctx context.Context, key, owner string, ttl time.Durati
 			if bounded {
 				left := time.Until(deadline)
 				if left <= 0 && asked { // one ask is always sent, however short the wait
-					return 0, nil, start, refused.or(func() error { return timedOut(ctx, byCtx) })
+					return nil, nil, start, refused.or(func() error { return timedOut(ctx, byCtx) })
 				}
 				// Rounded up, at least 1 ms: the server's wait never ends before the deadline.
 				wait, limit = millis(left), deadline.Add(l.grace())
 			}
 		}
 		sent := time.Now()
-		conn, base, err := l.waitConn(ctx, key, o.session)
+		conn, base, err := l.waitConn(ctx, g.key, o.session)
 		if err == nil {
-			var token int64
-			token, err = l.ask(ctx, conn, key, owner, o.acquireArgs(key, owner, ttl, wait), limit)
+			var tokens []int64
+			tokens, err = l.ask(ctx, conn, g, g.args(wait), limit)
 			if err == nil {
-				return token, conn, leaseStart(sent, waits), nil
+				return tokens, conn, leaseStart(sent, waits), nil
 			}
 			l.done(conn, err)
 			switch {
 			case errors.Is(err, ErrNotObtained) && waits && bounded && !errors.Is(err, ctx.Err()):
 				// The server's WAIT timeout (ctx may end at the same moment).
-				return 0, nil, start, timedOut(ctx, byCtx)
+				return nil, nil, start, timedOut(ctx, byCtx)
 			case errors.Is(err, ErrNotObtained), errors.Is(err, ErrUnavailable):
-				return 0, nil, start, refused.or(func() error { return err })
+				return nil, nil, start, refused.or(func() error { return err })
 			}
 		}
 		if ctx.Err() != nil {
-			return 0, nil, start, refused.or(func() error { return l.ended(ctx, base, start, err) })
+			return nil, nil, start, refused.or(func() error { return l.ended(ctx, base, start, err) })
 		}
 		retry := waits && (!bounded || time.Now().Before(deadline))
 		refused.note(l, l.addr(base), err, sent)
 		if err := l.unavailable(l.addr(base), err, sent, refused.since, retry); err != nil || !retry {
-			return 0, nil, start, err
+			return nil, nil, start, err
 		}
 		l.reconnect(ctx, err)
 		if sleep(ctx, retryPause) != nil {
-			return 0, nil, start, refused.or(func() error { return l.ended(ctx, base, start, err) })
+			return nil, nil, start, refused.or(func() error { return l.ended(ctx, base, start, err) })
 		}
 	}
 }
@@ -194,14 +216,14 @@ func leaseStart(sent time.Time, waits bool) time.Time {
 	return sent
 }
 
-// try sends one LOCK.ACQUIRE without WAIT through the client's pool, once: the try-once form
-// is unavailable at its first failure.
-func (l *Locker) try(ctx context.Context, key string, args []any) (int64, *waitConn, time.Time, error) {
+// try sends g's command without WAIT through the client's pool, once: the try-once form is
+// unavailable at its first failure.
+func (l *Locker) try(ctx context.Context, g *grant) ([]int64, *waitConn, time.Time, error) {
 	sent := time.Now()
-	token, err := pooled(ctx, l, key, func(ctx context.Context, c redis.UniversalClient) (int64, error) {
-		return parseToken(once(ctx, c, args...))
+	tokens, err := pooled(ctx, l, g.key, func(ctx context.Context, c redis.UniversalClient) ([]int64, error) {
+		return g.parse(once(ctx, c, g.args(-1)...))
 	})
-	return token, nil, sent, err
+	return tokens, nil, sent, err
 }
 
 // ended is the error of a wait (begun at start) that ctx ended after err: not obtained if the
@@ -228,23 +250,23 @@ func (l *Locker) addr(base *redis.Options) string {
 // counts as broken.
 var errNoAnswer = errors.New("redislock: no reply by the end of the wait")
 
-// ask sends one LOCK.ACQUIRE on conn, watched (see watched): if ctx ends first (or limit
+// ask sends g's command (args) on conn, watched (see watched): if ctx ends first (or limit
 // passes, when not zero, or the server stops answering), conn is closed, which takes it out of
 // the server's queue; a grant whose reply was already on its way is given back.
-func (l *Locker) ask(ctx context.Context, conn *waitConn, key, owner string, args []any, limit time.Time) (int64, error) {
+func (l *Locker) ask(ctx context.Context, conn *waitConn, g *grant, args []any, limit time.Time) ([]int64, error) {
 	start := time.Now()
-	var token int64
+	var tokens []int64
 	err, cut := l.watched(ctx, conn, start, limit, func(ctx context.Context) (err error) {
-		token, err = parseToken(conn.Do(ctx, args...))
+		tokens, err = g.parse(conn.Do(ctx, args...))
 		return err
 	})
 	if cut == nil {
-		return token, err
+		return tokens, err
 	}
 	if err == nil {
-		l.giveBack(ctx, key, owner, token)
+		g.giveBack(ctx, tokens)
 	}
-	return 0, l.cutShort(ctx, conn.base, start, cut)
+	return nil, l.cutShort(ctx, conn.base, start, cut)
 }
 
 // watched runs send, a command on conn that the server may hold (a wait, WAIT), while the

@@ -31,6 +31,64 @@ func (o *options) acquireArgs(key, owner string, ttl time.Duration, wait int64) 
 	return args
 }
 
+// macquireArgs is LOCK.MACQUIRE of a set for o (every key exclusive, or every key shared);
+// wait < 0 sends no WAIT (one try), 0 waits without limit.
+func (o *options) macquireArgs(keys []string, owner string, ttl time.Duration, wait int64) []any {
+	args := make([]any, 0, len(keys)+7)
+	args = append(args, "LOCK.MACQUIRE", len(keys))
+	for _, k := range keys {
+		args = append(args, k)
+	}
+	args = append(args, owner, millis(ttl))
+	if o.shared {
+		args = append(args, "SHARED")
+	}
+	if wait >= 0 {
+		args = append(args, "WAIT", wait)
+	}
+	return args
+}
+
+// mreleaseArgs is LOCK.MRELEASE: how many of keys owner held and released.
+func mreleaseArgs(keys []string, owner string) []any {
+	args := make([]any, 0, len(keys)+3)
+	args = append(args, "LOCK.MRELEASE", len(keys))
+	for _, k := range keys {
+		args = append(args, k)
+	}
+	return append(args, owner)
+}
+
+// maxSetSize is the most keys a set takes (the server's default lock.max-set-size).
+const maxSetSize = 64
+
+// parseTokens reads LOCK.MACQUIRE's reply for n keys: their tokens in the keys' order, or
+// nil when not granted.
+func parseTokens(cmd *redis.Cmd, n int) ([]int64, error) {
+	v, err := cmd.Result()
+	switch {
+	case errors.Is(err, redis.Nil):
+		return nil, ErrNotObtained
+	case isAny(err, codeDeadlock):
+		return nil, &serverError{ErrDeadlock, err}
+	case isAny(err, codeCrossSlot):
+		return nil, &serverError{ErrCrossSlot, err}
+	case err != nil:
+		return nil, err
+	}
+	list, _ := v.([]any)
+	tokens := make([]int64, 0, n)
+	for _, x := range list {
+		if token, ok := x.(int64); ok {
+			tokens = append(tokens, token)
+		}
+	}
+	if len(list) != n || len(tokens) != n {
+		return nil, fmt.Errorf("redislock: LOCK.MACQUIRE answered %v (%T), not %d tokens", v, v, n)
+	}
+	return tokens, nil
+}
+
 // releaseArgs is LOCK.RELEASE of one hold: 1 when it was live, 0 when it was gone.
 func releaseArgs(key, owner string, token int64) []any {
 	return []any{"LOCK.RELEASE", key, owner, "TOKEN", token}
@@ -159,7 +217,8 @@ const (
 // Error replies with a meaning of their own.
 const (
 	codeStale         = "STALE"               // a guarded write refused: the token is not the live one
-	codeDeadlock      = "DEADLOCK"            // an upgrade beside other readers
+	codeDeadlock      = "DEADLOCK"            // an upgrade beside other readers; a set waiting behind its own holds
+	codeCrossSlot     = "CROSSSLOT"           // a set's keys in more than one slot of a cluster
 	codeUnknownModule = "ERR unknown command" // the server lacks the module
 )
 

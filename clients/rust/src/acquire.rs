@@ -45,6 +45,8 @@ pub struct LockBuilder {
     replicas: Option<(usize, Duration)>,
     pub(crate) watchdog: bool,
     owner: Option<String>,
+    /// A lock set's keys (`key` is the first: it routes the command), or `None`.
+    pub(crate) set: Option<Vec<String>>,
 }
 
 /// A `LOCK.ACQUIRE` that did not reach the server.
@@ -68,6 +70,7 @@ impl LockBuilder {
             replicas: None,
             watchdog: true,
             owner: None,
+            set: None,
         }
     }
 
@@ -138,7 +141,13 @@ impl LockBuilder {
     }
 
     fn command(&self, owner: &str, wait: Wait) -> redis::Cmd {
-        protocol::acquire(&self.key, owner, self.ttl, self.mode, self.session, wait)
+        match &self.set {
+            Some(keys) => {
+                let shared = matches!(self.mode, Mode::Shared);
+                protocol::macquire(keys, owner, self.ttl, shared, self.session, wait)
+            }
+            None => protocol::acquire(&self.key, owner, self.ttl, self.mode, self.session, wait),
+        }
     }
 
     /// Take the lock: `Some(guard)` when granted, `None` when not (busy when trying once, the
@@ -146,6 +155,14 @@ impl LockBuilder {
     /// retried with the same owner, which the server treats as a safe retry, until the wait's
     /// deadline or the locker's unavailability bound: then `Error::Unavailable`.
     pub async fn acquire(self) -> Result<Option<LockGuard>, Error> {
+        match self.take().await? {
+            Some((owner, granted)) => self.grant(owner, granted).await,
+            None => Ok(None),
+        }
+    }
+
+    /// The acquire's loop (for one key or a set): the owner and the grant, or `None`.
+    pub(crate) async fn take(&self) -> Result<Option<(String, Granted)>, Error> {
         self.check()?;
         let owner = self
             .owner
@@ -159,7 +176,7 @@ impl LockBuilder {
         let mut reconnected = false;
         loop {
             match self.attempt(&owner, deadline).await? {
-                Ok(Some(granted)) => return self.grant(owner, granted).await,
+                Ok(Some(granted)) => return Ok(Some((owner, granted))),
                 Ok(None) => return Ok(None),
                 Err(Unreached { stale: true, .. }) if !reconnected => {
                     reconnected = true;
@@ -252,9 +269,16 @@ impl LockBuilder {
         lease_start: Instant,
     ) -> Result<Result<Option<Granted>, Unreached>, Error> {
         let availability = &self.locker.availability;
-        match protocol::grant(reply) {
-            Ok(Some(token)) => Ok(Ok(Some(Granted {
-                token,
+        let (tokens, command) = match &self.set {
+            Some(keys) => (protocol::grants(reply, keys.len()), "LOCK.MACQUIRE"),
+            None => (
+                protocol::grant(reply).map(|t| t.map(|t| vec![t])),
+                "LOCK.ACQUIRE",
+            ),
+        };
+        match tokens {
+            Ok(Some(tokens)) => Ok(Ok(Some(Granted {
+                tokens,
                 conn,
                 lease_start,
             }))),
@@ -263,7 +287,7 @@ impl LockBuilder {
                 Ok(Ok(None))
             }
             Err(other) => Err(availability.error(format!(
-                "not Redis with the redis-lock module (LOCK.ACQUIRE answered {other})"
+                "not Redis with the redis-lock module ({command} answered {other})"
             ))),
         }
     }
@@ -275,7 +299,7 @@ impl LockBuilder {
         let id = HoldId {
             key: self.key.clone(),
             owner,
-            token: granted.token,
+            token: granted.tokens[0],
         };
         if let Some((n, timeout)) = self.replicas {
             match self.replicated(&mut granted.conn, n, timeout).await {

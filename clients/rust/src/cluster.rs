@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use redis::aio::{ConnectionLike, MultiplexedConnection};
 use redis::cluster_async::ClusterConnection;
-use redis::cluster_routing::Slot;
+use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, Slot, SlotAddr};
 use redis::{Cmd, Pipeline, RedisFuture, Value};
 
 /// The shared connection of a locker: to its server, or to its cluster.
@@ -22,7 +22,17 @@ impl ConnectionLike for Conn {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
         match self {
             Conn::Single(conn) => conn.req_packed_command(cmd),
-            Conn::Cluster(conn) => conn.req_packed_command(cmd),
+            Conn::Cluster(conn) => match set_key(cmd) {
+                // The `redis` crate would route by the second word (numkeys): by the first key.
+                Some(key) => {
+                    let route = Route::with_key(key, SlotAddr::Master);
+                    let routing =
+                        RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(route));
+                    let cmd = cmd.clone();
+                    Box::pin(async move { conn.route_command(cmd, routing).await })
+                }
+                None => conn.req_packed_command(cmd),
+            },
         }
     }
 
@@ -44,6 +54,21 @@ impl ConnectionLike for Conn {
             Conn::Cluster(conn) => conn.get_db(),
         }
     }
+}
+
+/// The first key of a set's command (`LOCK.MACQUIRE` / `LOCK.MRELEASE numkeys key ...`).
+fn set_key(cmd: &Cmd) -> Option<Vec<u8>> {
+    let mut args = cmd.args_iter().map(|arg| match arg {
+        redis::Arg::Simple(bytes) => Some(bytes),
+        _ => None,
+    });
+    let name = args.next()??;
+    let set = [&b"LOCK.MACQUIRE"[..], b"LOCK.MRELEASE"];
+    if !set.iter().any(|n| n.eq_ignore_ascii_case(name)) {
+        return None;
+    }
+    args.next()?; // numkeys
+    args.next()?.map(<[u8]>::to_vec)
 }
 
 /// Which master serves each slot, from a `CLUSTER SLOTS` reply (the key's slot is the

@@ -14,8 +14,13 @@ pub enum Error {
     /// `run` refused: this hold's token is no longer the live exclusive hold's (the server said
     /// so, or the client already knew the hold was lost).
     Stale(String),
-    /// An upgrade from shared to exclusive while other readers hold.
+    /// An upgrade from shared to exclusive while other readers hold; or a set
+    /// (`Locker::lock_set`) whose owner holds some of its keys while others are busy, asked
+    /// to wait (it would wait behind its own holds).
     Deadlock(String),
+    /// The keys of a set (`Locker::lock_set`) hash to more than one slot of a cluster: give
+    /// them one hash tag (`{account}:1`, `{account}:2`). Not retried.
+    CrossSlot(String),
     /// The lock service could not be reached (refused, unresolvable, no answer), or what
     /// answered is not Redis with the redis-lock module, within the caller's deadline or the
     /// locker's bound (`Locker::unavailable_after`, 10 s by default). Not "not granted": the
@@ -39,7 +44,7 @@ impl std::fmt::Display for Error {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Error::Redis(e) => write!(f, "{e}"),
-            Error::Stale(m) | Error::Deadlock(m) => f.write_str(m),
+            Error::Stale(m) | Error::Deadlock(m) | Error::CrossSlot(m) => f.write_str(m),
             Error::Unavailable { address, cause, .. } => {
                 write!(f, "lock service unavailable at {address}: {cause}")
             }
@@ -78,6 +83,7 @@ impl From<RedisError> for Error {
         match e.code() {
             Some("STALE") => Error::Stale(e.to_string()),
             Some("DEADLOCK") => Error::Deadlock(e.to_string()),
+            Some("CROSSSLOT") => Error::CrossSlot(e.to_string()),
             _ => Error::Redis(e),
         }
     }

@@ -17,7 +17,8 @@ use crate::Error;
 
 /// A grant, before its guard.
 pub(crate) struct Granted {
-    pub(crate) token: u64,
+    /// One token per key (one for a lock, a set's in the order of its keys).
+    pub(crate) tokens: Vec<u64>,
     pub(crate) conn: Conn,
     pub(crate) lease_start: Instant,
 }

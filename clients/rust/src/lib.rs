@@ -41,6 +41,10 @@
 //! # let _ = left; Ok(()) }
 //! ```
 
+// rustc 1.95 reaches its query depth (128) laying out the README election example's future
+// in a doctest (not in tests/election.rs, which compiles the same code): more for doctests.
+#![doc(test(attr(recursion_limit = "256")))]
+
 /// The README's examples, compiled as doctests (with the feature `sqlx-postgres`, as `make
 /// test` runs them: one example is a fenced transaction on PostgreSQL).
 #[cfg(all(doctest, feature = "sqlx-postgres"))]
@@ -62,6 +66,7 @@ mod observe;
 mod protocol;
 mod renewal;
 mod schedule;
+mod set;
 mod source;
 
 /// The `redis` crate this one is built on (1.x): its `Client` makes a `Locker`, its `cmd`
@@ -75,3 +80,4 @@ pub use error::Error;
 pub use guard::LockGuard;
 pub use locker::Locker;
 pub use observe::Observer;
+pub use set::{SetBuilder, SetGuard};

@@ -146,6 +146,63 @@ pub(crate) fn grant(reply: &Value) -> Result<Option<u64>, String> {
     }
 }
 
+/// The most keys a set takes (the server's default `lock.max-set-size`).
+pub(crate) const MAX_SET_SIZE: usize = 64;
+
+/// `LOCK.MACQUIRE numkeys key ... owner ttl [SHARED] [SESSION] [WAIT ms]`: a set, every key
+/// exclusive or every key shared.
+pub(crate) fn macquire(
+    keys: &[String],
+    owner: &str,
+    ttl: Duration,
+    shared: bool,
+    session: bool,
+    wait: Wait,
+) -> redis::Cmd {
+    let mut cmd = redis::cmd("LOCK.MACQUIRE");
+    cmd.arg(keys.len()).arg(keys).arg(owner).arg(millis(ttl));
+    if shared {
+        cmd.arg("SHARED");
+    }
+    if session {
+        cmd.arg("SESSION");
+    }
+    match wait {
+        Wait::For(d) if d.is_zero() => {}
+        Wait::For(d) => {
+            cmd.arg("WAIT").arg(millis(d));
+        }
+        Wait::Forever => {
+            cmd.arg("WAIT").arg(0);
+        }
+    }
+    cmd
+}
+
+/// What `LOCK.MACQUIRE` of `n` keys answered: `Ok(Some(tokens))` granted (in the keys'
+/// order), `Ok(None)` not granted, `Err` a reply no redis-lock server gives.
+pub(crate) fn grants(reply: &Value, n: usize) -> Result<Option<Vec<u64>>, String> {
+    match reply {
+        Value::Nil => Ok(None),
+        Value::Array(items) if items.len() == n => items
+            .iter()
+            .map(|item| match grant(item) {
+                Ok(Some(token)) => Ok(token),
+                _ => Err(format!("{reply:?}")),
+            })
+            .collect::<Result<Vec<_>, _>>()
+            .map(Some),
+        other => Err(format!("{other:?}")),
+    }
+}
+
+/// `LOCK.MRELEASE numkeys key ... owner`: how many of the keys `owner` held and released.
+pub(crate) fn mrelease(keys: &[String], owner: &str) -> redis::Cmd {
+    let mut cmd = redis::cmd("LOCK.MRELEASE");
+    cmd.arg(keys.len()).arg(keys).arg(owner);
+    cmd
+}
+
 /// `LOCK.RELEASE key owner TOKEN token`.
 pub(crate) fn release(id: &HoldId) -> redis::Cmd {
     let mut cmd = redis::cmd("LOCK.RELEASE");

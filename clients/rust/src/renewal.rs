@@ -149,7 +149,7 @@ impl Shared {
         let mut book = self.book();
         let now = Instant::now();
         for (hold, why) in book.schedule.expired(now) {
-            hold.state.mark_lost(why);
+            hold.state.lose(&hold.id.key, why);
         }
         let due = book.schedule.take_due(now);
         if book.schedule.is_empty() && in_flight == 0 && due.is_empty() {
@@ -305,7 +305,7 @@ impl Shared {
                 }
             };
             if let Some(hold) = book.schedule.remove(renewal.ticket) {
-                hold.state.mark_lost(lost);
+                hold.state.lose(&hold.id.key, lost);
             }
         }
     }

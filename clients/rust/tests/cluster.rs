@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use redis_lock_client::{redis, LockGuard, Locker};
+use redis_lock_client::{redis, Error, LockGuard, Locker};
 use redis_lock_harness::cluster::Cluster;
 use redis_lock_harness::*;
 
@@ -72,6 +72,39 @@ async fn the_cluster_routes_every_lock_to_its_slots_master() {
         let got: LockGuard = got.expect("granted in time").unwrap().unwrap().unwrap();
         assert_eq!(fence(&mut node.con(), &key), Some(got.token() as i64));
         assert!(got.release().await.unwrap());
+    }
+    // Rule 23: a set whose keys share a hash tag goes to that slot's master (a try, a wait,
+    // its renewals, its release); keys in several slots are `Error::CrossSlot`, not retried.
+    for (&m, tag) in &tags {
+        let node = &cluster.nodes[m];
+        let keys = [format!("{tag}:a"), format!("{tag}:b")];
+        let ttl = Duration::from_millis(900);
+        for wait in [Duration::ZERO, Duration::from_secs(1)] {
+            let set = locker.lock_set(&keys).ttl(ttl).wait(wait).acquire().await;
+            let set = set.unwrap().expect("granted");
+            let before = calls(node, "lock.extend");
+            let renewed = tokio::task::block_in_place(|| {
+                eventually(Duration::from_secs(5), || {
+                    calls(node, "lock.extend") >= before + 2
+                })
+            });
+            assert!(
+                renewed && !set.is_lost(),
+                "the set renewed on the master of {tag}"
+            );
+            for key in &keys {
+                assert_eq!(
+                    fence(&mut node.con(), key),
+                    set.token(key).map(|t| t as i64)
+                );
+            }
+            assert!(set.release().await.unwrap());
+        }
+    }
+    let spread: Vec<String> = tags.values().map(|tag| format!("{tag}:x")).collect();
+    for wait in [Duration::ZERO, Duration::from_secs(1)] {
+        let got = locker.lock_set(&spread).wait(wait).acquire().await;
+        assert!(matches!(got, Err(Error::CrossSlot(_))), "{got:?}");
     }
     // Nothing was sent to a node that does not serve its slot: no node answered MOVED or ASK.
     for (i, node) in cluster.nodes.iter().enumerate() {
