@@ -159,7 +159,7 @@ export function tokensOf(reply: unknown): number[] | null {
 
 /** Why a lock set was lost: the reason of its member `key` that was (rule 23). */
 export function memberLost(reason: string, key: string): string {
-  return `${reason} (key ${key})`;
+  return `${key}: ${reason}`;
 }
 
 export function extendArgs(key: string, owner: string, ttl: number, token: number): Arg[] {

@@ -263,7 +263,7 @@ def tokens_of(reply: Any) -> Optional[Tuple[int, ...]]:
 
 def member_lost(reason: str, key: Any) -> str:
     """Why a lock set was lost: the reason of the member ``key`` that was (rule 23)."""
-    return f"{reason} (key {_text(key)})"
+    return f"{_text(key)}: {reason}"
 
 
 class Batch(list):

@@ -63,7 +63,7 @@ public final class MultiHold implements AutoCloseable {
             members.put(keys.get(i), new Hold(locks, keys.get(i), owner, tokens[i], member, grantedAt, session));
         }
         for (Hold h : members.values()) { // told at once if lost already
-            h.onLost((m, reason) -> lose(m, "key " + m.key() + ": " + reason));
+            h.onLost((m, reason) -> lose(m, m.key() + ": " + reason));
         }
     }
 

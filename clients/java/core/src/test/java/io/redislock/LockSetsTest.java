@@ -120,8 +120,8 @@ class LockSetsTest extends OnServer {
         set.onLost((s, r) -> reasons.add(r));
         server.cmd("LOCK.FORCERELEASE", "acct:2");
         assertTrue(TestServer.eventually(() -> !reasons.isEmpty(), 3000), "lost at the next renewal");
-        assertEquals(List.of("key acct:2: " + Protocol.RAN_OUT), reasons);
-        assertEquals(List.of("acct:2|key acct:2: " + Protocol.RAN_OUT), optionReasons);
+        assertEquals(List.of("acct:2: " + Protocol.RAN_OUT), reasons);
+        assertEquals(List.of("acct:2|acct:2: " + Protocol.RAN_OUT), optionReasons);
         assertTrue(TestServer.eventually(() -> server.info("acct:1") == null && server.info("acct:3") == null, 3000),
                 "the members still held were released");
         Thread.sleep(700); // past a lease: nothing more reported
