@@ -292,8 +292,10 @@ impl Deployment {
             );
         }
         let (replicas, others) = (self.settings.replicas, self.settings.sentinels - 1);
+        // Hellos every 2 s, the replica from the master's INFO: seconds when idle; 90 s for a
+        // loaded machine (a Python twin of this wait once took more than 30 beside a soak).
         assert!(
-            eventually(Duration::from_secs(30), || self.sentinels.iter().all(|s| {
+            eventually(Duration::from_secs(90), || self.sentinels.iter().all(|s| {
                 let Some(info) = s
                     .con()
                     .and_then(|mut c| cmd(&mut c, &["SENTINEL", "MASTER", MASTER_NAME]).ok())

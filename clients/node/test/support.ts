@@ -354,7 +354,9 @@ export class SentinelDeployment {
           if (get("num-other-sentinels") !== "2" || get("num-slaves") !== "1") return false;
         }
         return true;
-      }, 30_000);
+        // Hellos every 2 s, the replica from the master's INFO: seconds when idle; 90 s for a
+        // loaded machine (the Python twin of this wait once took more than 30 beside a soak).
+      }, 90_000);
       if (!ready) throw new Error("the Sentinels never saw the replica and each other");
     } catch (e) {
       d.stop();

@@ -65,7 +65,9 @@ func StartDeployment() (*Deployment, error) {
 		d.Stop()
 		return nil, fmt.Errorf("the replica never synced")
 	}
-	if !Eventually(30*time.Second, d.sentinelsReady) {
+	// Hellos every 2 s, the replica from the master's INFO: seconds when idle; 90 s for a
+	// loaded machine (the Python twin of this wait once took more than 30 beside a soak).
+	if !Eventually(90*time.Second, d.sentinelsReady) {
 		d.Stop()
 		return nil, fmt.Errorf("the Sentinels never saw the replica and each other")
 	}
