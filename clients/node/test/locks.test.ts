@@ -191,13 +191,14 @@ for (const flavour of FLAVOURS) {
       other,
       server,
     }) => {
-      // A renewal every 500 ms: each may be up to 1 s late before the lease (1.5 s) ends.
-      const ttl = 1500;
+      // A renewal every second: each may be up to 2 s late before the lease (3 s) ends (1 s was
+      // once too little for an event loop starved by a loaded machine).
+      const ttl = 3000;
       const hold = await locks.acquire("w", { ttl });
       // Queued: the moment the hold lapsed, this waiter would be granted and the fence move on.
-      const waiting = (await other()).acquire("w", { ttl, wait: 20_000 });
+      const waiting = (await other()).acquire("w", { ttl, wait: 30_000 });
       for (let i = 0; i < 10; i++) {
-        await sleep(500); // 5 s in all: more than three leases
+        await sleep(1000); // 10 s in all: more than three leases
         assert.equal(await server.cmd("LOCK.FENCE", "w"), hold.token);
       }
       assert.equal(hold.lostReason, undefined);
