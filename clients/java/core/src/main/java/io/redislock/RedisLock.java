@@ -1,9 +1,7 @@
 package io.redislock;
 
 import java.time.Duration;
-import java.util.Map;
 import java.util.UUID;
-import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.locks.Condition;
 import java.util.concurrent.locks.Lock;
@@ -18,13 +16,11 @@ import java.util.concurrent.locks.Lock;
  * within the options' {@link LockOptions#unavailableAfter bound}, {@link #lock()} included.
  */
 public final class RedisLock implements Lock {
-    private record Entry(Hold hold, int[] count) {}
-
     private final RedisLocks locks;
     private final String key;
     private final String owner;
     private final LockOptions options;
-    private final Map<Thread, Entry> held = new ConcurrentHashMap<>();
+    private final ThreadHolds<Hold> held;
 
     RedisLock(RedisLocks locks, String key, LockOptions options) {
         this(locks, key, options, options.owner != null ? options.owner : UUID.randomUUID().toString());
@@ -35,6 +31,7 @@ public final class RedisLock implements Lock {
         this.key = key;
         this.owner = owner;
         this.options = options;
+        this.held = new ThreadHolds<>(Hold::lostReason, Hold::release, key);
     }
 
     public String key() {
@@ -98,22 +95,7 @@ public final class RedisLock implements Lock {
     }
 
     private boolean enter(long waitMs, boolean interruptible, LockOptions o) throws InterruptedException {
-        Thread me = Thread.currentThread();
-        Entry e = held.get(me);
-        if (e != null) {
-            String lost = e.hold.lostReason().orElse(null);
-            if (lost != null) {
-                throw new LockLostException(lost);
-            }
-            e.count[0]++;
-            return true;
-        }
-        Hold h = locks.take(key, owner(), o, waitMs, interruptible);
-        if (h == null) {
-            return false;
-        }
-        held.put(me, new Entry(h, new int[] {1}));
-        return true;
+        return held.enter((ms, interrupts) -> locks.take(key, owner(), o, ms, interrupts), waitMs, interruptible);
     }
 
     /**
@@ -123,17 +105,7 @@ public final class RedisLock implements Lock {
      */
     @Override
     public void unlock() {
-        Entry e = held.get(Thread.currentThread());
-        if (e == null) {
-            throw new IllegalMonitorStateException("the current thread does not hold " + key);
-        }
-        if (--e.count[0] > 0) {
-            return;
-        }
-        held.remove(Thread.currentThread());
-        if (!e.hold.release()) {
-            throw new LockLostException(e.hold.lostReason().orElse("unknown"));
-        }
+        held.exit();
     }
 
     /** Not supported: a condition would need the server to hand the lock back to a signalled waiter. */
@@ -144,25 +116,20 @@ public final class RedisLock implements Lock {
 
     /** Whether some thread holds this lock through this object (not: whether anyone holds the key). */
     public boolean isHeldByAnyThread() {
-        return !held.isEmpty();
+        return held.heldByAnyThread();
     }
 
     public boolean isHeldByCurrentThread() {
-        return held.containsKey(Thread.currentThread());
+        return held.heldByCurrentThread();
     }
 
     public int getHoldCount() {
-        Entry e = held.get(Thread.currentThread());
-        return e == null ? 0 : e.count[0];
+        return held.count();
     }
 
     /** The current thread's hold; {@link IllegalMonitorStateException} if it holds none. */
     public Hold hold() {
-        Entry e = held.get(Thread.currentThread());
-        if (e == null) {
-            throw new IllegalMonitorStateException("the current thread does not hold " + key);
-        }
-        return e.hold;
+        return held.hold();
     }
 
     /** The fencing token of the current thread's hold. */

@@ -2,9 +2,7 @@ package io.redislock;
 
 import java.time.Duration;
 import java.util.List;
-import java.util.Map;
 import java.util.UUID;
-import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.locks.Condition;
 import java.util.concurrent.locks.Lock;
@@ -18,19 +16,18 @@ import java.util.concurrent.locks.Lock;
  * <uuid>:<thread id>}).
  */
 public final class RedisMultiLock implements Lock {
-    private record Entry(MultiHold hold, int[] count) {}
-
     private final RedisLocks locks;
     private final List<String> keys;
     private final String owner;
     private final LockOptions options;
-    private final Map<Thread, Entry> held = new ConcurrentHashMap<>();
+    private final ThreadHolds<MultiHold> held;
 
     RedisMultiLock(RedisLocks locks, List<String> keys, LockOptions options) {
         this.locks = locks;
         this.keys = keys;
         this.options = options;
         this.owner = options.owner != null ? options.owner : UUID.randomUUID().toString();
+        this.held = new ThreadHolds<>(MultiHold::lostReason, MultiHold::release, "the lock set " + keys);
     }
 
     /** The keys, in the order they were given. */
@@ -81,22 +78,7 @@ public final class RedisMultiLock implements Lock {
     }
 
     private boolean enter(long waitMs, boolean interruptible) throws InterruptedException {
-        Thread me = Thread.currentThread();
-        Entry e = held.get(me);
-        if (e != null) {
-            String lost = e.hold.lostReason().orElse(null);
-            if (lost != null) {
-                throw new LockLostException(lost);
-            }
-            e.count[0]++;
-            return true;
-        }
-        MultiHold h = locks.takeAll(keys, owner(), options, waitMs, interruptible);
-        if (h == null) {
-            return false;
-        }
-        held.put(me, new Entry(h, new int[] {1}));
-        return true;
+        return held.enter((ms, interrupts) -> locks.takeAll(keys, owner(), options, ms, interrupts), waitMs, interruptible);
     }
 
     /**
@@ -106,17 +88,7 @@ public final class RedisMultiLock implements Lock {
      */
     @Override
     public void unlock() {
-        Entry e = held.get(Thread.currentThread());
-        if (e == null) {
-            throw new IllegalMonitorStateException("the current thread does not hold the lock set " + keys);
-        }
-        if (--e.count[0] > 0) {
-            return;
-        }
-        held.remove(Thread.currentThread());
-        if (!e.hold.release()) {
-            throw new LockLostException(e.hold.lostReason().orElse("unknown"));
-        }
+        held.exit();
     }
 
     /** Not supported, as {@link RedisLock#newCondition()}. */
@@ -126,15 +98,11 @@ public final class RedisMultiLock implements Lock {
     }
 
     public boolean isHeldByCurrentThread() {
-        return held.containsKey(Thread.currentThread());
+        return held.heldByCurrentThread();
     }
 
     /** The current thread's hold of the set; {@link IllegalMonitorStateException} if it holds none. */
     public MultiHold hold() {
-        Entry e = held.get(Thread.currentThread());
-        if (e == null) {
-            throw new IllegalMonitorStateException("the current thread does not hold the lock set " + keys);
-        }
-        return e.hold;
+        return held.hold();
     }
 }
