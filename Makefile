@@ -49,9 +49,11 @@ valkey:
 	@scripts/valkey.sh
 
 ## Unit and property tests, then the integration suite on Redis and on Valkey 9, then the
-## Python, TypeScript, Go and Java clients' tests on both. Each suite below runs even when an
-## earlier one failed (scripts/suites.py: its output in $(TARGET_DIR)/test-logs/), and the run
-## ends with one table: suite, server, passed, failed, seconds. SUITES=... picks some of them.
+## Python, TypeScript, Go and Java clients' tests on both. Each suite below runs even when
+## another one failed (scripts/suites.py: its output in $(TARGET_DIR)/test-logs/), SUITE_JOBS
+## at a time in the order below (most wait on servers and timers, so two at a time take about
+## half as long on two cores), and the run ends with one table: suite, server, passed, failed,
+## seconds. SUITES=... picks some of them; SUITE_JOBS=1 runs one after another.
 ## Every test-<suite> target also runs alone, on both servers; test-<suite>-<server> on one.
 SUITES ?= unit test-rust-redis test-rust-valkey test-rust-client-redis test-rust-client-valkey \
 	test-python-redis test-python-valkey node-check test-node-redis test-node-valkey \
@@ -59,14 +61,18 @@ SUITES ?= unit test-rust-redis test-rust-valkey test-rust-client-redis test-rust
 	test-spring6-redis test-spring6-valkey test-prometheus-redis test-prometheus-valkey \
 	test-install-python test-install-rust test-install-node test-install-go test-install-java
 ## SUITES_EXTRA=... adds suites after them (.ci/run: the fault, matrix, upgrade and artifact ones).
+SUITE_JOBS ?= 2
 test: deps build valkey pyvenv
-	@scripts/suites.py $(SUITES) $(SUITES_EXTRA)
+	@scripts/suites.py --jobs $(SUITE_JOBS) $(SUITES) $(SUITES_EXTRA)
 
-## The same suites (SUITES=... for some) SOAK_RUNS times each, round-robin, while stress-ng
-## keeps both cores busy: each test that failed at least once, and a table (scripts/soak.py).
+## The same suites (SUITES=... for some) SOAK_RUNS times each, round-robin and SUITE_JOBS at a
+## time as in make test, while stress-ng keeps both cores busy: each test that failed at least
+## once, and a table (scripts/soak.py). SOAK_RECORD=FILE appends every run to FILE, so that
+## soaks of several sittings add up: scripts/soak.py --report FILE prints their table.
 SOAK_RUNS ?= 10
 test-soak: deps build valkey pyvenv
-	@scripts/soak.py --runs $(SOAK_RUNS) $(SUITES)
+	@scripts/soak.py --runs $(SOAK_RUNS) --jobs $(SUITE_JOBS) \
+		$(if $(SOAK_RECORD),--record $(SOAK_RECORD)) $(SUITES)
 
 # One suite on one server: SERVER_redis or SERVER_valkey in front of its command.
 SERVER_redis  := $(ON_REDIS)

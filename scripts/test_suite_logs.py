@@ -3,6 +3,8 @@
 test runner prints them (make unit runs this file)."""
 
 import sys
+import threading
+import time
 import unittest
 from pathlib import Path
 
@@ -79,6 +81,44 @@ class Summary(unittest.TestCase):
     def test_targets_split_into_suite_and_server(self):
         self.assertEqual(suites.suite_and_server("test-rust-client-valkey"), ("rust-client", "valkey"))
         self.assertEqual(suites.suite_and_server("node-check"), ("node-check", "-"))
+
+
+class Schedule(unittest.TestCase):
+    TARGETS = ["node-check", "test-node-redis", "test-go-redis", "test-java-redis",
+               "test-java-valkey", "test-spring6-redis", "test-go-valkey", "test-install-java"]
+
+    def test_two_of_one_group_never_run_together_and_every_target_runs_once(self):
+        running, overlaps, lock = [], [], threading.Lock()
+
+        def run(target):
+            with lock:
+                group = suites.exclusive_group(target)
+                overlaps.extend((r, target) for r in running if suites.exclusive_group(r) == group)
+                running.append(target)
+            time.sleep(0.02)
+            with lock:
+                running.remove(target)
+            return suites.Result(target, True, 0.02, suite_logs.Counts())
+
+        results = suites.run_all(self.TARGETS, 3, run)
+        self.assertEqual(overlaps, [])
+        self.assertEqual([r.target for r in results], self.TARGETS)
+
+    def test_a_group_keeps_the_order_given(self):
+        started, lock = [], threading.Lock()
+
+        def run(target):
+            with lock:
+                started.append(target)
+            time.sleep(0.01)
+            return suites.Result(target, True, 0.01, suite_logs.Counts())
+
+        suites.run_all(self.TARGETS, 2, run)
+        java = [t for t in started if suites.exclusive_group(t) == "java"]
+        self.assertEqual(java, ["test-java-redis", "test-java-valkey", "test-spring6-redis",
+                                "test-install-java"])
+        self.assertEqual(started.index("node-check"), 0)
+        self.assertLess(started.index("node-check"), started.index("test-node-redis"))
 
 
 if __name__ == "__main__":
