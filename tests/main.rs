@@ -15,6 +15,7 @@ mod errors;
 mod events;
 mod fenced_store;
 mod foreign;
+mod grant_replay;
 mod guard;
 mod introspection;
 mod layers;

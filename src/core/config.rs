@@ -215,6 +215,15 @@ pub struct Limits {
 }
 
 impl Limits {
+    /// No bounds: for replaying what a master granted under its own settings.
+    pub const UNBOUNDED: Self = Self {
+        max_ttl: i64::MAX,
+        max_owner_length: usize::MAX,
+        max_waiters: usize::MAX,
+        max_holders: usize::MAX,
+        max_set_size: usize::MAX,
+    };
+
     pub fn current() -> Self {
         Self {
             max_ttl: max_ttl(),

@@ -31,7 +31,7 @@
 //!   loading, restoring or replaying a larger token is refused, and once no epoch is left
 //!   grants fail with an error instead of repeating a token.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 /// The largest token ever issued or accepted: 2^53 - 1, the largest integer a JavaScript (or any
 /// IEEE double) client reads exactly.
@@ -144,6 +144,18 @@ impl TokenSource {
 static LAST_TOKEN: AtomicU64 = AtomicU64::new(0);
 static EPOCH: AtomicU64 = AtomicU64::new(0);
 
+/// Whether the replication stream (so every replica, and the AOF after its base) has carried
+/// this master's last token. Then the next token is `last + 1` wherever the stream is replayed,
+/// and a grant of it may go out as the command itself (`replay_issue`). Issuing a token unsets
+/// it until a write carrying that token goes out (`replicated`); it starts unset, and the
+/// first epoch's `LOCK.EPOCH` sets it.
+static STREAM_KNOWS_LAST: AtomicBool = AtomicBool::new(false);
+
+/// Whether an AOF rewrite's base carries the last token: with an RDB preamble its auxiliary
+/// data does; without one (`aof-use-rdb-preamble no`) the base has only the locks it
+/// rewrites, and grants after it must carry their tokens. Unset until the server says.
+static AOF_BASE_KNOWS_LAST: AtomicBool = AtomicBool::new(false);
+
 fn source() -> TokenSource {
     TokenSource::new(
         LAST_TOKEN.load(Ordering::Relaxed),
@@ -161,7 +173,8 @@ pub fn next_epoch(stored: u64, clock_us: u64) -> Option<u64> {
     source().next_epoch(stored, clock_us)
 }
 
-/// Issue in `epoch` from now on (stored durably by the caller first).
+/// Issue in `epoch` from now on (stored durably by the caller first, replicated by the caller
+/// after: `replicated(first_of(epoch))`).
 pub fn enter(epoch: u64) {
     let mut source = source();
     source.enter(epoch);
@@ -179,11 +192,45 @@ pub fn epoch() -> u64 {
     EPOCH.load(Ordering::Relaxed)
 }
 
-/// Issue the next token of this server (`None`: no epoch ready, see `ready`).
+/// Issue the next token of this server (`None`: no epoch ready, see `ready`). Until a write
+/// carrying it is replicated, the stream does not know it (`stream_knows_last`).
 pub fn issue() -> Option<u64> {
     let mut source = source();
     let token = source.issue()?;
     LAST_TOKEN.store(source.last(), Ordering::Relaxed);
+    STREAM_KNOWS_LAST.store(false, Ordering::Relaxed);
+    Some(token)
+}
+
+/// Whether the replication stream has carried the last token (see `STREAM_KNOWS_LAST`), and
+/// any AOF rewrite's base would too (`AOF_BASE_KNOWS_LAST`).
+pub fn stream_knows_last() -> bool {
+    STREAM_KNOWS_LAST.load(Ordering::Relaxed) && AOF_BASE_KNOWS_LAST.load(Ordering::Relaxed)
+}
+
+/// Whether an AOF rewrite's base carries the last token (its RDB preamble's auxiliary data).
+/// A rewrite may have started under the previous setting: the next grant carries its token.
+pub fn set_aof_base_knows_last(knows: bool) {
+    AOF_BASE_KNOWS_LAST.store(knows, Ordering::Relaxed);
+    STREAM_KNOWS_LAST.store(false, Ordering::Relaxed);
+}
+
+/// A write carrying tokens up to `max_token` went to the replicas and the AOF.
+pub fn replicated(max_token: u64) {
+    if max_token >= LAST_TOKEN.load(Ordering::Relaxed) {
+        STREAM_KNOWS_LAST.store(true, Ordering::Relaxed);
+    }
+}
+
+/// A replica (or a server replaying its AOF) runs a grant its master replicated as the command
+/// itself, issued when the stream knew the master's last token: the token it issued, `last +
+/// 1` here too. `None` past `MAX_TOKEN` (a stream no master of this version writes).
+pub fn replay_issue() -> Option<u64> {
+    let token = LAST_TOKEN.load(Ordering::Relaxed).checked_add(1)?;
+    if token > MAX_TOKEN {
+        return None;
+    }
+    LAST_TOKEN.store(token, Ordering::Relaxed);
     Some(token)
 }
 

@@ -40,12 +40,20 @@ fn start(ctx: &Context) -> Result<(), LockError> {
     write(&path, epoch).map_err(|err| not_stored(ctx, &path, "write", &err))?;
     fencing::enter(epoch);
     server::replicate_epoch(ctx, epoch);
+    persistence_settings_changed(ctx);
+    fencing::replicated(fencing::first_of(epoch));
     ctx.log_notice(&format!(
         "redis-lock: fencing epoch {epoch} started (stored in {}); its tokens are above {}",
         path.display(),
         fencing::first_of(epoch)
     ));
     Ok(())
+}
+
+/// The server's persistence settings may have changed (read before an epoch's first grant, and
+/// again at each `CONFIG SET` of them): whether grants may replicate as their commands.
+pub fn persistence_settings_changed(ctx: &Context) {
+    fencing::set_aof_base_knows_last(server::aof_base_is_rdb(ctx));
 }
 
 fn not_stored(ctx: &Context, path: &std::path::Path, what: &str, err: &io::Error) -> LockError {

@@ -1,6 +1,8 @@
 //! Reading and writing a lock's state (its holds) in the keyspace. Every write goes through
-//! `set_announced` / `set_replicated` or `remove`, which also replicate it as a deterministic effect (explicit token, the time left of
-//! each lease), emit the keyspace event, and account the end of the previous hold, so no state
+//! `set_announced` / `set_replicated`, `set_granted_as_command` or `remove`, which also
+//! replicate it as a deterministic effect (explicit token, the time left of each lease; or, for
+//! a fresh grant of the next token, the command itself, which a replica replays to the same
+//! state), emit the keyspace event, and account the end of the previous hold, so no state
 //! change can miss the replicas, the AOF, the events or the metrics.
 //!
 //! A lock key carries no TTL: Redis counts TTLs on the wall clock, leases run on the lease
@@ -16,6 +18,7 @@ use redis_module::{Context, RedisString};
 
 use crate::core::config;
 use crate::core::error::LockError;
+use crate::core::fencing;
 use crate::core::hot::{self, Signal};
 use crate::core::lock::{self, LockState, Millis};
 use crate::core::metrics::STATS;
@@ -168,7 +171,22 @@ impl<'a> LockKey<'a> {
     pub fn set_replicated(&self, state: LockState, now: Millis) -> Result<(), LockError> {
         self.end_previous_holds(Some(&state), now);
         server::replicate_state(self.ctx, self.name, &state);
+        fencing::replicated(state.holds().map(|(h, _)| h.token).max().unwrap_or(0));
         self.set_local(state, now)
+    }
+
+    /// Store a fresh grant of a free name and replicate the running command itself (no lookup,
+    /// no new arguments): a replica, or the AOF's replay, runs it through `replay_grant` and
+    /// issues the same token (`fencing::replay_issue`). Only for a command a replica replays
+    /// to this very state: the name held nothing, nobody waited, the owner was given, and the
+    /// stream knew the last token before this one was issued (`fencing::stream_knows_last`).
+    pub fn set_granted_as_command(&self, state: LockState, now: Millis) -> Result<(), LockError> {
+        let token = state.holds().map(|(h, _)| h.token).max().unwrap_or(0);
+        self.set_local(state, now)?;
+        self.ctx.replicate_verbatim();
+        fencing::replicated(token);
+        self.notify(LockEvent::Acquire);
+        Ok(())
     }
 
     /// Set without replicating or announcing: for LOCK.APPLY itself, whose caller replicates

@@ -29,7 +29,7 @@ const SUBEVENT_NOW_MASTER: u64 = 0;
 const SUBEVENT_NOW_REPLICA: u64 = 1;
 
 pub fn subscribe(ctx: &Context) -> Result<(), &'static str> {
-    let events: [(u64, raw::RedisModuleEventCallback); 5] = [
+    let events: [(u64, raw::RedisModuleEventCallback); 6] = [
         (raw::REDISMODULE_EVENT_FLUSHDB, Some(on_flush)),
         (raw::REDISMODULE_EVENT_SWAPDB, Some(on_swapdb)),
         (
@@ -38,6 +38,7 @@ pub fn subscribe(ctx: &Context) -> Result<(), &'static str> {
         ),
         (raw::REDISMODULE_EVENT_CLIENT_CHANGE, Some(on_client_change)),
         (raw::REDISMODULE_EVENT_CRON_LOOP, Some(on_cron)),
+        (raw::REDISMODULE_EVENT_CONFIG, Some(on_config_change)),
     ];
     for (id, callback) in events {
         let event = raw::RedisModuleEvent { id, dataver: 1 };
@@ -138,6 +139,43 @@ extern "C" fn on_client_change(
         || {
             if let Some(h) = handlers::get() {
                 (h.client_closed)(info.id);
+            }
+        },
+    );
+}
+
+/// `CONFIG SET` changed settings: the shell hears their names.
+extern "C" fn on_config_change(
+    ctx: *mut raw::RedisModuleCtx,
+    _eid: raw::RedisModuleEvent,
+    sub: u64,
+    data: *mut c_void,
+) {
+    if sub != raw::REDISMODULE_SUBEVENT_CONFIG_CHANGE {
+        return;
+    }
+    // SAFETY: for this event Redis passes a RedisModuleConfigChangeV1: `num_changes` C strings
+    // in `config_names`, alive during the callback.
+    let names: Vec<&[u8]> = unsafe {
+        let Some(change) = data.cast::<raw::RedisModuleConfigChange>().as_ref() else {
+            return;
+        };
+        if change.config_names.is_null() {
+            return;
+        }
+        let count = usize::try_from(change.num_changes).unwrap_or(0);
+        std::slice::from_raw_parts(change.config_names, count)
+            .iter()
+            .filter(|name| !name.is_null())
+            .map(|name| std::ffi::CStr::from_ptr(*name).to_bytes())
+            .collect()
+    };
+    panics::contain(
+        "the config-change event",
+        || (),
+        || {
+            if let Some(h) = handlers::get() {
+                (h.config_changed)(&Context::new(ctx), &names);
             }
         },
     );

@@ -84,6 +84,8 @@ pub struct Handlers {
     pub promoted: fn(),
     /// A client connection closed.
     pub client_closed: fn(client_id: u64),
+    /// `CONFIG SET` changed these settings (their names as the server gives them).
+    pub config_changed: fn(&Context, &[&[u8]]),
     /// The command filter saw a command, of any length: one or two flags read while nobody
     /// waits behind a plain string or watches a name without a lock.
     pub any_command: fn(),

@@ -256,20 +256,32 @@ fn min_replicas_to_write(ctx: &Context) -> i64 {
     let now = clock::now_ms();
     let read_at = MIN_REPLICAS_READ_AT.load(Ordering::Relaxed);
     if now.saturating_sub(read_at) >= SETTING_READ_MS {
-        let reply = ctx.call("CONFIG", &["GET", "min-replicas-to-write"]);
-        let value = match reply {
-            Ok(RedisValue::Array(pair)) => match pair.get(1) {
-                Some(RedisValue::BulkString(s)) => s.parse().unwrap_or(0),
-                Some(RedisValue::SimpleString(s)) => s.parse().unwrap_or(0),
-                Some(RedisValue::BulkRedisString(s)) => s.to_string_lossy().parse().unwrap_or(0),
-                _ => 0,
-            },
-            _ => 0,
-        };
+        let value = config_get(ctx, "min-replicas-to-write")
+            .parse()
+            .unwrap_or(0);
         MIN_REPLICAS.store(value, Ordering::Relaxed);
         MIN_REPLICAS_READ_AT.store(now, Ordering::Relaxed);
     }
     MIN_REPLICAS.load(Ordering::Relaxed)
+}
+
+/// A server setting's value as `CONFIG GET` shows it ("" when unknown).
+fn config_get(ctx: &Context, name: &str) -> String {
+    match ctx.call("CONFIG", &["GET", name]) {
+        Ok(RedisValue::Array(pair)) => match pair.get(1) {
+            Some(RedisValue::BulkString(s) | RedisValue::SimpleString(s)) => s.clone(),
+            Some(RedisValue::BulkRedisString(s)) => s.to_string_lossy(),
+            Some(RedisValue::StringBuffer(b)) => String::from_utf8_lossy(b).into_owned(),
+            _ => String::new(),
+        },
+        _ => String::new(),
+    }
+}
+
+/// Whether an AOF rewrite starts its base with an RDB preamble (`aof-use-rdb-preamble`),
+/// which carries the module's auxiliary data (the last token).
+pub fn aof_base_is_rdb(ctx: &Context) -> bool {
+    config_get(ctx, "aof-use-rdb-preamble").eq_ignore_ascii_case("yes")
 }
 
 /// Whether the server refuses clients' writes right now for want of good replicas

@@ -49,6 +49,7 @@ pub static HANDLERS: Handlers = Handlers {
     demoted,
     promoted,
     client_closed,
+    config_changed,
     any_command,
     command_seen,
     // RESET, EXEC, DISCARD, CONFIG RESETSTAT, RENAME, RENAMENX and MOVE.
@@ -232,6 +233,17 @@ fn promoted() {
 fn client_closed(client_id: u64) {
     if sessions::keeps_any(client_id) {
         timers::end_session_soon(client_id);
+    }
+}
+
+/// Without an RDB preamble an AOF rewrite's base lacks the last token: see
+/// `epochs::persistence_settings_changed`.
+fn config_changed(ctx: &Context, names: &[&[u8]]) {
+    if names
+        .iter()
+        .any(|name| name.eq_ignore_ascii_case(b"aof-use-rdb-preamble"))
+    {
+        epochs::persistence_settings_changed(ctx);
     }
 }
 

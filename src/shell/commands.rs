@@ -48,11 +48,19 @@ pub fn refuse_on_replica(ctx: &Context) -> Result<(), LockError> {
 
 /// `LOCK.ACQUIRE key owner ttl-ms [SHARED | LIMIT max [PERMITS n]] [SESSION] [WAIT timeout-ms]`
 pub fn acquire(ctx: &Context, args: &[RedisString]) -> RedisResult {
+    if ctx
+        .get_flags()
+        .intersects(ContextFlags::REPLICATED | ContextFlags::LOADING)
+    {
+        return replay_grant(ctx, args);
+    }
     refuse_on_replica(ctx)?;
     let now = clock::now_ms();
     let limits = Limits::current();
     let parsed = args::acquire(&args[2..], now, &limits)?;
     epochs::ensure(ctx)?;
+    // Read before the grant issues its token (see `LockKey::set_granted_as_command`).
+    let stream_knew = fencing::stream_knows_last();
     let (owner, with_owner) = owner_of(parsed.owner);
     let owner = &*owner;
     let lock = LockKey::open(ctx, &args[1]);
@@ -105,8 +113,35 @@ pub fn acquire(ctx: &Context, args: &[RedisString]) -> RedisResult {
             return busy(ctx, &lock, due, &parsed, (owner, with_owner), &limits);
         }
     };
-    store_grant(ctx, &lock, granted, token, waiting, parsed.session, now)?;
+    if stream_knew && state.is_none() && !waiting && !with_owner {
+        // A free name nobody waited for: replicas replay the command itself to this state.
+        lock.set_granted_as_command(granted, now)?;
+        bind_session(ctx, &lock, token, parsed.session);
+    } else {
+        store_grant(ctx, &lock, granted, token, waiting, parsed.session, now)?;
+    }
     Ok(reply::grant(owner, token, with_owner))
+}
+
+/// `LOCK.ACQUIRE` as its master replicated it, from the replication link or the AOF: a fresh
+/// grant (`LockKey::set_granted_as_command`), stored as the master stored it, under whatever
+/// limits this server has, with the next token and the lease counted from now.
+fn replay_grant(ctx: &Context, args: &[RedisString]) -> RedisResult {
+    let now = clock::now_ms();
+    let parsed = args::acquire(&args[2..], now, &Limits::UNBOUNDED)?;
+    let OwnerArg::Given(owner) = parsed.owner else {
+        return Err(LockError::BadState.into()); // a master replicates explicit states for `*`
+    };
+    let token = fencing::replay_issue().ok_or(LockError::TokensExhausted)?;
+    let holder = Holder {
+        owner: Owner::new(owner),
+        token,
+        deadline: now.saturating_add(parsed.ttl),
+        granted: now,
+    };
+    LockKey::open(ctx, &args[1]).set_local(LockState::first(parsed.want, holder), now)?;
+    ctx.replicate_verbatim();
+    Ok(reply::grant(owner, token, false))
 }
 
 /// An acquire's owner: as given, or one the server makes up for `*` (the reply then names it).
@@ -183,13 +218,18 @@ pub fn store_grant(
 ) -> Result<(), LockError> {
     let settle = (waiting || granted.live_count(now) > 1).then(|| granted.clone());
     lock.set_announced(granted, LockEvent::Acquire, now)?;
-    if session {
-        sessions::bind(server::client_id(ctx), lock.queue_key(), token);
-    }
+    bind_session(ctx, lock, token, session);
     if let Some(stored) = settle {
         settling::pass_on(lock, Some(&stored), now);
     }
     Ok(())
+}
+
+/// A `SESSION` hold ends with the connection that was granted it.
+fn bind_session(ctx: &Context, lock: &LockKey, token: Token, session: bool) {
+    if session {
+        sessions::bind(server::client_id(ctx), lock.queue_key(), token);
+    }
 }
 
 /// How a caller waits: its reply's shape, whether its hold will be a session hold, its WAIT
