@@ -309,15 +309,16 @@ func TestMultiLockExtendAndFixedLease(t *testing.T) {
 	if err := set.Err(); !errors.Is(err, redislock.ErrLost) || !strings.Contains(err.Error(), "the lease ended (a fixed lease") {
 		t.Fatalf("Err = %v", err)
 	}
-	sent := calls(r, "lock.extend") + calls(r, "lock.mrelease")
-	if ok, err := set.Extend(ctx, time.Second); ok || err != nil {
+	// Known lost: answered without the server, so a context that is already done makes no
+	// difference. (Counting the server's commands would also count the background
+	// LOCK.MRELEASE of the members still held, which may come after the loss is signalled.)
+	done, cancel := context.WithCancel(ctx)
+	cancel()
+	if ok, err := set.Extend(done, time.Second); ok || err != nil {
 		t.Fatalf("Extend of a set known lost = %v, %v", ok, err)
 	}
-	if held, err := set.Release(ctx); held || err != nil {
+	if held, err := set.Release(done); held || err != nil {
 		t.Fatalf("Release = %v, %v", held, err)
-	}
-	if now := calls(r, "lock.extend") + calls(r, "lock.mrelease"); now != sent {
-		t.Fatalf("%d commands sent for a set known lost", now-sent)
 	}
 }
 
