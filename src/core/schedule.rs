@@ -8,7 +8,9 @@
 //! deduplicated by, so it is tested with plain numbers.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::hash::{BuildHasher, Hash, RandomState};
+use std::hash::Hash;
+
+use ahash::RandomState;
 use std::num::NonZeroU64;
 
 use hashbrown::HashTable;
@@ -54,6 +56,8 @@ pub struct Schedule<K, J> {
     /// that hash: the key itself is kept once, in `keys` (a lock's name is most of what it
     /// costs here).
     keyed: HashTable<(Slot, u64)>,
+    /// Lock names are the clients' choice: keyed with random keys (HashDoS), but aHash rather
+    /// than SipHash, which cost ~285 instructions per name, twice per lock.
     hasher: RandomState,
     /// Ids due at a time, kept apart in 16 bytes each: there is one per waiting client with a
     /// timeout, and a waiter is meant to cost little.
