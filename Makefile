@@ -60,10 +60,12 @@ SUITES ?= unit test-rust-redis test-rust-valkey test-rust-client-redis test-rust
 	go-check test-go-redis test-go-valkey test-java-redis test-java-valkey \
 	test-spring6-redis test-spring6-valkey test-prometheus-redis test-prometheus-valkey \
 	test-install-python test-install-rust test-install-node test-install-go test-install-java
-## SUITES_EXTRA=... adds suites after them (.ci/run: the fault, matrix, upgrade and artifact ones).
+## SUITES_EXTRA=... adds suites (.ci/run: the fault, upgrade and artifact ones), started first:
+## the artifact suites run one after another (test-dist alone ~10 min), so they go beside the
+## rest rather than after it.
 SUITE_JOBS ?= 2
 test: deps build valkey pyvenv
-	@scripts/suites.py --jobs $(SUITE_JOBS) $(SUITES) $(SUITES_EXTRA)
+	@scripts/suites.py --jobs $(SUITE_JOBS) $(SUITES_EXTRA) $(SUITES)
 
 ## The same suites (SUITES=... for some) SOAK_RUNS times each, round-robin and SUITE_JOBS at a
 ## time as in make test, while stress-ng keeps both cores busy: each test that failed at least
