@@ -21,9 +21,16 @@ fn locker(s: &Server) -> Locker {
     Locker::new(redis::Client::open(format!("redis://127.0.0.1:{}/", s.port)).unwrap())
 }
 
+/// How soon after a renewal is seen the server must be stopped for the test to know its last
+/// deadline: the next renewal is sent at least 600 ms after the one seen (a third of the ttl,
+/// less the thirtieth a renewal may come early); half of that leaves its trip time to spare.
+/// A machine too busy to stop it that soon runs the scenario again.
+const STOP_WITHIN: Duration = Duration::from_millis(300);
+
 /// Until the server's lease of `key` grows (a renewal just landed: the next is a third of the
-/// ttl away): the server's deadline then, between two instants (before the read, after it).
-fn just_renewed(s: &Server, key: &str) -> (Instant, Instant) {
+/// ttl away): when that was seen, and the server's deadline then, between two instants (before
+/// the read, after it).
+fn just_renewed(s: &Server, key: &str) -> (Instant, (Instant, Instant)) {
     let mut con = s.con();
     let mut before = lease_left(&mut con, key).expect("held");
     let started = Instant::now();
@@ -33,7 +40,7 @@ fn just_renewed(s: &Server, key: &str) -> (Instant, Instant) {
         let answered = Instant::now();
         if left > before + 50 {
             let left = Duration::from_millis(left as u64);
-            return (sent + left, answered + left);
+            return (sent, (sent + left, answered + left));
         }
         before = left;
         std::thread::sleep(Duration::from_millis(5));
@@ -44,27 +51,39 @@ fn just_renewed(s: &Server, key: &str) -> (Instant, Instant) {
 /// A hold on a 2 s lease; right after a renewal, `stop` the server: when the loss is seen,
 /// against the server's deadline (earliest, latest), and the reason.
 async fn loss_when(stop: fn(&mut Server)) -> (Instant, (Instant, Instant), String) {
-    let mut s = Server::start();
-    let g = locker(&s)
-        .lock("k")
-        .ttl(TTL)
-        .acquire()
-        .await
-        .unwrap()
-        .unwrap();
-    let lost = tokio::spawn({
-        let lost = g.lost();
-        async move { (lost.await, Instant::now()) }
-    });
-    let deadline = tokio::task::block_in_place(|| {
-        let deadline = just_renewed(&s, "k");
-        stop(&mut s);
-        deadline
-    });
-    let waited = tokio::time::timeout(TTL * 2, lost).await;
-    let (reason, at) = waited.expect("lost within two leases").unwrap();
-    s.signal(libc::SIGCONT); // a frozen server goes on, to be killed by its Drop
-    (at, deadline, reason)
+    for attempt in 1..=5 {
+        let mut s = Server::start();
+        let g = locker(&s)
+            .lock("k")
+            .ttl(TTL)
+            .acquire()
+            .await
+            .unwrap()
+            .unwrap();
+        let lost = tokio::spawn({
+            let lost = g.lost();
+            async move { (lost.await, Instant::now()) }
+        });
+        let (seen, deadline, stopped) = tokio::task::block_in_place(|| {
+            let (seen, deadline) = just_renewed(&s, "k");
+            stop(&mut s);
+            (seen, deadline, Instant::now())
+        });
+        if stopped > seen + STOP_WITHIN {
+            // Another renewal may have landed first: its deadline is not known here.
+            eprintln!(
+                "attempt {attempt}: stopped {:?} after the renewal was seen: again",
+                stopped - seen
+            );
+            s.signal(libc::SIGCONT);
+            continue;
+        }
+        let waited = tokio::time::timeout(TTL * 2, lost).await;
+        let (reason, at) = waited.expect("lost within two leases").unwrap();
+        s.signal(libc::SIGCONT); // a frozen server goes on, to be killed by its Drop
+        return (at, deadline, reason);
+    }
+    panic!("the server could not be stopped within {STOP_WITHIN:?} of a renewal in 5 attempts");
 }
 
 #[track_caller]
