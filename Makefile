@@ -55,10 +55,12 @@ valkey:
 ## half as long on two cores), and the run ends with one table: suite, server, passed, failed,
 ## seconds. SUITES=... picks some of them; SUITE_JOBS=1 runs one after another.
 ## Every test-<suite> target also runs alone, on both servers; test-<suite>-<server> on one.
-SUITES ?= unit test-rust-redis test-rust-valkey test-rust-client-redis test-rust-client-valkey \
-	test-python-redis test-python-valkey node-check test-node-redis test-node-valkey \
-	go-check test-go-redis test-go-valkey test-java-redis test-java-valkey \
-	test-spring6-redis test-spring6-valkey test-prometheus-redis test-prometheus-valkey \
+## The longest chains of suites that run one after another (Python's, Maven's) come early, so
+## that two at a time the short ones fill the end.
+SUITES ?= unit test-rust-redis test-rust-valkey test-python-redis test-java-redis \
+	test-python-valkey test-java-valkey test-spring6-redis test-spring6-valkey \
+	test-rust-client-redis test-rust-client-valkey node-check test-node-redis test-node-valkey \
+	go-check test-go-redis test-go-valkey test-prometheus-redis test-prometheus-valkey \
 	test-install-python test-install-rust test-install-node test-install-go test-install-java
 ## SUITES_EXTRA=... adds suites (.ci/run: the fault, upgrade and artifact ones), started first:
 ## the artifact suites run one after another (test-dist alone ~10 min), so they go beside the
