@@ -181,3 +181,79 @@ fn without_an_rdb_preamble_the_aof_replays_the_same_tokens() {
         "after it was turned off"
     );
 }
+
+/// A replica whose own last token is far above its master's (it issued and restored tokens as
+/// a master of its own) counts the grants it replays from the master's, which the full sync
+/// gave it.
+#[test]
+fn a_replica_ahead_of_its_master_counts_from_the_masters_last_token() {
+    let master = Server::start();
+    let replica = Server::start(); // standalone first: it starts an epoch of its own
+    let mut r = replica.con();
+    acquire(&mut r, "own", "owner-1", TTL).unwrap();
+    restore_lock_with_token(&mut r, "ahead", future_token());
+    ok(&mut r, &["DEL", "own", "ahead"]);
+    ok(
+        &mut r,
+        &["REPLICAOF", "127.0.0.1", &master.port.to_string()],
+    );
+    wait_link_up(&mut r);
+    let mut m = master.con();
+    let mut keys = untouched_grants(&mut m, "after-sync");
+    keys.extend(history(&master, &mut m, "after-sync"));
+    wait_replica_acked(&mut m);
+    assert_eq!(picture(&mut r, &keys), picture(&mut m, &keys));
+}
+
+/// `DEBUG LOADAOF` replays the AOF from the data it loads, not from the tokens issued before.
+#[test]
+fn debug_loadaof_replays_the_same_tokens() {
+    let aof = ["--appendonly", "yes", "--appendfsync", "always"];
+    let master = Server::builder().args(&aof).start();
+    let mut m = master.con();
+    wait_persistence_idle(&mut m);
+    let mut keys = untouched_grants(&mut m, "before");
+    keys.extend(history(&master, &mut m, "before"));
+    let before = picture(&mut m, &keys);
+    ok(&mut m, &["DEBUG", "LOADAOF"]);
+    assert_eq!(picture(&mut m, &keys), before, "reloaded");
+    // And its next grants reach a new replica with the same tokens.
+    let replica = Server::builder().replica_of(&master).start();
+    let mut r = replica.con();
+    wait_link_up(&mut r);
+    keys.extend(untouched_grants(&mut m, "after"));
+    wait_replica_acked(&mut m);
+    assert_eq!(
+        picture(&mut r, &keys),
+        picture(&mut m, &keys),
+        "the replica"
+    );
+}
+
+/// A replica whose AOF rewrites have no RDB preamble logs the grants it replays with their
+/// tokens (its base would not hold the last one); restarted from that AOF, it has the master's.
+#[test]
+fn a_replica_without_an_rdb_preamble_logs_grants_with_their_tokens() {
+    let master = Server::start();
+    let aof = [
+        "--appendonly",
+        "yes",
+        "--appendfsync",
+        "always",
+        "--aof-use-rdb-preamble",
+        "no",
+    ];
+    let mut replica = Server::builder().replica_of(&master).args(&aof).start();
+    let mut m = master.con();
+    wait_persistence_idle(&mut replica.con());
+    acquire(&mut m, "gone", "owner-1", TTL).unwrap();
+    release(&mut m, "gone", "owner-1");
+    wait_replica_acked(&mut m);
+    ok(&mut replica.con(), &["BGREWRITEAOF"]);
+    wait_persistence_idle(&mut replica.con());
+    let keys = untouched_grants(&mut m, "after");
+    wait_replica_acked(&mut m);
+    let on_master = picture(&mut m, &keys);
+    replica.restart_with(&aof[..4]); // standalone, from its own AOF
+    assert_eq!(picture(&mut replica.con(), &keys).0, on_master.0);
+}

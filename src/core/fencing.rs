@@ -151,6 +151,15 @@ static EPOCH: AtomicU64 = AtomicU64::new(0);
 /// first epoch's `LOCK.EPOCH` sets it.
 static STREAM_KNOWS_LAST: AtomicBool = AtomicBool::new(false);
 
+/// The last token as this server's data and replication stream tell it: what a grant replayed
+/// as its command counts from (`replay_issue`). It follows `LAST_TOKEN` but starts again at
+/// every load that replaces the data (a full sync, a restart, `DEBUG RELOAD`), whereas
+/// `LAST_TOKEN` only grows: a server that issued tokens of its own epoch and then follows a
+/// master below it counts that master's grants from the master's last token, not its own.
+static STREAM_LAST: AtomicU64 = AtomicU64::new(0);
+/// `STREAM_LAST` before the load running now, for a load that fails (the data stays).
+static STREAM_LAST_BEFORE_LOAD: AtomicU64 = AtomicU64::new(0);
+
 /// Whether an AOF rewrite's base carries the last token: with an RDB preamble its auxiliary
 /// data does; without one (`aof-use-rdb-preamble no`) the base has only the locks it
 /// rewrites, and grants after it must carry their tokens. Unset until the server says.
@@ -179,6 +188,7 @@ pub fn enter(epoch: u64) {
     let mut source = source();
     source.enter(epoch);
     LAST_TOKEN.store(source.last(), Ordering::Relaxed);
+    STREAM_LAST.fetch_max(source.last(), Ordering::Relaxed);
     EPOCH.store(epoch, Ordering::Relaxed);
 }
 
@@ -198,18 +208,29 @@ pub fn issue() -> Option<u64> {
     let mut source = source();
     let token = source.issue()?;
     LAST_TOKEN.store(source.last(), Ordering::Relaxed);
+    STREAM_LAST.fetch_max(token, Ordering::Relaxed);
     STREAM_KNOWS_LAST.store(false, Ordering::Relaxed);
     Some(token)
+}
+
+/// Whether an AOF rewrite's base carries the last token (`AOF_BASE_KNOWS_LAST`).
+pub fn aof_base_knows_last() -> bool {
+    AOF_BASE_KNOWS_LAST.load(Ordering::Relaxed)
 }
 
 /// Whether the replication stream has carried the last token (see `STREAM_KNOWS_LAST`), and
 /// any AOF rewrite's base would too (`AOF_BASE_KNOWS_LAST`).
 pub fn stream_knows_last() -> bool {
-    STREAM_KNOWS_LAST.load(Ordering::Relaxed) && AOF_BASE_KNOWS_LAST.load(Ordering::Relaxed)
+    STREAM_KNOWS_LAST.load(Ordering::Relaxed)
+        && AOF_BASE_KNOWS_LAST.load(Ordering::Relaxed)
+        // A `DEBUG LOADAOF` rebuilt the data's last token below the one issued: an RDB made
+        // now would carry that one.
+        && STREAM_LAST.load(Ordering::Relaxed) == LAST_TOKEN.load(Ordering::Relaxed)
 }
 
 /// Whether an AOF rewrite's base carries the last token (its RDB preamble's auxiliary data).
 /// A rewrite may have started under the previous setting: the next grant carries its token.
+/// (A replica reads it too: what it replays goes to its own AOF.)
 pub fn set_aof_base_knows_last(knows: bool) {
     AOF_BASE_KNOWS_LAST.store(knows, Ordering::Relaxed);
     STREAM_KNOWS_LAST.store(false, Ordering::Relaxed);
@@ -226,22 +247,43 @@ pub fn replicated(max_token: u64) {
 /// itself, issued when the stream knew the master's last token: the token it issued, `last +
 /// 1` here too. `None` past `MAX_TOKEN` (a stream no master of this version writes).
 pub fn replay_issue() -> Option<u64> {
-    let token = LAST_TOKEN.load(Ordering::Relaxed).checked_add(1)?;
+    let token = STREAM_LAST.load(Ordering::Relaxed).checked_add(1)?;
     if token > MAX_TOKEN {
         return None;
     }
-    LAST_TOKEN.store(token, Ordering::Relaxed);
+    STREAM_LAST.store(token, Ordering::Relaxed);
+    LAST_TOKEN.fetch_max(token, Ordering::Relaxed);
     Some(token)
+}
+
+/// A load that replaces the data starts (start-up, a full sync, `DEBUG RELOAD` or `LOADAOF`):
+/// the stream's last token is what it loads (the RDB's auxiliary data, the tokens it holds,
+/// the AOF's effects).
+pub fn load_started() {
+    let before = STREAM_LAST.swap(0, Ordering::Relaxed);
+    STREAM_LAST_BEFORE_LOAD.store(before, Ordering::Relaxed);
+}
+
+/// The load failed and the server keeps the data it had.
+pub fn load_failed() {
+    STREAM_LAST.fetch_max(
+        STREAM_LAST_BEFORE_LOAD.load(Ordering::Relaxed),
+        Ordering::Relaxed,
+    );
 }
 
 /// Raise the server's last token to at least `token`.
 pub fn observe(token: u64) {
     LAST_TOKEN.fetch_max(token, Ordering::Relaxed);
+    STREAM_LAST.fetch_max(token, Ordering::Relaxed);
 }
 
-/// The server's last token (saved as auxiliary RDB data).
+/// The last token as the server's data and stream tell it (`STREAM_LAST`), saved as the RDB's
+/// auxiliary data: what a replica syncing from this RDB, or this server restarted from it,
+/// counts replayed grants from. (Tokens of its own earlier epochs above it stay below its
+/// epoch file's epoch.)
 pub fn last() -> u64 {
-    LAST_TOKEN.load(Ordering::Relaxed)
+    STREAM_LAST.load(Ordering::Relaxed)
 }
 
 #[cfg(test)]

@@ -189,6 +189,18 @@ impl<'a> LockKey<'a> {
         Ok(())
     }
 
+    /// Store a grant replayed as its command (a replica, the AOF) and pass it on as it came, to
+    /// this server's replicas and AOF; as its effect where this server's AOF rewrites would
+    /// drop the last token (`aof-use-rdb-preamble no`, see `fencing::aof_base_knows_last`).
+    pub fn set_replayed(&self, state: LockState, now: Millis) -> Result<(), LockError> {
+        if fencing::aof_base_knows_last() {
+            self.ctx.replicate_verbatim();
+        } else {
+            server::replicate_state(self.ctx, self.name, &state);
+        }
+        self.set_local(state, now)
+    }
+
     /// Set without replicating or announcing: for LOCK.APPLY itself, whose caller replicates
     /// verbatim.
     pub fn set_local(&self, state: LockState, _now: Millis) -> Result<(), LockError> {

@@ -1,5 +1,6 @@
 //! Server events that move or drop locks under waiting clients (FLUSHDB/FLUSHALL, SWAPDB, this
-//! master becoming a replica), the server's cron, and the command filter (which watches for `CONFIG RESETSTAT`).
+//! master becoming a replica), the server's cron, loads that replace the data, `CONFIG SET`, and
+//! the command filter (which watches for `CONFIG RESETSTAT`).
 //! Every callback contains panics (`panics`) and hands over to the shell's handlers.
 
 use std::os::raw::{c_int, c_void};
@@ -29,7 +30,7 @@ const SUBEVENT_NOW_MASTER: u64 = 0;
 const SUBEVENT_NOW_REPLICA: u64 = 1;
 
 pub fn subscribe(ctx: &Context) -> Result<(), &'static str> {
-    let events: [(u64, raw::RedisModuleEventCallback); 6] = [
+    let events: [(u64, raw::RedisModuleEventCallback); 7] = [
         (raw::REDISMODULE_EVENT_FLUSHDB, Some(on_flush)),
         (raw::REDISMODULE_EVENT_SWAPDB, Some(on_swapdb)),
         (
@@ -39,6 +40,7 @@ pub fn subscribe(ctx: &Context) -> Result<(), &'static str> {
         (raw::REDISMODULE_EVENT_CLIENT_CHANGE, Some(on_client_change)),
         (raw::REDISMODULE_EVENT_CRON_LOOP, Some(on_cron)),
         (raw::REDISMODULE_EVENT_CONFIG, Some(on_config_change)),
+        (raw::REDISMODULE_EVENT_LOADING, Some(on_loading)),
     ];
     for (id, callback) in events {
         let event = raw::RedisModuleEvent { id, dataver: 1 };
@@ -140,6 +142,30 @@ extern "C" fn on_client_change(
             if let Some(h) = handlers::get() {
                 (h.client_closed)(info.id);
             }
+        },
+    );
+}
+
+/// A load that replaces the data started (an RDB or AOF at start-up or by `DEBUG`, a full
+/// sync), or failed (the server keeps the data it had).
+extern "C" fn on_loading(
+    _ctx: *mut raw::RedisModuleCtx,
+    _eid: raw::RedisModuleEvent,
+    sub: u64,
+    _data: *mut c_void,
+) {
+    panics::contain(
+        "the loading event",
+        || (),
+        || match (handlers::get(), sub) {
+            (
+                Some(h),
+                raw::REDISMODULE_SUBEVENT_LOADING_RDB_START
+                | raw::REDISMODULE_SUBEVENT_LOADING_AOF_START
+                | raw::REDISMODULE_SUBEVENT_LOADING_REPL_START,
+            ) => (h.load_started)(),
+            (Some(h), raw::REDISMODULE_SUBEVENT_LOADING_FAILED) => (h.load_failed)(),
+            _ => {}
         },
     );
 }

@@ -84,6 +84,10 @@ pub struct Handlers {
     pub promoted: fn(),
     /// A client connection closed.
     pub client_closed: fn(client_id: u64),
+    /// A load that replaces the data started (start-up, full sync, `DEBUG RELOAD`/`LOADAOF`).
+    pub load_started: fn(),
+    /// That load failed: the server keeps the data it had.
+    pub load_failed: fn(),
     /// `CONFIG SET` changed these settings (their names as the server gives them).
     pub config_changed: fn(&Context, &[&[u8]]),
     /// The command filter saw a command, of any length: one or two flags read while nobody

@@ -49,6 +49,8 @@ pub static HANDLERS: Handlers = Handlers {
     demoted,
     promoted,
     client_closed,
+    load_started: fencing::load_started,
+    load_failed: fencing::load_failed,
     config_changed,
     any_command,
     command_seen,
@@ -107,7 +109,11 @@ fn run(ctx: &Context, job: &Job) {
         Job::LookAtWatched => watch::look(ctx, watches::take_changed()),
         Job::RecheckWatched => watches::recheck_due(),
         Job::CheckResetStat => resetstat::check(),
-        Job::StartEpoch => epochs::start_if_master(ctx),
+        Job::StartEpoch => {
+            // A replica reads it too: grants it replays go to its own AOF.
+            epochs::persistence_settings_changed(ctx);
+            epochs::start_if_master(ctx);
+        }
         Job::LookAtForeign => {
             for key in foreign::take_look() {
                 settling::settle(ctx, &key, None);

@@ -126,22 +126,23 @@ pub fn acquire(ctx: &Context, args: &[RedisString]) -> RedisResult {
 
 /// `LOCK.ACQUIRE` as its master replicated it, from the replication link or the AOF: a fresh
 /// grant (`LockKey::set_granted_as_command`), stored as the master stored it, under whatever
-/// limits this server has, with the next token and the lease counted from now.
+/// limits this server has, with the next token and the lease counted from now. The token is
+/// counted first, whatever follows: the master issued it.
 fn replay_grant(ctx: &Context, args: &[RedisString]) -> RedisResult {
-    let now = clock::now_ms();
-    let parsed = args::acquire(&args[2..], now, &Limits::UNBOUNDED)?;
+    let token = fencing::replay_issue().ok_or(LockError::TokensExhausted)?;
+    // Parsed as of time 0: what the master accepted at its time never overflows here.
+    let parsed = args::acquire(&args[2..], 0, &Limits::UNBOUNDED)?;
     let OwnerArg::Given(owner) = parsed.owner else {
         return Err(LockError::BadState.into()); // a master replicates explicit states for `*`
     };
-    let token = fencing::replay_issue().ok_or(LockError::TokensExhausted)?;
+    let now = clock::now_ms();
     let holder = Holder {
         owner: Owner::new(owner),
         token,
         deadline: now.saturating_add(parsed.ttl),
         granted: now,
     };
-    LockKey::open(ctx, &args[1]).set_local(LockState::first(parsed.want, holder), now)?;
-    ctx.replicate_verbatim();
+    LockKey::open(ctx, &args[1]).set_replayed(LockState::first(parsed.want, holder), now)?;
     Ok(reply::grant(owner, token, false))
 }
 
