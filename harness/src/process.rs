@@ -76,3 +76,10 @@ pub fn kill_and_reap(child: &mut Option<Child>) {
         let _ = child.wait();
     }
 }
+
+/// The running test binary, to start again as a helper process. Not `current_exe()`: suites
+/// run side by side, and another suite's cargo may relink the binary at its path meanwhile;
+/// `/proc/self/exe` is the file this process runs, wherever its path now points.
+pub fn this_test_binary() -> std::path::PathBuf {
+    std::path::PathBuf::from("/proc/self/exe")
+}

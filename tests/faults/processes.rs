@@ -121,7 +121,7 @@ fn stop_and_queue_go(child: &mut std::process::Child) {
 }
 
 fn spawn_helper(role: &str, env: &[(&str, String)]) -> std::process::Child {
-    std::process::Command::new(std::env::current_exe().unwrap())
+    std::process::Command::new(this_test_binary())
         .args([
             "--exact",
             "processes::fault_helper_process",

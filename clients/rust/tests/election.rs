@@ -65,7 +65,7 @@ impl Run {
 
     /// Start `role` (`candidate` or `observer`) named `identity`; its index.
     fn start(&mut self, role: &str, identity: &str, ttl: Duration) -> usize {
-        let mut child = Command::new(std::env::current_exe().unwrap())
+        let mut child = Command::new(redis_lock_harness::this_test_binary())
             .args([
                 "election_child",
                 "--exact",

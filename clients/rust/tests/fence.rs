@@ -666,7 +666,7 @@ async fn the_inventory_soak<S: Db>() {
     let mut workers = Workers(Vec::new());
     for i in 0..SOAK_WORKERS {
         let stop_at = if i < SELF_STOPPERS { SELF_STOP_AT } else { 0 };
-        let child = Command::new(std::env::current_exe().unwrap())
+        let child = Command::new(redis_lock_harness::this_test_binary())
             .args(["soak_worker", "--exact", "--nocapture", "--test-threads=1"])
             .env("FENCE_SOAK_DB", S::LABEL)
             .env("FENCE_SOAK_PLACE", &ctx.place)
