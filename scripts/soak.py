@@ -95,6 +95,8 @@ def soak(targets: list[str], runs: int, jobs: int, tally: Tally, record: str | N
         def one(target: str) -> suites.Result:
             log_path = soak_dir / f"{target}.log"
             result = suites.run_one(target, log_path)
+            if suites.interrupted.is_set():
+                return result  # stopped by the interruption: not a run
             status = "ok" if result.ok else "FAILED " + " ".join(result.counts.failures)
             print(f"run {run}/{runs} {target}: {status} ({result.seconds:.0f} s)", flush=True)
             names = result.counts.failures or [f"(no test named: {result.note or 'exit'})"]

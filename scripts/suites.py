@@ -63,6 +63,8 @@ class Result:
 # The suites running now (their make processes), for stop_all.
 _running: set[subprocess.Popen] = set()
 _running_lock = threading.Lock()
+# Set once a run is interrupted: the suites stopped then did not fail on their own.
+interrupted = threading.Event()
 
 
 def _make(target: str, log_file, verbose: bool) -> subprocess.Popen:
@@ -188,6 +190,7 @@ def run_all(targets: list[str], jobs: int, run) -> list[Result]:
             while w.is_alive():
                 w.join(0.5)  # in slices, so that Ctrl-C and SIGTERM reach this thread
     except KeyboardInterrupt:
+        interrupted.set()
         with cond:
             pending.clear()
             cond.notify_all()
