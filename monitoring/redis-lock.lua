@@ -26,7 +26,7 @@ end
 local gauges = {
     version = true, locks = true, waiters = true, watchers = true, exclusive_holds = true,
     shared_holds = true, semaphore_holds = true, watched_names = true,
-    foreign_waited_names = true, module_heap_bytes = true,
+    foreign_waited_names = true, module_heap_bytes = true, command_filter = true,
 }
 
 local info = redis.call('INFO', 'lock')

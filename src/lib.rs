@@ -26,6 +26,7 @@ mod registration {
     use crate::ffi::server;
     use crate::ffi::timer;
     use crate::shell::callbacks;
+    use crate::shell::resetstat;
     use crate::shell::table;
 
     fn init(ctx: &Context, module_args: &[RedisString]) -> Status {
@@ -44,11 +45,11 @@ mod registration {
         panics::install_hook();
         ctx.set_module_options(redis_module::raw::ModuleOptions::HANDLE_IO_ERRORS);
         handlers::install(&callbacks::HANDLERS);
+        resetstat::catch_up(); // the first look at the server's statistics
         clock::start();
         timer::init(ctx);
         timers::start_epoch_soon(); // runs once start-up has loaded the data
         server::register_info(ctx);
-        events::watch_commands(ctx);
         let ready = events::subscribe(ctx)
             .map_err(str::to_string)
             .and_then(|()| table::register(ctx))

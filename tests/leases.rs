@@ -135,6 +135,65 @@ fn a_lock_moved_to_another_name_or_db_still_ends_on_time() {
     );
 }
 
+/// A renamed or moved lock is found by a walk through the keyspace (no command filter watches
+/// for RENAME): among 60,000 other keys in two dbs it still ends within the bound, while
+/// another client flushes and swaps other dbs (neither starts the walk over). The walk visits
+/// 256 buckets a millisecond, so ~0.25 s for these keys: the bound gives it 12x that.
+#[test]
+fn a_lock_renamed_among_many_keys_is_found_and_ends_on_time() {
+    let s = Server::start();
+    let mut c = s.con();
+    ok(&mut c, &["DEBUG", "POPULATE", "30000", "filler"]);
+    ok(&mut c, &["SELECT", "4"]);
+    ok(&mut c, &["DEBUG", "POPULATE", "30000", "filler"]);
+    ok(&mut c, &["SELECT", "0"]);
+    assert_eq!(stat(&mut c, "command_filter"), 0.0, "no filter watches");
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let churn = {
+        let (mut other, stop) = (s.con(), stop.clone());
+        std::thread::spawn(move || {
+            ok(&mut other, &["SELECT", "9"]);
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                ok(&mut other, &["SET", "x", "1"]);
+                ok(&mut other, &["FLUSHDB"]);
+                ok(&mut other, &["SWAPDB", "10", "11"]);
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        })
+    };
+    let lease = 400;
+    let within = Duration::from_millis(3_000);
+    for round in 0..3 {
+        let (a, b) = (format!("a{round}"), format!("b{round}"));
+        acquire(&mut c, &a, "o", lease).unwrap();
+        ok(&mut c, &["RENAME", &a, &format!("renamed-{a}")]);
+        acquire(&mut c, &b, "o", lease).unwrap();
+        assert_eq!(int(&ok(&mut c, &["MOVE", &b, "4"])), 1);
+    }
+    for round in 0..3 {
+        let renamed = format!("renamed-a{round}");
+        assert!(
+            gone_within(&mut c, &renamed, within),
+            "{renamed} outlived its lease"
+        );
+    }
+    ok(&mut c, &["SELECT", "4"]);
+    for round in 0..3 {
+        let moved = format!("b{round}");
+        assert!(
+            gone_within(&mut c, &moved, within),
+            "{moved} outlived its lease"
+        );
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    churn.join().unwrap();
+    assert_eq!(
+        int(&ok(&mut c, &["DBSIZE"])),
+        30_000,
+        "the walk deleted only locks"
+    );
+}
+
 /// A replica never deletes a lock itself; when the master that would have done so is gone and
 /// the replica is promoted, it ends the leases that ran out meanwhile.
 #[test]

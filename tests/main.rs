@@ -14,6 +14,7 @@ mod epochs;
 mod errors;
 mod events;
 mod fenced_store;
+mod filter;
 mod foreign;
 mod grant_replay;
 mod guard;

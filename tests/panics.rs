@@ -149,7 +149,9 @@ fn keyspace_type_and_server_callbacks_contain_panics() {
     arm(&mut c, "rdb_load");
     assert!(run(&mut c, &[b"RESTORE", b"t3", b"0", &payload]).is_err());
     expect(&mut c, "rdb_load");
-    // The command filter and the INFO callback.
+    // The command filter (registered while a watcher of a name without a lock needs it).
+    let watcher = spawn_wait_with(&s, &["LOCK.WATCH", "w", "AFTER", "free", "WAIT", "10000"]);
+    wait_blocked(&mut c, 1);
     arm(&mut c, "the command filter");
     assert_eq!(
         cmd(&mut c, &["SET", "x", "1"]),
@@ -157,6 +159,17 @@ fn keyspace_type_and_server_callbacks_contain_panics() {
         "the command still runs"
     );
     expect(&mut c, "the command filter");
+    ok(&mut c, &["SET", "w", "1"]);
+    assert!(watcher.join().unwrap().is_ok(), "the watcher was answered");
+    // After a command, and the walk that finds a renamed lock.
+    arm(&mut c, "after a command");
+    assert_eq!(fence(&mut c, "none"), None, "the command answered");
+    expect(&mut c, "after a command");
+    acquire(&mut c, "r", "h", 60_000).unwrap();
+    arm(&mut c, "the keyspace scan");
+    ok(&mut c, &["RENAME", "r", "r2"]);
+    expect(&mut c, "the keyspace scan");
+    // The INFO callback.
     arm(&mut c, "the INFO callback");
     let _ = cmd(&mut c, &["INFO", "lock"]);
     expect(&mut c, "the INFO callback");

@@ -88,7 +88,7 @@ fn main() {
     if args.iter().any(|a| a == "--cost") {
         let mut report = Report::default();
         overhead::section(&mut report, &server, dur);
-        instructions::section(&mut report);
+        instructions::section(&mut report, &server);
         println!("{}", report.markdown());
         return;
     }
@@ -124,7 +124,7 @@ fn main() {
     }
     eprintln!("{}", progress(8));
     overhead::section(&mut report, &server, dur);
-    instructions::section(&mut report);
+    instructions::section(&mut report, &server);
     eprintln!("{}", progress(9));
     clients::go(&mut report, server.port, dur);
     eprintln!("{}", progress(10));

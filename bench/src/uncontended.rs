@@ -15,6 +15,8 @@ pub const CAD_SCRIPT: &str =
 pub enum Variant {
     Lock,
     LuaRelease,
+    /// Valkey 9's native compare-and-delete.
+    DelIfEq,
     UnsafeDel,
     Ping,
 }
@@ -31,6 +33,7 @@ impl Variant {
         match self {
             Variant::Lock => "LOCK.ACQUIRE + LOCK.RELEASE",
             Variant::LuaRelease => "SET NX PX + EVALSHA release",
+            Variant::DelIfEq => "SET NX PX + DELIFEQ release",
             Variant::UnsafeDel => "SET NX PX + DEL (unsafe)",
             Variant::Ping => "PING + PING (server limit)",
         }
@@ -51,6 +54,15 @@ impl Variant {
                     .arg("PX")
                     .arg(30_000);
                 p.cmd("EVALSHA").arg(sha).arg(1).arg(key).arg(owner);
+            }
+            Variant::DelIfEq => {
+                p.cmd("SET")
+                    .arg(key)
+                    .arg(owner)
+                    .arg("NX")
+                    .arg("PX")
+                    .arg(30_000);
+                p.cmd("DELIFEQ").arg(key).arg(owner);
             }
             Variant::UnsafeDel => {
                 p.cmd("SET")
@@ -142,8 +154,13 @@ pub fn section(report: &mut Report, server: &Server, dur: Duration) -> Series {
     let mut rows = Vec::new();
     let mut by = std::collections::HashMap::new();
     let mut cdf_series = Vec::new();
+    let delifeq = crate::instructions::has_command(server, "DELIFEQ");
+    let variants: Vec<Variant> = Variant::ALL
+        .into_iter()
+        .chain(delifeq.then_some(Variant::DelIfEq))
+        .collect();
     for pipeline in [1, 32] {
-        for v in Variant::ALL {
+        for &v in &variants {
             let r = run(server, v, threads, pipeline, dur);
             rows.push(format!(
                 "| {} | {} | {:.0} | {:.1} | {:.1} |",
@@ -185,6 +202,15 @@ pub fn section(report: &mut Report, server: &Server, dur: Duration) -> Series {
             ">= 0.9x",
             lock / unsafe_del >= 0.9,
         );
+        if delifeq {
+            let native = by[&(Variant::DelIfEq, pipeline)];
+            report.check(
+                &format!("cycle throughput vs SET NX PX + DELIFEQ ({tag})"),
+                format!("{:.2}x", lock / native),
+                if pipeline == 1 { "report" } else { ">= 1.0x" },
+                pipeline == 1 || lock / native >= 1.0,
+            );
+        }
     }
     cdf_series
 }

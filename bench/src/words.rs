@@ -30,3 +30,11 @@ pub fn acquire(key: &str) -> Vec<String> {
 pub fn release(key: &str) -> Vec<String> {
     words(&["LOCK.RELEASE", key, OWNER])
 }
+
+pub fn evalsha_release(key: &str, sha: &str) -> Vec<String> {
+    words(&["EVALSHA", sha, "1", key, OWNER])
+}
+
+pub fn delifeq(key: &str) -> Vec<String> {
+    words(&["DELIFEQ", key, OWNER])
+}

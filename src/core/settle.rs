@@ -74,8 +74,9 @@ pub enum Job {
     Revoke { key: QueueKey, token: Token },
     /// A waiter's WAIT timeout ran out.
     TimeOut { client_id: u64 },
-    /// A `CONFIG RESETSTAT` went by: see whether the server really ran it.
-    CheckResetStat,
+    /// Lock values left their names but were not freed (a rename or move): walk the keyspace
+    /// for them (`effects::adrift`), a step at a time.
+    FindAdrift,
     /// A connection with session holds closed (or was RESET): release them.
     EndSession { client_id: u64 },
     /// This server started or became master: start its fencing epoch (`effects::epochs`).
@@ -100,11 +101,6 @@ impl Job {
                 | Job::StartEpoch
                 | Job::LookAtForeign
         )
-    }
-
-    /// Whether running it again after a panic is useful (and harmless).
-    pub fn retry_after_panic(&self) -> bool {
-        !matches!(self, Job::CheckResetStat)
     }
 }
 

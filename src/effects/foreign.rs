@@ -65,6 +65,11 @@ pub fn unwatch(key: &QueueKey) {
     }
 }
 
+/// Whether anyone waits behind a string (the command filter then has work).
+pub fn any() -> bool {
+    ANY.load(Ordering::Relaxed)
+}
+
 /// The command filter saw a command: if anyone waits behind a string, have every such name
 /// looked at once this turn's commands have run.
 pub fn command_seen() {

@@ -23,6 +23,7 @@ use crate::core::hot::{self, Signal};
 use crate::core::lock::{self, LockState, Millis};
 use crate::core::metrics::STATS;
 use crate::core::registry::QueueKey;
+use crate::effects::adrift;
 use crate::effects::sessions;
 use crate::effects::timers;
 use crate::effects::watches;
@@ -234,7 +235,7 @@ impl<'a> LockKey<'a> {
         if self.exists() {
             let expired = self.end_previous_holds(None, now);
             // The unlink hook this fires stops the schedule watching the name.
-            let _ = self.key.delete();
+            let _ = adrift::deleting_here(|| self.key.delete());
             if !self.deletion_replicated.get() {
                 server::replicate_del(self.ctx, self.name);
             }

@@ -3,6 +3,7 @@
 //! and metrics), the server's one queue registry, and the timers that settle queues later.
 //! Imports `core` and `ffi`, never `shell`.
 
+pub mod adrift;
 pub mod epochs;
 pub mod foreign;
 pub mod keyspace;

@@ -8,6 +8,7 @@
 //! into Redis.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{LazyLock, Mutex, MutexGuard};
 
 use crate::core::lock::Token;
@@ -22,6 +23,8 @@ struct Sessions {
 }
 
 static SESSIONS: LazyLock<Mutex<Sessions>> = LazyLock::new(Mutex::default);
+/// Whether any hold is bound (the command filter watches for `RESET` only then).
+static ANY: AtomicBool = AtomicBool::new(false);
 
 fn sessions() -> MutexGuard<'static, Sessions> {
     SESSIONS.lock().unwrap_or_else(|p| p.into_inner())
@@ -38,6 +41,7 @@ impl Sessions {
         }
         if self.by_token.is_empty() && self.by_token.capacity() > 0 {
             *self = Sessions::default(); // give a burst's memory back
+            ANY.store(false, Ordering::Relaxed);
         }
         Some(client)
     }
@@ -49,6 +53,12 @@ pub fn bind(client_id: u64, key: QueueKey, token: Token) {
     s.forget(token);
     s.by_token.insert(token, client_id);
     s.by_client.entry(client_id).or_default().push((key, token));
+    ANY.store(true, Ordering::Relaxed);
+}
+
+/// Whether any connection keeps a session hold.
+pub fn any() -> bool {
+    ANY.load(Ordering::Relaxed)
 }
 
 /// The hold `token` ended (released, expired, deleted, replaced): forget its binding.
@@ -77,6 +87,7 @@ pub fn take(client_id: u64) -> Vec<(QueueKey, Token)> {
     for (_, token) in &holds {
         s.by_token.remove(token);
     }
+    ANY.store(!s.by_token.is_empty(), Ordering::Relaxed);
     holds
 }
 
@@ -98,4 +109,5 @@ pub fn forget_db(db: Option<i32>) {
 /// Forget every binding (this master became a replica).
 pub fn forget_all() {
     *sessions() = Sessions::default();
+    ANY.store(false, Ordering::Relaxed);
 }

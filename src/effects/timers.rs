@@ -1,5 +1,5 @@
 //! Scheduling work for later, on the lease clock: settle a lock at its deadline, time a waiter
-//! out, look at the server's statistics after a `CONFIG RESETSTAT`. One `core::schedule`
+//! out, walk the keyspace for a renamed lock. One `core::schedule`
 //! holds it all; one Redis timer (`ffi::timer`) stands for its earliest entry, and the shell's
 //! alarm handler takes what is due from here and runs it.
 //!
@@ -130,9 +130,9 @@ pub fn cancel_time_out(client_id: u64, due: Option<Millis>) {
     }
 }
 
-/// Look at the server's statistics once the current command has run.
-pub fn check_resetstat_soon() {
-    run_after(0, Job::CheckResetStat);
+/// Look for lock values adrift (renamed or moved) after `delay_ms`.
+pub fn find_adrift_after(delay_ms: Millis) {
+    run_after(delay_ms, Job::FindAdrift);
 }
 
 /// Release the session holds of the connection `client_id` on the next turn of the event loop.

@@ -131,6 +131,11 @@ pub fn changed_in(db: Option<i32>) {
     look_soon();
 }
 
+/// Whether a watched name held no lock at its last look (the command filter then has work).
+pub fn any_unlocked() -> bool {
+    ANY_UNLOCKED.load(Ordering::Relaxed)
+}
+
 /// The filter saw a command: if a watched name held no lock, it may hold a string now (or no
 /// longer).
 pub fn command_seen() {

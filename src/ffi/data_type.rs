@@ -271,8 +271,13 @@ extern "C" fn free(value: *mut c_void) {
             "free",
             || (),
             || {
+                // Forgotten before the memory goes back: on a lazy-free thread, a value made at
+                // this address afterwards must not be forgotten instead.
+                if let Some(h) = handlers::get() {
+                    (h.freed)(value as usize);
+                }
                 STATS.count_holds(&state, -1);
-                drop(state)
+                drop(state);
             },
         );
         STATS.locks.sub(1);
@@ -324,7 +329,7 @@ fn unlinked(ctx: *mut raw::RedisModuleKeyOptCtx, value: *const c_void) {
     };
     // SAFETY: Redis passes a value of this type.
     if let (Some(state), Some(h)) = (unsafe { state_of(value) }, handlers::get()) {
-        (h.unlinked)(db, name, state);
+        (h.unlinked)(db, name, value as usize, state);
     }
 }
 

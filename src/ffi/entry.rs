@@ -10,6 +10,7 @@ use redis_module::{raw, Context, RedisError, RedisValue};
 use crate::core::error::LockError;
 use crate::core::lock_set;
 use crate::ffi::command_info::{self, Spec};
+use crate::ffi::handlers;
 use crate::ffi::panics::{self, Handler};
 
 /// One row of the command table.
@@ -40,6 +41,23 @@ extern "C" fn entry<const I: usize>(
     argc: c_int,
 ) -> c_int {
     let command = TABLE.get().and_then(|table| table.get(I));
+    let status = serve(ctx, argv, argc, command);
+    if let Some(h) = handlers::get() {
+        panics::contain(
+            "after a command",
+            || (),
+            || (h.after_command)(&Context::new(ctx)),
+        );
+    }
+    status
+}
+
+fn serve(
+    ctx: *mut raw::RedisModuleCtx,
+    argv: *mut *mut raw::RedisModuleString,
+    argc: c_int,
+    command: Option<&Command>,
+) -> c_int {
     panics::serve(ctx, argv, argc, |ctx: &Context, args| match command {
         // Redis asks where the keys are (cluster routing, ACL): they follow `numkeys`.
         Some(command) if command.spec.counts_keys() && keys_position_request(ctx) => {

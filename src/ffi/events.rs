@@ -1,9 +1,10 @@
 //! Server events that move or drop locks under waiting clients (FLUSHDB/FLUSHALL, SWAPDB, this
 //! master becoming a replica), the server's cron, loads that replace the data, `CONFIG SET`, and
-//! the command filter (which watches for `CONFIG RESETSTAT`).
+//! the command filter (registered only while the shell has work for it).
 //! Every callback contains panics (`panics`) and hands over to the shell's handlers.
 
 use std::os::raw::{c_int, c_void};
+use std::sync::atomic::{AtomicPtr, Ordering};
 
 use redis_module::{raw, Context};
 
@@ -209,7 +210,7 @@ extern "C" fn on_config_change(
 
 /// The server's cron: the shell checks that the module's timer will fire on time.
 extern "C" fn on_cron(
-    _ctx: *mut raw::RedisModuleCtx,
+    ctx: *mut raw::RedisModuleCtx,
     _eid: raw::RedisModuleEvent,
     _sub: u64,
     _data: *mut c_void,
@@ -219,23 +220,53 @@ extern "C" fn on_cron(
         || (),
         || {
             if let Some(h) = handlers::get() {
-                (h.cron)();
+                (h.cron)(&Context::new(ctx));
             }
         },
     );
 }
 
-/// Redis has no module event for `CONFIG RESETSTAT`: a command filter shows the shell every
-/// command (its first two arguments), which notices it, EXEC and DISCARD go by.
-pub fn watch_commands(ctx: &Context) {
-    // SAFETY: registering a filter callback of the expected signature at load time.
+/// The command filter, while registered (the shell decides when: `shell::filter`).
+static FILTER: AtomicPtr<raw::RedisModuleCommandFilter> = AtomicPtr::new(std::ptr::null_mut());
+
+/// Whether the command filter is registered.
+pub fn watching_commands() -> bool {
+    !FILTER.load(Ordering::Relaxed).is_null()
+}
+
+/// Whether the server names the client to the filter (Redis 7.2+, Valkey; not Redis 7.0).
+pub fn filter_knows_clients() -> bool {
+    // SAFETY: reading a function pointer the API set at load.
+    let get_client_id = unsafe { raw::RedisModule_CommandFilterGetClientId };
+    get_client_id.is_some()
+}
+
+/// Register the command filter (`on`) or unregister it, unless it already is (or is not).
+/// Registering is safe anywhere on the main thread (a filter added while the server runs the
+/// filters is simply not called for that command); unregistering frees the list node the
+/// server's loop over the filters may be about to read, so the caller does it only from a
+/// timer or the cron, never under a command (another module's filter may be running it).
+pub fn watch_commands(ctx: &Context, on: bool) {
+    let current = FILTER.load(Ordering::Relaxed);
+    let registered = !current.is_null();
+    if on == registered {
+        return;
+    }
+    // SAFETY: registering a callback of the expected signature, or unregistering the filter
+    // this module registered, on the main thread outside any filter loop (see above).
     unsafe {
-        if let Some(register) = raw::RedisModule_RegisterCommandFilter {
-            register(
-                ctx.ctx,
-                Some(on_command),
-                raw::REDISMODULE_CMDFILTER_NOSELF as c_int,
-            );
+        if on {
+            if let Some(register) = raw::RedisModule_RegisterCommandFilter {
+                let filter = register(
+                    ctx.ctx,
+                    Some(on_command),
+                    raw::REDISMODULE_CMDFILTER_NOSELF as c_int,
+                );
+                FILTER.store(filter, Ordering::Relaxed);
+            }
+        } else if let Some(unregister) = raw::RedisModule_UnregisterCommandFilter {
+            unregister(ctx.ctx, current);
+            FILTER.store(std::ptr::null_mut(), Ordering::Relaxed);
         }
     }
 }

@@ -61,7 +61,7 @@ pub struct Handlers {
     /// The module's timer fired: run what is due.
     pub alarm: fn(&Context),
     /// The server's cron ran (`hz` times a second, on the monotonic clock).
-    pub cron: fn(),
+    pub cron: fn(&Context),
     /// A granted waiter's reply never went out: run this `Job::Revoke` soon.
     pub revoke: fn(Job),
     /// A blocked waiter's connection closed.
@@ -72,8 +72,11 @@ pub struct Handlers {
     /// or copied, at `(db, name)` where the server tells: count it, let the token source see
     /// its tokens, end its leases on time there.
     pub arrived: fn(place: Option<Place<'_>>, state: &LockState),
-    /// A lock value left the keyspace (DEL, expiry, overwrite, RENAME, MOVE, FLUSH).
-    pub unlinked: fn(db: i32, name: &[u8], state: &LockState),
+    /// A lock value left the keyspace (DEL, expiry, overwrite, RENAME, MOVE): `value` is its
+    /// address, which `freed` reports too if the server frees it.
+    pub unlinked: fn(db: i32, name: &[u8], value: usize, state: &LockState),
+    /// The server freed the lock value at this address (possibly on a lazy-free thread).
+    pub freed: fn(value: usize),
     /// A db was flushed (`None`: every db).
     pub flushed: fn(db: Option<i32>),
     /// Two dbs traded contents.
@@ -99,8 +102,10 @@ pub struct Handlers {
     /// The most words of a command `command_seen` cares about: the filter drops longer ones
     /// before anything else (most commands on a busy server).
     pub command_seen_words: usize,
-    /// `INFO lock` is being rendered.
-    pub info: fn(&InfoContext),
+    /// One of the module's commands ran (it may have started work for the command filter).
+    pub after_command: fn(&Context),
+    /// `INFO lock` is being rendered (for a crash report: read nothing more of the server).
+    pub info: fn(&InfoContext, bool),
 }
 
 static HANDLERS: OnceLock<&'static Handlers> = OnceLock::new();

@@ -18,5 +18,6 @@ pub mod events;
 pub mod handlers;
 pub mod panics;
 pub mod reply;
+pub mod scan;
 pub mod server;
 pub mod timer;

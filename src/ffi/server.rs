@@ -95,13 +95,13 @@ pub fn register_info(ctx: &Context) {
     raw::register_info_function(ctx.ctx, Some(on_info));
 }
 
-extern "C" fn on_info(ctx: *mut raw::RedisModuleInfoCtx, _for_crash_report: c_int) {
+extern "C" fn on_info(ctx: *mut raw::RedisModuleInfoCtx, for_crash_report: c_int) {
     panics::contain(
         "the INFO callback",
         || (),
         || {
             if let Some(h) = handlers::get() {
-                (h.info)(&InfoContext::new(ctx));
+                (h.info)(&InfoContext::new(ctx), for_crash_report != 0);
             }
         },
     );

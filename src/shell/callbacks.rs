@@ -14,6 +14,7 @@ use crate::core::lock::LockState;
 use crate::core::metrics::STATS;
 use crate::core::registry::QueueKey;
 use crate::core::settle::{Answer, Job};
+use crate::effects::adrift;
 use crate::effects::epochs;
 use crate::effects::foreign;
 use crate::effects::queues;
@@ -24,6 +25,7 @@ use crate::ffi::block;
 use crate::ffi::handlers::{CommandArgs, Handlers, Place};
 use crate::ffi::panics;
 use crate::ffi::server;
+use crate::shell::filter;
 use crate::shell::info;
 use crate::shell::renames;
 use crate::shell::resetstat;
@@ -38,26 +40,34 @@ const RETRY_AFTER_PANIC_MS: i64 = 1_000;
 
 pub static HANDLERS: Handlers = Handlers {
     alarm: on_alarm,
-    cron: timers::tick,
+    cron,
     revoke: revoke_soon,
     disconnected,
     client_unblocked,
     arrived,
     unlinked,
+    freed: adrift::freed,
     flushed,
     swapped,
     demoted,
     promoted,
     client_closed,
-    load_started: fencing::load_started,
+    load_started,
     load_failed: fencing::load_failed,
     config_changed,
     any_command,
     command_seen,
-    // RESET, EXEC, DISCARD, CONFIG RESETSTAT, RENAME, RENAMENX and MOVE.
-    command_seen_words: 3,
+    // RESET.
+    command_seen_words: 1,
+    after_command: filter::register_if_needed,
     info: on_info,
 };
+
+/// The server's cron: the module's timer will fire on time, the filter is there only with work.
+fn cron(ctx: &Context) {
+    timers::tick();
+    filter::keep_if_needed(ctx);
+}
 
 /// The module's timer fired: run every job that is due, each on its own (a panic or paused
 /// writes hold back only that job), then set the timer for the rest.
@@ -66,6 +76,7 @@ fn on_alarm(ctx: &Context) {
         run_contained(ctx, job);
     }
     timers::rearm_after_alarm();
+    filter::keep_if_needed(ctx);
 }
 
 fn revoke_soon(job: Job) {
@@ -88,7 +99,7 @@ fn run_contained(ctx: &Context, job: Job) {
     );
     // Every job can run again without harm: after a panic try once more a little later, so a
     // waiter is never left without a timer.
-    if !ran && job.retry_after_panic() {
+    if !ran {
         timers::retry(RETRY_AFTER_PANIC_MS, job);
     }
 }
@@ -108,7 +119,7 @@ fn run(ctx: &Context, job: &Job) {
         }
         Job::LookAtWatched => watch::look(ctx, watches::take_changed()),
         Job::RecheckWatched => watches::recheck_due(),
-        Job::CheckResetStat => resetstat::check(),
+        Job::FindAdrift => renames::step(ctx),
         Job::StartEpoch => {
             // A replica reads it too: grants it replays go to its own AOF.
             epochs::persistence_settings_changed(ctx);
@@ -175,9 +186,9 @@ fn arrived(place: Option<Place<'_>>, state: &LockState) {
 }
 
 /// A lock left the keyspace (DEL, RENAME or MOVE away, overwritten, a TTL set by hand): stop
-/// watching the name, watch it where a rename or move took it, and if anyone waits for the
+/// watching the name (`renames` finds it if it went elsewhere), and if anyone waits for the
 /// name, let a timer settle it on the next turn of the event loop.
-fn unlinked(db: i32, name: &[u8], state: &LockState) {
+fn unlinked(db: i32, name: &[u8], value: usize, state: &LockState) {
     for (holder, _) in state.holds() {
         sessions::unbind(holder.token); // the hold left this name
     }
@@ -187,10 +198,7 @@ fn unlinked(db: i32, name: &[u8], state: &LockState) {
     };
     timers::forget(&key);
     watches::changed(&key);
-    if let Some(moved_to) = renames::destination(db, name) {
-        watches::changed(&moved_to);
-        timers::settle_soon(&moved_to);
-    }
+    adrift::left(value);
     if queues::anyone_waiting() && queues::has_waiters(&key) {
         timers::settle_soon(&key);
     }
@@ -208,6 +216,7 @@ fn flushed(db: Option<i32>) {
 
 /// The two dbs traded contents: every queue of either db meets a different holder (or none).
 fn swapped(first: i32, second: i32) {
+    renames::dbs_swapped();
     timers::swap_dbs(first, second);
     for db in [first, second] {
         watches::changed_in(Some(db));
@@ -260,46 +269,27 @@ fn any_command() {
     watches::command_seen();
 }
 
-/// Redis has no module event for `CONFIG RESETSTAT`: notice it (and EXEC / DISCARD, which may
-/// run or drop a queued one) go by; `resetstat` checks afterwards whether the server really ran
-/// it. Renames and moves are noted for `renames`. Every other command of up to three words costs
-/// one length check of its name.
+/// RESET starts the connection afresh: its session ends (where the server names the client to
+/// the filter: Redis 7.2+, Valkey). Every other one-word command costs one length check.
 fn command_seen(args: &CommandArgs) {
     let first = args.get(0);
-    let candidate = match first.len() {
-        // RESET starts the connection afresh: its session ends (where the server names the
-        // client to the filter: Redis 7.2+, Valkey).
-        5 if args.count() == 1 && first.eq_ignore_ascii_case(b"reset") => {
-            if let Some(id) = args.client_id().filter(|id| sessions::keeps_any(*id)) {
-                timers::end_session_soon(id);
-            }
-            false
+    if first.len() == 5 && first.eq_ignore_ascii_case(b"reset") {
+        if let Some(id) = args.client_id().filter(|id| sessions::keeps_any(*id)) {
+            timers::end_session_soon(id);
         }
-        4 if args.count() == 1 && first.eq_ignore_ascii_case(b"exec") => {
-            resetstat::exec_is_candidate()
-        }
-        7 if args.count() == 1 && first.eq_ignore_ascii_case(b"discard") => {
-            resetstat::discard();
-            false
-        }
-        6 if args.count() == 2
-            && first.eq_ignore_ascii_case(b"config")
-            && args.get(1).eq_ignore_ascii_case(b"resetstat") =>
-        {
-            resetstat::candidate();
-            true
-        }
-        4 | 6 | 8 if args.count() == 3 => {
-            renames::command_seen(first, args.get(1), args.get(2));
-            false
-        }
-        _ => false,
-    };
-    if candidate {
-        timers::check_resetstat_soon();
     }
 }
 
-fn on_info(ctx: &InfoContext) {
+/// A load that replaces the data started (the values it replaces leave the adrift set as they
+/// are freed; if the load fails, those adrift stay so).
+fn load_started() {
+    fencing::load_started();
+    renames::dbs_swapped();
+}
+
+fn on_info(ctx: &InfoContext, for_crash_report: bool) {
+    if !for_crash_report {
+        resetstat::catch_up();
+    }
     let _ = info::render(ctx);
 }

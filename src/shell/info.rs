@@ -8,6 +8,7 @@ use crate::core::version;
 use crate::effects::foreign;
 use crate::effects::watches;
 use crate::ffi::alloc;
+use crate::ffi::events;
 
 fn ms(micros: u64) -> String {
     format!("{:.3}", micros as f64 / 1000.0)
@@ -41,7 +42,8 @@ pub fn render(ctx: &InfoContext) -> RedisResult<()> {
     section = section
         .field("module_heap_bytes", alloc::held_bytes() as u64)?
         .field("foreign_waited_names", foreign::watched_count() as u64)?
-        .field("watched_names", watches::names() as u64)?;
+        .field("watched_names", watches::names() as u64)?
+        .field("command_filter", u64::from(events::watching_commands()))?;
     section.build_section()?.build_info()?;
     Ok(())
 }

@@ -5,6 +5,7 @@
 pub mod callbacks;
 pub mod cluster;
 pub mod commands;
+pub mod filter;
 pub mod guarded;
 pub mod hot;
 pub mod info;

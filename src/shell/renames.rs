@@ -1,101 +1,96 @@
 //! Where a lock goes when `RENAME`, `RENAMENX` or `MOVE` takes it off its name.
 //!
 //! Its leases are watched by name (`effects::timers`), and the server tells a module nothing
-//! about a rename but the keyspace events, which would cost every `DEL`, `EXPIRE` and `SET ...
-//! PX` on the server a module context (about 860 instructions each). So the command filter
-//! notes each rename or move it sees (source, destination), and when a lock leaves a source
-//! name (the type's unlink hook) the note says where it went: the lock is settled there, which
-//! watches it again. Notes are taken when used and kept for the last `KEPT` commands, so a
-//! `RENAME` queued in `MULTI` is still known at `EXEC`; a note whose command failed or moved
-//! another type only costs a look at a name holding no lock.
+//! about where a renamed value went: keyspace events would cost every `DEL`, `EXPIRE` and `SET
+//! ... PX` on the server a module context (about 860 instructions each), a command filter
+//! every command about 200. So a value the server unlinks but does not free is adrift
+//! (`effects::adrift`), and a walk through every db's keys finds it (`STEPS` buckets a turn,
+//! a turn every millisecond: a few percent of the server's time while it walks) and watches its
+//! leases under the name it has now. Until then every read
+//! already treats an ended lease as ended: only the key's deletion at its lease end waits for
+//! the walk. A walk that ends without finding a value gives it up (it left the keyspace some
+//! other way); a read of it past its lease still deletes it.
 
-use std::collections::VecDeque;
 use std::sync::Mutex;
 
+use redis_module::Context;
+
+use crate::core::lock::Millis;
 use crate::core::registry::QueueKey;
+use crate::effects::adrift;
+use crate::effects::timers;
+use crate::effects::watches;
+use crate::ffi::scan::DbScan;
 
-/// How many renames and moves are remembered.
-const KEPT: usize = 64;
+/// How many hash-table buckets (about as many keys) one turn visits: ~100 µs of work.
+const STEPS: usize = 256;
+/// The pause between turns: a million keys are walked in about four seconds.
+const PAUSE_MS: Millis = 1;
 
-/// Where the value at a source name went.
-#[derive(Clone, Debug, PartialEq, Eq)]
-enum Destination {
-    /// `RENAME src dst`: same db, another name.
-    Name(Box<[u8]>),
-    /// `MOVE key db`: same name, another db.
-    Db(i32),
+struct Walk {
+    scan: DbScan,
+    /// `adrift::next_number()` when the walk started.
+    started: u64,
 }
 
-static NOTES: Mutex<VecDeque<(Box<[u8]>, Destination)>> = Mutex::new(VecDeque::new());
+static WALK: Mutex<Option<Walk>> = Mutex::new(None);
 
-fn notes() -> std::sync::MutexGuard<'static, VecDeque<(Box<[u8]>, Destination)>> {
-    NOTES.lock().unwrap_or_else(|p| p.into_inner())
+fn walk() -> std::sync::MutexGuard<'static, Option<Walk>> {
+    WALK.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-fn note(source: &[u8], destination: Destination) {
-    let mut notes = notes();
-    if notes.len() == KEPT {
-        notes.pop_front();
-    }
-    notes.push_back((source.into(), destination));
-}
-
-/// The command filter saw a three-word command: note it if it renames or moves a key.
-pub fn command_seen(name: &[u8], first: &[u8], second: &[u8]) {
-    if name.eq_ignore_ascii_case(b"rename") || name.eq_ignore_ascii_case(b"renamenx") {
-        note(first, Destination::Name(second.into()));
-    } else if name.eq_ignore_ascii_case(b"move") {
-        let db = std::str::from_utf8(second)
-            .ok()
-            .and_then(|d| d.parse::<i32>().ok())
-            .filter(|d| *d >= 0);
-        if let Some(db) = db {
-            note(first, Destination::Db(db));
+/// One step of the walk: watch every value adrift it meets where it met it.
+pub fn step(ctx: &Context) {
+    adrift::looking();
+    let mut found = Vec::new();
+    let going_on = {
+        let mut walk = walk();
+        if walk.is_none() && adrift::any() {
+            let started = adrift::next_number();
+            *walk = DbScan::new(0).map(|scan| Walk { scan, started });
         }
-    }
-}
-
-/// A lock left `name` of `db`: where it went, if a rename or move of that name was noted.
-pub fn destination(db: i32, name: &[u8]) -> Option<QueueKey> {
-    let mut notes = notes();
-    if notes.is_empty() {
-        return None;
-    }
-    let at = notes.iter().rposition(|(source, _)| **source == *name)?;
-    let (_, destination) = notes.remove(at)?;
-    Some(match destination {
-        Destination::Name(to) => QueueKey { db, name: to },
-        Destination::Db(to) => QueueKey {
-            db: to,
-            name: name.into(),
-        },
-    })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_noted_rename_or_move_says_where_the_lock_went_once() {
-        command_seen(b"RENAME", b"a", b"b");
-        command_seen(b"move", b"c", b"3");
-        command_seen(b"MOVE", b"d", b"x"); // not a db: nothing to note
-        command_seen(b"MOVE", b"d", b"-1");
-        command_seen(b"SET", b"e", b"f");
-        let key = |db, name: &[u8]| QueueKey {
-            db,
-            name: name.into(),
-        };
-        assert_eq!(destination(2, b"a"), Some(key(2, b"b")));
-        assert_eq!(destination(2, b"a"), None, "taken when used");
-        assert_eq!(destination(0, b"c"), Some(key(3, b"c")));
-        assert_eq!(destination(0, b"d"), None);
-        assert_eq!(destination(0, b"e"), None);
-        for i in 0..=KEPT {
-            command_seen(b"renamenx", format!("s{i}").as_bytes(), b"t");
+        if let Some(w) = walk.as_mut() {
+            let db = w.scan.db();
+            let more = w.scan.step(ctx, STEPS, &mut |name, value, state| {
+                if adrift::is_adrift(value) {
+                    let key = QueueKey {
+                        db,
+                        name: name.into(),
+                    };
+                    found.push((key, value, state.first_deadline()));
+                }
+            });
+            // A db done: on to the next. Past the last db (it cannot be selected): over.
+            let next = match more {
+                Some(true) => None,
+                Some(false) => DbScan::new(db + 1),
+                None => {
+                    adrift::give_up_before(w.started);
+                    None
+                }
+            };
+            if let Some(scan) = next {
+                w.scan = scan;
+            } else if more != Some(true) {
+                *walk = None;
+            }
         }
-        assert_eq!(destination(0, b"s0"), None, "only the last KEPT are kept");
-        assert_eq!(destination(0, b"s1"), Some(key(0, b"t")));
+        walk.is_some()
+    };
+    for (key, value, deadline) in found {
+        adrift::forget(value);
+        watches::changed(&key);
+        timers::settle_key_at(key, deadline);
+    }
+    if going_on || adrift::any() {
+        adrift::look_after(PAUSE_MS);
+    }
+}
+
+/// Values may have moved to a db the walk has passed (SWAPDB, a load): this walk gives up
+/// nothing it missed; the next one decides.
+pub fn dbs_swapped() {
+    if let Some(w) = walk().as_mut() {
+        w.started = 0;
     }
 }
