@@ -5,6 +5,7 @@
 //! Usage: redis-lock-bench [--out DIR] [--quick]
 //!        redis-lock-bench --waiters N   (only the memory of N lock waiters vs N BLPOP waiters)
 //!        redis-lock-bench --cost        (only section 8, the module's own cost)
+//!        redis-lock-bench --cycles      (only section 1, the uncontended cycles)
 //!        redis-lock-bench --go          (only section 9, the Go lock clients)
 //!        redis-lock-bench --watch       (only section 10, the watchers)
 //!
@@ -82,6 +83,12 @@ fn main() {
     if args.iter().any(|a| a == "--watch") {
         let mut report = Report::default();
         watch::section(&mut report, &server, quick);
+        println!("{}", report.markdown());
+        return;
+    }
+    if args.iter().any(|a| a == "--cycles") {
+        let mut report = Report::default();
+        uncontended::section(&mut report, &server, dur);
         println!("{}", report.markdown());
         return;
     }
