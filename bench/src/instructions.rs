@@ -38,43 +38,32 @@ pub const GET: Words = |_| words::get("k");
 pub const SET: Words = |_| words::set("k");
 pub const SET_NX_PX: Words = |i| words::set_nx_px(&format!("a:{i}"));
 pub const ACQUIRE: Words = |i| words::acquire(&format!("b:{i}"));
-/// Acquire and release of fresh keys, alternating (request `2j` acquires key j, `2j+1` releases it).
-pub const CYCLE: Words = |i| {
-    let key = format!("c:{}", i / 2);
-    if i % 2 == 0 {
-        words::acquire(&key)
-    } else {
-        words::release(&key)
-    }
-};
-/// `SET NX PX` and `DEL` of fresh keys, alternating.
-pub const SET_DEL: Words = |i| {
-    let key = format!("d:{}", i / 2);
-    if i % 2 == 0 {
-        words::set_nx_px(&key)
-    } else {
-        words::del(&key)
-    }
-};
+/// The words of a command on one key.
+type OnKey = fn(&str) -> Vec<String>;
 
-/// `SET NX PX` and the compare-and-delete script every such lock ships (`EVALSHA`), alternating.
+/// Request `i` of a cycle on fresh keys `prefix:j`: `2j` takes key j (`take`), `2j+1` gives it
+/// back (`give`).
+fn cycle(i: u64, prefix: &str, take: OnKey, give: OnKey) -> Vec<String> {
+    let key = format!("{prefix}:{}", i / 2);
+    if i.is_multiple_of(2) {
+        take(&key)
+    } else {
+        give(&key)
+    }
+}
+
+/// Acquire and release of fresh keys.
+pub const CYCLE: Words = |i| cycle(i, "c", words::acquire, words::release);
+/// `SET NX PX` and `DEL` of fresh keys.
+pub const SET_DEL: Words = |i| cycle(i, "d", words::set_nx_px, words::del);
+/// `SET NX PX` and the compare-and-delete script every such lock ships (`EVALSHA`).
 pub const SET_EVALSHA: Words = |i| {
-    let key = format!("e:{}", i / 2);
-    if i % 2 == 0 {
-        words::set_nx_px(&key)
-    } else {
-        words::evalsha_release(&key, &CAD_SHA)
-    }
+    cycle(i, "e", words::set_nx_px, |key| {
+        words::evalsha_release(key, &CAD_SHA)
+    })
 };
-/// `SET NX PX` and Valkey 9's native compare-and-delete (`DELIFEQ`), alternating.
-pub const SET_DELIFEQ: Words = |i| {
-    let key = format!("f:{}", i / 2);
-    if i % 2 == 0 {
-        words::set_nx_px(&key)
-    } else {
-        words::delifeq(&key)
-    }
-};
+/// `SET NX PX` and Valkey 9's native compare-and-delete (`DELIFEQ`).
+pub const SET_DELIFEQ: Words = |i| cycle(i, "f", words::set_nx_px, words::delifeq);
 
 /// The SHA1 of the compare-and-delete script, which `drive` loads first.
 static CAD_SHA: LazyLock<String> =

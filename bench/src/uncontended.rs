@@ -47,30 +47,15 @@ impl Variant {
                 p.cmd("LOCK.RELEASE").arg(key).arg(owner);
             }
             Variant::LuaRelease => {
-                p.cmd("SET")
-                    .arg(key)
-                    .arg(owner)
-                    .arg("NX")
-                    .arg("PX")
-                    .arg(30_000);
+                set_nx_px(p, key, owner);
                 p.cmd("EVALSHA").arg(sha).arg(1).arg(key).arg(owner);
             }
             Variant::DelIfEq => {
-                p.cmd("SET")
-                    .arg(key)
-                    .arg(owner)
-                    .arg("NX")
-                    .arg("PX")
-                    .arg(30_000);
+                set_nx_px(p, key, owner);
                 p.cmd("DELIFEQ").arg(key).arg(owner);
             }
             Variant::UnsafeDel => {
-                p.cmd("SET")
-                    .arg(key)
-                    .arg(owner)
-                    .arg("NX")
-                    .arg("PX")
-                    .arg(30_000);
+                set_nx_px(p, key, owner);
                 p.cmd("DEL").arg(key);
             }
             Variant::Ping => {
@@ -79,6 +64,16 @@ impl Variant {
             }
         }
     }
+}
+
+/// The acquire of the `SET NX PX` locks.
+fn set_nx_px(p: &mut redis::Pipeline, key: &str, owner: &str) {
+    p.cmd("SET")
+        .arg(key)
+        .arg(owner)
+        .arg("NX")
+        .arg("PX")
+        .arg(30_000);
 }
 
 pub struct Result {
