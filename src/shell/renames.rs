@@ -5,11 +5,11 @@
 //! ... PX` on the server a module context (about 860 instructions each), a command filter
 //! every command about 200. So a value the server unlinks but does not free is adrift
 //! (`effects::adrift`), and a walk through every db's keys finds it (`STEPS` buckets a turn,
-//! a turn every millisecond: a few percent of the server's time while it walks) and watches its
-//! leases under the name it has now. Until then every read
-//! already treats an ended lease as ended: only the key's deletion at its lease end waits for
+//! a turn every millisecond: a few percent of the server's time while it walks) and watches
+//! its leases under the name it has now. Until then every command treats an ended lease as
+//! ended (an acquire takes the name over): only the key's deletion at the lease end waits for
 //! the walk. A walk that ends without finding a value gives it up (it left the keyspace some
-//! other way); a read of it past its lease still deletes it.
+//! other way); a walk that may have missed one (SWAPDB, a load) gives up nothing.
 
 use std::sync::Mutex;
 
