@@ -29,6 +29,10 @@ def cargo(log: str) -> Counts:
     # "test result: ok. 12 passed; 0 failed; 1 ignored; ..." once per test binary
     results = list(re.finditer(r"^test result: \w+\. (\d+) passed; (\d+) failed;", log, re.M))
     failures = re.findall(r"^test (\S+)(?: - should panic)? \.\.\. FAILED$", log, re.M)
+    # A test that prints (the fault suite runs with --nocapture) puts FAILED on a line of its
+    # own: the closing "failures:" list names it.
+    for block in re.findall(r"^failures:\n((?:    \S+\n)+)", log, re.M):
+        failures += block.split()
     return Counts(_sum(results, 1), _sum(results, 2), _unique(failures))
 
 

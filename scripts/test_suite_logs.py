@@ -29,6 +29,15 @@ class Readers(unittest.TestCase):
         self.assertEqual((counts.passed, counts.failed), (7, 1))
         self.assertEqual(counts.failures, ["queue::a_waiter_is_served_first"])
 
+    def test_cargo_names_a_failed_test_that_printed_before_failing(self):
+        log = "test processes::kill9 ... \nthread 'processes::kill9' panicked at x.rs:1:2:\n" \
+            "FAILED\ntest waiters::exact ... ok\n\nfailures:\n\n---- processes::kill9 stdout ----\n" \
+            "\nfailures:\n    processes::kill9\n\n" \
+            "test result: FAILED. 1 passed; 1 failed; 0 ignored; 0 measured; 0 filtered out\n"
+        counts = suite_logs.read("rust", log)
+        self.assertEqual((counts.passed, counts.failed), (1, 1))
+        self.assertEqual(counts.failures, ["processes::kill9"])
+
     def test_pytest_counts_errors_as_failures(self):
         log = "FAILED tests/test_a.py::test_x - assert 1 == 2\nERROR tests/test_b.py::test_y\n" \
             "===== 1 failed, 178 passed, 3 skipped, 1 error in 95.20s =====\n"
