@@ -246,3 +246,44 @@ fn with_the_setting_off_a_string_is_the_wrong_type() {
     let refused = waiter.join().unwrap().unwrap_err();
     assert!(refused.starts_with("WRONGTYPE"), "{refused}");
 }
+
+/// A string can end between two looks at its name: outside a command (a timer) Redis 7.0 reads
+/// the wall clock afresh at each lookup. The module's look for a lock and its look for a string
+/// are microseconds apart, so CI met it once, where qemu runs every step slowly (a waiter was
+/// answered `WRONGTYPE`). Here the server's wall clock moves 1 ms further at each read: time
+/// passes between any two looks. Each round a string ends while its waiter waits and commands
+/// keep the module looking at the name (after each command), so some look falls across the
+/// end: with the fix undone (`keyspace::foreign_or_gone`), 7 runs of 7 failed for the waiter
+/// and 4 of 4 for the watcher, before round 60. Every waiter is granted, none answered an
+/// error, and a watcher of the name hears news, never an error. (Valkey fixes the time for a whole timer callback: there this passes whatever the
+/// module does.)
+#[test]
+fn a_string_ending_between_two_looks_frees_the_name() {
+    let Some(env) = moving_clock_env(1000) else {
+        eprintln!("SKIPPED: no C compiler built the moving-clock shim (harness/movingclock.c)");
+        return;
+    };
+    let s = Server::builder().env(&pairs(&env)).start();
+    let mut c = s.con();
+    // No active expiry: each string is left for the module's looks to find at its end.
+    ok(&mut c, &["DEBUG", "SET-ACTIVE-EXPIRE", "0"]);
+    for round in 0..60 {
+        let name = format!("k{round}");
+        // 200 server ms: some 200 clock reads, well after the waiter queues.
+        old_style_lock(&mut c, &name, "old", "200");
+        // WAIT runs on module timers, which Redis 7.0 times by the wall clock too: 0 is no limit.
+        let waiter = spawn_wait(&s, &name, "new", 60_000, 0);
+        let watcher = spawn_wait_with(&s, &["LOCK.WATCH", &name, "AFTER", "foreign", "WAIT", "0"]);
+        while !(waiter.is_finished() && watcher.is_finished()) {
+            ok(&mut c, &["PING"]);
+        }
+        let token = token_of(waiter.join().unwrap());
+        assert_eq!(fence(&mut c, &name), Some(token), "round {round}");
+        // The news of the name: free, or the waiter's hold; never an error.
+        let news = watcher.join().unwrap();
+        assert!(
+            matches!(news, Ok(Value::Array(_))),
+            "round {round}: {news:?}"
+        );
+    }
+}

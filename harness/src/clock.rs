@@ -71,3 +71,18 @@ pub fn faketime_env(offset_file: &Path) -> Option<Vec<(String, String)>> {
     ];
     Some(pairs.into_iter().map(|(k, v)| (k.to_string(), v)).collect())
 }
+
+/// The environment that runs a server whose wall clock moves `step_us` further at each read
+/// (`harness/movingclock.c`: `gettimeofday` only, which keys' TTLs read; never the monotonic
+/// clock): time passes between any two looks at a key, as on a very slow machine. `None` where
+/// the shim could not be built. Unlike libfaketime it starts jemalloc builds too.
+pub fn moving_clock_env(step_us: u32) -> Option<Vec<(String, String)>> {
+    let lib = env!("MOVINGCLOCK_LIB");
+    if lib.is_empty() {
+        return None;
+    }
+    Some(vec![
+        ("LD_PRELOAD".to_string(), lib.to_string()),
+        ("MOVINGCLOCK_STEP_US".to_string(), step_us.to_string()),
+    ])
+}

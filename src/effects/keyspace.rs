@@ -272,6 +272,25 @@ pub fn foreign_ttl(ctx: &Context, name: &RedisString) -> Option<Option<Millis>> 
     server::string_ttl(ctx, name)
 }
 
+/// What a failed read of `name`'s lock (`err`: not a lock) means outside a command: `Some`, a
+/// plain string standing for another client's hold, with its TTL (`foreign_ttl`); `None`,
+/// nothing stands there now; else `err`. Outside a command Redis 7.0 reads its clock afresh at
+/// each lookup, so a string whose TTL ends between the read and this look is gone by now: the
+/// name is free, not another type. (A command sees one instant throughout.)
+pub fn foreign_or_gone(
+    ctx: &Context,
+    name: &RedisString,
+    err: LockError,
+) -> Result<Option<Option<Millis>>, LockError> {
+    if let Some(ttl) = foreign_ttl(ctx, name) {
+        return Ok(Some(ttl));
+    }
+    if ctx.open_key(name).is_null() {
+        return Ok(None);
+    }
+    Err(err)
+}
+
 /// A read of a lock's state (`read`), unless it failed because a plain string stands under
 /// `name` for another client's hold: then `None` (nothing of the caller's is there).
 pub fn unless_foreign(

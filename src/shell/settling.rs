@@ -69,11 +69,19 @@ pub fn settle(ctx: &Context, key: &QueueKey, revoked: Option<Token>) {
             };
             pass_on(&lock, state.as_ref(), now);
         }
-        Err(err) => match keyspace::foreign_ttl(ctx, &name) {
+        Err(err) => match keyspace::foreign_or_gone(ctx, &name, err) {
             // Another client's plain-string lock holds the name: its waiters wait on.
-            Some(ttl) if queues::has_waiters(key) => foreign::watch(key, foreign::due(ttl, now)),
-            Some(_) => foreign::unwatch(key),
-            None => {
+            Ok(Some(ttl)) if queues::has_waiters(key) => {
+                foreign::watch(key, foreign::due(ttl, now))
+            }
+            Ok(Some(_)) => foreign::unwatch(key),
+            Ok(None) => {
+                // The string ran out between the two looks: settle the name afresh, now free
+                // (the first handle is stale; a string cannot come back, so once more is all).
+                drop(lock);
+                settle(ctx, key, revoked);
+            }
+            Err(err) => {
                 // Another type now lives under this name (SET, RESTORE, RENAME onto it).
                 foreign::unwatch(key);
                 fail(queues::take_all(key), err);

@@ -109,9 +109,10 @@ impl Found {
 fn what_stands(ctx: &Context, name: &RedisString) -> Result<Found, LockError> {
     match keyspace::read_state(ctx, name) {
         Ok(state) => Ok(Found::Lock(state)),
-        Err(err) => keyspace::foreign_ttl(ctx, name)
-            .map(Found::Foreign)
-            .ok_or(err),
+        Err(err) => Ok(match keyspace::foreign_or_gone(ctx, name, err)? {
+            Some(ttl) => Found::Foreign(ttl),
+            None => Found::Lock(None),
+        }),
     }
 }
 
