@@ -14,7 +14,7 @@ import (
 	"github.com/redis-lock/redis-lock/clients/go/internal/testserver"
 )
 
-// Rule 6: 1,000 holds of 3 s held 7 s on one Locker add one connection to the server (the
+// Rule 6: 1,000 holds of 6 s held 13 s on one Locker add one connection to the server (the
 // loop's), and none is lost; then one released and one lost (released by another connection)
 // leave the 998 others renewed: their leases were extended after that.
 func TestOneLoopRenews1000HoldsOnOneConnection(t *testing.T) {
@@ -31,13 +31,15 @@ func TestOneLoopRenews1000HoldsOnOneConnection(t *testing.T) {
 	app.Ping(ctx)
 	before, pool := clients(), app.PoolStats().TotalConns
 	l := redislock.New(app)
-	const n, ttl = 1000, 3 * time.Second
+	// Renewed every 2 s: a renewal may come 4 s late before a lease ends (Java and Python lost
+	// holds with 3 s leases when a loaded 2-core machine stalled them more than 2 s).
+	const n, ttl = 1000, 6 * time.Second
 	holds := make([]*redislock.Lock, n)
 	for i := range holds {
 		holds[i] = obtain(t, l, fmt.Sprintf("renew:%d", i), ttl, redislock.WithWait(0))
 	}
 	most := before
-	for end := time.Now().Add(7 * time.Second); time.Now().Before(end); {
+	for end := time.Now().Add(2*ttl + time.Second); time.Now().Before(end); { // two leases and more
 		time.Sleep(250 * time.Millisecond)
 		most = max(most, clients())
 	}
