@@ -51,7 +51,10 @@ fn must(args: &[&str]) {
 
 /// Whether this machine can make namespaces (root, `ip netns`), and why not.
 pub fn available() -> Result<(), String> {
-    let probe = format!("{PREFIX}{}probe", std::process::id());
+    // Numbered: tests of one process may probe at once (`--test-threads` above 1).
+    static PROBES: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let n = PROBES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let probe = format!("{PREFIX}{}probe{n}", std::process::id());
     ip(&["netns", "add", &probe])?;
     ip(&["netns", "del", &probe]).map(|_| ())
 }

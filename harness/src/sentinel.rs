@@ -250,7 +250,7 @@ impl Deployment {
                 host: host.clone(),
                 port: *port,
                 client_host: None,
-                dir: fresh_dir("sentinel"),
+                dir: fresh_memory_dir("sentinel"),
                 slot: *slot,
                 args: vec!["--sentinel".into()],
                 env: Vec::new(),

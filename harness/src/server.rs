@@ -45,10 +45,24 @@ pub fn free_port() -> u16 {
 
 /// A fresh directory for a server under `target/test-servers`.
 pub fn fresh_dir(tag: &str) -> PathBuf {
+    fresh_dir_under(&workspace().join("target/test-servers"), tag)
+}
+
+/// A fresh directory in memory (tmpfs, `/dev/shm`) where there is one, else `fresh_dir`: for a
+/// process that a slow `fsync` must not stall. Sentinel flushes its config with `fsync` at each
+/// new epoch; behind a busy disk that once took 2.2 s, and a Sentinel stalled over 2 s enters
+/// TILT mode and fails nothing over for 30 s (the soak's only fault-suite failure).
+pub fn fresh_memory_dir(tag: &str) -> PathBuf {
+    let shm = Path::new("/dev/shm");
+    if !shm.is_dir() {
+        return fresh_dir(tag);
+    }
+    fresh_dir_under(&shm.join("redis-lock-tests"), tag)
+}
+
+fn fresh_dir_under(parent: &Path, tag: &str) -> PathBuf {
     let n = NEXT_DIR.fetch_add(1, Ordering::Relaxed);
-    let dir = workspace()
-        .join("target/test-servers")
-        .join(format!("{tag}-{}-{n}", std::process::id()));
+    let dir = parent.join(format!("{tag}-{}-{n}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).expect("create server dir");
     dir
