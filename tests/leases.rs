@@ -135,6 +135,45 @@ fn a_lock_moved_to_another_name_or_db_still_ends_on_time() {
     );
 }
 
+/// A lock value the server frees without its unlink hook (a RESTORE whose ABSTTL is already
+/// past: loaded, so watched in the lease heap, then dropped) leaves the heap safely: the heap
+/// lets go of it on the main thread, never reads its memory after, so the locks made next,
+/// likely at the same addresses, all end on time, each once.
+#[test]
+fn a_lock_value_freed_without_its_unlink_leaves_the_lease_heap_safely() {
+    let s = Server::start();
+    let mut c = s.con();
+    acquire(&mut c, "d", "o", 60_000).unwrap();
+    let payload = dump(&mut c, "d");
+    let mut live = Vec::new();
+    for round in 0..40 {
+        for i in 0..20 {
+            let name = format!("gone-{round}-{i}");
+            let restored = run(
+                &mut c,
+                &[b"RESTORE", name.as_bytes(), b"1000", &payload, b"ABSTTL"],
+            );
+            assert_eq!(restored, Ok(Value::Okay));
+            assert!(!exists(&mut c, &name), "{name}: expired on arrival");
+        }
+        for i in 0..20 {
+            let name = format!("live-{round}-{i}");
+            acquire(&mut c, &name, "o", 200 + 10 * i).unwrap();
+            live.push(name);
+        }
+    }
+    // The last of them was granted a 390 ms lease just now; 5 s covers a loaded machine.
+    let within = Duration::from_secs(5);
+    for name in &live {
+        assert!(
+            gone_within(&mut c, name, within),
+            "{name} outlived its lease"
+        );
+    }
+    assert_eq!(stat(&mut c, "expired_while_held"), live.len() as f64);
+    assert!(exists(&mut c, "d"), "the original is untouched");
+}
+
 /// A renamed or moved lock is found by a walk through the keyspace (no command filter watches
 /// for RENAME): among 60,000 other keys in two dbs it still ends within the bound, while
 /// another client flushes and swaps other dbs (neither starts the walk over). The walk visits

@@ -92,7 +92,9 @@ impl<K: Hash + Eq + Clone, J> Schedule<K, J> {
 
     /// Take back a job that has not come up yet (a key's slot is cancelled by its key).
     pub fn cancel(&mut self, slot: Slot) -> Option<J> {
-        self.jobs.remove(&slot)
+        let job = self.jobs.remove(&slot);
+        self.shrink_if_idle();
+        job
     }
 
     /// Let `id` come up at `due` (an id is pending at most once per due time).
@@ -102,7 +104,9 @@ impl<K: Hash + Eq + Clone, J> Schedule<K, J> {
 
     /// Take back an id that has not come up yet.
     pub fn cancel_id(&mut self, due: Millis, id: u64) -> bool {
-        self.ids.remove(&(due, id))
+        let removed = self.ids.remove(&(due, id));
+        self.shrink_if_idle();
+        removed
     }
 
     /// Let `key` come up at `due`, unless it already comes up at or before then. True when
@@ -175,6 +179,11 @@ impl<K: Hash + Eq + Clone, J> Schedule<K, J> {
         self.shrink_if_idle();
     }
 
+    /// Whether any key is pending.
+    pub fn has_keys(&self) -> bool {
+        !self.keys.is_empty()
+    }
+
     /// When the earliest entry is due.
     pub fn first_due(&self) -> Option<Millis> {
         let job = self.jobs.first_key_value().map(|(slot, _)| slot.due);
@@ -191,11 +200,15 @@ impl<K: Hash + Eq + Clone, J> Schedule<K, J> {
         let entry = job.into_iter().chain(key).min().filter(|s| s.due <= now);
         let id = self.ids.first().map(|(due, _)| *due).filter(|d| *d <= now);
         if id.is_some_and(|id| entry.is_none_or(|e| id < e.due)) {
-            return self.ids.pop_first().map(|(_, id)| Due::Id(id));
+            let id = self.ids.pop_first().map(|(_, id)| Due::Id(id));
+            self.shrink_if_idle();
+            return id;
         }
         let slot = entry?;
         if job == Some(slot) {
-            return self.jobs.pop_first().map(|(_, job)| Due::Job(job));
+            let job = self.jobs.pop_first().map(|(_, job)| Due::Job(job));
+            self.shrink_if_idle();
+            return job;
         }
         let (slot, key) = self.keys.pop_first()?;
         self.unkey(self.hasher.hash_one(&key), slot);
@@ -226,13 +239,23 @@ impl<K: Hash + Eq + Clone, J> Schedule<K, J> {
 
     /// A burst of waiters or locks should not leave its high-water mark behind: like Redis's
     /// own dictionaries, the table shrinks once it is less than an eighth full (to twice what
-    /// it holds, so a table that fills again does not grow at once).
+    /// it holds, so a table that fills again does not grow at once). An empty map or table
+    /// keeps nothing (a B-tree keeps its last node otherwise).
     fn shrink_if_idle(&mut self) {
         let (len, capacity) = (self.keyed.len(), self.keyed.capacity());
-        if len == 0 && capacity > 64 {
+        if len == 0 && capacity > 0 {
             self.keyed = HashTable::new();
         } else if capacity > 64 && len < capacity / 8 {
             self.keyed.shrink_to(len * 2, |(_, h)| *h);
+        }
+        if self.keys.is_empty() {
+            self.keys = BTreeMap::new();
+        }
+        if self.jobs.is_empty() {
+            self.jobs = BTreeMap::new();
+        }
+        if self.ids.is_empty() {
+            self.ids = BTreeSet::new();
         }
     }
 }

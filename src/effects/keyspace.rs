@@ -6,9 +6,9 @@
 //! change can miss the replicas, the AOF, the events or the metrics.
 //!
 //! A lock key carries no TTL: Redis counts TTLs on the wall clock, leases run on the lease
-//! clock (`ffi::clock`). Every write has the key settled at its first deadline
-//! (`effects::timers`), which deletes it once its last lease ran out (`PTTL` answers -1;
-//! `LOCK.INFO` tells the time left).
+//! clock (`ffi::clock`). Every write has the value settled at its first deadline
+//! (`effects::timers`' lease heap), which deletes it once its last lease ran out (`PTTL`
+//! answers -1; `LOCK.INFO` tells the time left).
 
 use std::cell::Cell;
 use std::ffi::CStr;
@@ -23,6 +23,7 @@ use crate::core::hot::{self, Signal};
 use crate::core::lock::{self, LockState, Millis};
 use crate::core::metrics::STATS;
 use crate::core::registry::QueueKey;
+use crate::core::value::LockValue;
 use crate::effects::adrift;
 use crate::effects::sessions;
 use crate::effects::timers;
@@ -126,9 +127,18 @@ impl<'a> LockKey<'a> {
 
     /// The stored state (some holds' leases may have run out: decisions look at live ones).
     pub fn state(&self) -> Result<Option<LockState>, LockError> {
-        match self.key.get_value::<LockState>(&LOCK_TYPE) {
-            Ok(value) => Ok(value.map(|s| s.clone())),
+        match self.key.get_value::<LockValue>(&LOCK_TYPE) {
+            Ok(value) => Ok(value.map(|v| v.state.clone())),
             Err(_) => Err(LockError::WrongType),
+        }
+    }
+
+    /// Whether the stored value is watched to be settled by `due` (then its queue needs no
+    /// entry of its own in the schedule).
+    pub fn watched_by(&self, due: Millis) -> bool {
+        match self.key.get_value::<LockValue>(&LOCK_TYPE) {
+            Ok(Some(value)) => value.lease.place().is_some() && value.lease.due <= due,
+            _ => false,
         }
     }
 
@@ -144,8 +154,8 @@ impl<'a> LockKey<'a> {
     /// when some ended and every one of them ran out of lease.
     fn end_previous_holds(&self, next: Option<&LockState>, now: Millis) -> bool {
         let mut all_expired = None;
-        if let Ok(Some(previous)) = self.key.get_value::<LockState>(&LOCK_TYPE) {
-            for ended in lock::ended(previous, next) {
+        if let Ok(Some(previous)) = self.key.get_value::<LockValue>(&LOCK_TYPE) {
+            for ended in lock::ended(&previous.state, next) {
                 sessions::unbind(ended.token);
                 let expired = hold_ended(self.ctx, self.name, ended.granted, ended.deadline, now);
                 all_expired = Some(all_expired.unwrap_or(true) && expired);
@@ -206,25 +216,32 @@ impl<'a> LockKey<'a> {
     /// verbatim.
     pub fn set_local(&self, state: LockState, _now: Millis) -> Result<(), LockError> {
         let first_deadline = state.first_deadline();
-        match self.key.get_value::<LockState>(&LOCK_TYPE) {
+        let value = match self.key.get_value::<LockValue>(&LOCK_TYPE) {
             // Updating in place keeps the key (no unlink callback, no keyspace churn).
             Ok(Some(current)) => {
-                STATS.count_holds(current, -1);
+                STATS.count_holds(&current.state, -1);
                 STATS.count_holds(&state, 1);
-                *current = state;
+                current.state = state;
+                current
             }
             Ok(None) => {
                 STATS.count_holds(&state, 1);
                 self.key
-                    .set_value(&LOCK_TYPE, state)
+                    .set_value(&LOCK_TYPE, LockValue::new(state))
                     .map_err(|_| LockError::WrongType)?;
                 STATS.locks.add(1);
+                match self.key.get_value::<LockValue>(&LOCK_TYPE) {
+                    Ok(Some(stored)) => stored,
+                    _ => return Err(LockError::WrongType),
+                }
             }
             Err(_) => return Err(LockError::WrongType),
+        };
+        let db = server::selected_db(self.ctx);
+        timers::watch_lease(value, db, self.name.as_slice(), first_deadline);
+        if watches::anyone_watching() {
+            watches::changed(&self.queue_key());
         }
-        let key = self.queue_key();
-        watches::changed(&key);
-        timers::settle_key_at(key, first_deadline);
         Ok(())
     }
 
@@ -257,7 +274,7 @@ impl<'a> LockKey<'a> {
 /// Whether `name` holds a lock (of any mode) in the selected db.
 pub fn holds_lock(ctx: &Context, name: &RedisString) -> bool {
     matches!(
-        ctx.open_key(name).get_value::<LockState>(&LOCK_TYPE),
+        ctx.open_key(name).get_value::<LockValue>(&LOCK_TYPE),
         Ok(Some(_))
     )
 }
@@ -307,7 +324,7 @@ pub fn unless_foreign(
 /// Read a lock key's state without writing (replicas, read-only commands).
 pub fn read_state(ctx: &Context, name: &RedisString) -> Result<Option<LockState>, LockError> {
     ctx.open_key(name)
-        .get_value::<LockState>(&LOCK_TYPE)
-        .map(|s| s.cloned())
+        .get_value::<LockValue>(&LOCK_TYPE)
+        .map(|v| v.map(|v| v.state.clone()))
         .map_err(|_| LockError::WrongType)
 }

@@ -5,7 +5,14 @@
 //!
 //! Every lock is watched here until its last lease ends: its key carries no TTL (Redis counts
 //! TTLs on the wall clock), so the module deletes it. A lock with waiters is settled at its
-//! deadline, so the head of the queue is served within a millisecond or two.
+//! deadline, so the head of the queue is served within a millisecond or two. Lock values are
+//! watched in the lease heap (`core::lease_heap`), by address, each keeping its due time, place
+//! and name itself; names without a value of theirs (a queue behind a plain string, a settle
+//! soon) in the schedule, by name.
+//!
+//! A value leaves the lease heap before its memory goes back (`ffi::lease_values`): its unlink
+//! and a flush's start take it out, and a value the server frees while still in the heap is
+//! buried here instead (`bury`, from any thread) and dropped on the main thread once out.
 //!
 //! Redis counts its timers on the wall clock too, so the one timer can fire early (the clock
 //! stepped forward: nothing is due yet, it is set again) or late (stepped back). The server's
@@ -14,18 +21,24 @@
 //! one cron period.
 
 use std::collections::HashSet;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{LazyLock, Mutex, MutexGuard};
 
+use crate::core::lease_heap::LeaseHeap;
 use crate::core::lock::Millis;
 use crate::core::registry::QueueKey;
 use crate::core::schedule::{self, Alarm, Due, Schedule};
 use crate::core::settle::Job;
+use crate::core::value::LockValue;
 use crate::ffi::clock;
+use crate::ffi::lease_values::{ValuePtr, Values};
 use crate::ffi::timer::{self, TimerId};
 
 #[derive(Default)]
 struct Timers {
     schedule: Schedule<QueueKey, Job>,
+    /// Every lock value, by its first deadline.
+    leases: LeaseHeap<ValuePtr>,
     /// The Redis timer that is set, and for when.
     alarm: Option<(Alarm, TimerId)>,
     /// Locks a replica found past their last deadline: its master deletes them, or, once it is
@@ -34,6 +47,14 @@ struct Timers {
 }
 
 static TIMERS: LazyLock<Mutex<Timers>> = LazyLock::new(Mutex::default);
+
+/// Values the server freed while the lease heap held them, until the main thread takes them
+/// out (its own mutex: a lazy-free thread must never wait for the timers). Boxed: the heap
+/// holds their addresses.
+#[allow(clippy::vec_box)]
+type Buried = Vec<Box<LockValue>>;
+static BURIED: Mutex<Buried> = Mutex::new(Vec::new());
+static ANY_BURIED: AtomicBool = AtomicBool::new(false);
 
 /// Never held while calling into Redis in a way that can call back (timers only start and
 /// stop the one Redis timer, which calls nothing).
@@ -52,10 +73,56 @@ impl Timers {
         }
     }
 
+    /// When the earliest entry of either kind is due.
+    fn first_due(&self) -> Option<Millis> {
+        let lease = self.leases.first_due(&Values);
+        let named = self.schedule.first_due();
+        lease.into_iter().chain(named).min()
+    }
+
+    /// Take the earliest entry due at `now` or before: a lease before the schedule's entries
+    /// due at the same time.
+    fn pop_due(&mut self, now: Millis) -> Option<Job> {
+        let lease = self.leases.first_due(&Values).filter(|d| *d <= now);
+        let named = self.schedule.first_due().filter(|d| *d <= now);
+        if lease.is_some_and(|l| named.is_none_or(|n| l <= n)) {
+            let h = self.leases.pop_due(&mut Values, now)?;
+            let key = QueueKey {
+                db: h.lease().db(),
+                name: h.lease().name().into(),
+            };
+            return Some(Job::Settle { key });
+        }
+        self.schedule.pop_due(now).map(|due| match due {
+            Due::Job(job) => job,
+            Due::Key(key) => Job::Settle { key },
+            Due::Id(client_id) => Job::TimeOut { client_id },
+        })
+    }
+
+    /// Take the buried values out of the lease heap and let them go. Their names are settled
+    /// now: the server freed them without the unlink that wakes the names' waiters.
+    fn drop_buried(&mut self) {
+        if !ANY_BURIED.swap(false, Ordering::Relaxed) {
+            return;
+        }
+        let buried = std::mem::take(&mut *buried());
+        let now = clock::now_ms();
+        for value in &buried {
+            if self.leases.remove(&mut Values, ValuePtr::of(value)) {
+                let key = QueueKey {
+                    db: value.lease.db(),
+                    name: value.lease.name().into(),
+                };
+                self.schedule.add_key_owned(key, now);
+            }
+        }
+    }
+
     /// Set the Redis timer again if it could fire later than the earliest entry.
     fn rearm(&mut self) {
         let offset = clock::wall_offset();
-        let first = self.schedule.first_due();
+        let first = self.first_due();
         if !schedule::must_rearm(self.alarm.map(|(a, _)| a), first, offset) {
             return;
         }
@@ -76,18 +143,42 @@ impl Timers {
     }
 }
 
+fn buried() -> MutexGuard<'static, Buried> {
+    BURIED
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// Settle the lock `value`, stored under `name` in `db`, at `due` (its first deadline, lease
+/// clock), instead of any time set before.
+pub fn watch_lease(value: &mut LockValue, db: i32, name: &[u8], due: Millis) {
+    value.lease.locate(db, name);
+    value.lease.due = due;
+    let mut t = timers();
+    t.leases.upsert(&mut Values, ValuePtr::of(value));
+    t.rearm_for(due);
+}
+
+/// The lock `value` left its name: its leases are no longer watched there.
+pub fn forget_lease(value: &LockValue) {
+    if value.lease.place().is_some() {
+        timers().leases.remove(&mut Values, ValuePtr::of(value));
+    }
+}
+
+/// The server frees `value` (on any thread): let it go, or, if the lease heap still holds it,
+/// keep it until the main thread has taken it out.
+pub fn bury(value: Box<LockValue>) {
+    if value.lease.place().is_some() {
+        buried().push(value);
+        ANY_BURIED.store(true, Ordering::Relaxed);
+    }
+}
+
 /// Settle `key` at `due` (lease clock), unless it is already to be settled by then.
 pub fn settle_at(key: &QueueKey, due: Millis) {
     let mut t = timers();
     if t.schedule.add_key(key, due) {
-        t.rearm_for(due);
-    }
-}
-
-/// `settle_at` for a key the caller is done with.
-pub fn settle_key_at(key: QueueKey, due: Millis) {
-    let mut t = timers();
-    if t.schedule.add_key_owned(key, due) {
         t.rearm_for(due);
     }
 }
@@ -97,12 +188,20 @@ pub fn settle_soon(key: &QueueKey) {
     settle_at(key, clock::now_ms());
 }
 
-/// `key` holds no lock any more (released, deleted, moved away): nothing to settle there.
-pub fn forget(key: &QueueKey) {
+/// The name `name` of `db` holds no lock any more (released, deleted, moved away): nothing to
+/// settle there. Most servers keep no name in the schedule: then no key is built.
+pub fn forget(db: i32, name: &[u8]) {
     let mut t = timers();
-    t.schedule.cancel_key(key);
+    if !t.schedule.has_keys() && t.parked.is_empty() {
+        return;
+    }
+    let key = QueueKey {
+        db,
+        name: name.into(),
+    };
+    t.schedule.cancel_key(&key);
     if !t.parked.is_empty() {
-        t.parked.remove(key);
+        t.parked.remove(&key);
     }
 }
 
@@ -161,14 +260,9 @@ pub fn retry(delay_ms: Millis, job: Job) {
 pub fn alarm_rang() -> Vec<Job> {
     let mut t = timers();
     t.alarm = None;
+    t.drop_buried();
     let now = clock::now_ms();
-    std::iter::from_fn(|| t.schedule.pop_due(now))
-        .map(|due| match due {
-            Due::Job(job) => job,
-            Due::Key(key) => Job::Settle { key },
-            Due::Id(client_id) => Job::TimeOut { client_id },
-        })
-        .collect()
+    std::iter::from_fn(|| t.pop_due(now)).collect()
 }
 
 /// Set the Redis timer for what is left once the due work ran.
@@ -178,7 +272,9 @@ pub fn rearm_after_alarm() {
 
 /// The server's cron: set the Redis timer again if the wall clock moved against the lease clock.
 pub fn tick() {
-    timers().rearm();
+    let mut t = timers();
+    t.drop_buried();
+    t.rearm();
 }
 
 /// A replica found `key` past its last deadline: keep it in mind for a promotion.
@@ -201,6 +297,9 @@ pub fn swap_dbs(first: i32, second: i32) {
         d => d,
     };
     let mut t = timers();
+    for h in t.leases.handles() {
+        h.lease().set_db(swap(h.lease().db()));
+    }
     t.schedule.rekey(|key| {
         Some(QueueKey {
             db: swap(key.db),
@@ -217,6 +316,13 @@ pub fn swap_dbs(first: i32, second: i32) {
         .collect();
 }
 
+/// A db (`None`: every db) is being emptied: its values leave the lease heap before the server
+/// frees them.
+pub fn flush_starting(db: Option<i32>) {
+    let kept = |h: ValuePtr| db.is_some_and(|d| d != h.lease().db());
+    timers().leases.retain(&mut Values, kept);
+}
+
 /// A db (`None`: every db) was emptied: its locks' settles are moot.
 pub fn flushed(db: Option<i32>) {
     let mut t = timers();
@@ -227,5 +333,6 @@ pub fn flushed(db: Option<i32>) {
 
 /// Entries waiting in the schedule (for tests and INFO).
 pub fn pending() -> usize {
-    timers().schedule.len()
+    let t = timers();
+    t.schedule.len() + t.leases.len()
 }

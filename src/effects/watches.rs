@@ -106,6 +106,11 @@ fn drop_unwatched(s: &mut State) {
     unlocked.retain(|k| watchers.is_watched(k));
 }
 
+/// Whether anyone watches a name (callers skip building a key when nobody does).
+pub fn anyone_watching() -> bool {
+    ANY.load(Ordering::Relaxed)
+}
+
 /// What stands under `key` may have changed: look at it on the next turn if anyone watches it.
 pub fn changed(key: &QueueKey) {
     if !ANY.load(Ordering::Relaxed) {

@@ -17,6 +17,7 @@ use crate::core::fencing;
 use crate::core::lock::LockState;
 use crate::core::metrics::STATS;
 use crate::core::restore::{self, Origin};
+use crate::core::value::LockValue;
 use crate::ffi::clock;
 use crate::ffi::handlers::{self, Place};
 use crate::ffi::panics;
@@ -51,12 +52,20 @@ pub static LOCK_TYPE: RedisType = RedisType::new(
     },
 );
 
-/// Borrow the lock state behind a value pointer Redis hands to a type callback.
+/// Borrow the lock value behind a value pointer Redis hands to a type callback.
 ///
 /// # Safety
 /// `value` must be a pointer this module stored with `set_value` / returned from `rdb_load`.
+unsafe fn value_of<'a>(value: *const c_void) -> Option<&'a LockValue> {
+    value.cast::<LockValue>().as_ref()
+}
+
+/// Borrow the lock state behind a value pointer Redis hands to a type callback.
+///
+/// # Safety
+/// As `value_of`.
 unsafe fn state_of<'a>(value: *const c_void) -> Option<&'a LockState> {
-    value.cast::<LockState>().as_ref()
+    value_of(value).map(|v| &v.state)
 }
 
 /// An RDB stream read through the module API.
@@ -130,20 +139,20 @@ fn load_state(rdb: *mut raw::RedisModuleIO, encver: c_int) -> Result<LockState, 
 
 /// A value loaded under a key (RDB at start, a full sync, DEBUG RELOAD, RESTORE) carries no
 /// TTL: the shell watches its first deadline there.
-fn arrived_by_load(rdb: *mut raw::RedisModuleIO, state: &LockState) {
+fn arrived_by_load(rdb: *mut raw::RedisModuleIO, value: &mut LockValue) {
     // SAFETY: the IO is the live one of this load callback.
     unsafe {
         arrived_at(
             rdb,
             raw::RedisModule_GetDbIdFromIO,
             raw::RedisModule_GetKeyNameFromIO,
-            state,
+            value,
         )
     }
 }
 
-/// The lock `state` joined the keyspace, at the key `name_of(ctx)` of db `db_of(ctx)` where
-/// the server tells: hand it to the shell's `arrived` handler.
+/// The lock `value` joined the keyspace, at the key `name_of(ctx)` of db `db_of(ctx)` where
+/// the server tells: hand it to the shell's `arrived` handler (at its final address: boxed).
 ///
 /// # Safety
 /// `ctx` is valid for both functions for the duration of the call.
@@ -151,7 +160,7 @@ unsafe fn arrived_at<T>(
     ctx: *mut T,
     db_of: Option<unsafe extern "C" fn(*mut T) -> c_int>,
     name_of: Option<unsafe extern "C" fn(*mut T) -> *const raw::RedisModuleString>,
-    state: &LockState,
+    value: &mut LockValue,
 ) {
     let Some(h) = handlers::get() else {
         return;
@@ -170,7 +179,7 @@ unsafe fn arrived_at<T>(
             _ => None,
         }
     };
-    (h.arrived)(place, state);
+    (h.arrived)(place, value);
 }
 
 /// Whether a client's RESTORE (or a MIGRATE into this node) is loading the value, rather than
@@ -195,8 +204,9 @@ extern "C" fn rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> *mut c_vo
     panics::contain("rdb_load", std::ptr::null_mut, || {
         match load_state(rdb, encver) {
             Ok(state) => {
-                arrived_by_load(rdb, &state);
-                Box::into_raw(Box::new(state)).cast::<c_void>()
+                let mut value = Box::new(LockValue::new(state));
+                arrived_by_load(rdb, &mut value);
+                Box::into_raw(value).cast::<c_void>()
             }
             Err(why) => {
                 log_io_warning(rdb, why);
@@ -241,8 +251,8 @@ extern "C" fn aof_rewrite(
 
 extern "C" fn mem_usage(value: *const c_void) -> usize {
     // SAFETY: Redis passes a value of this type.
-    let state = unsafe { state_of(value) };
-    panics::contain("mem_usage", || 0, || state.map_or(0, LockState::heap_size))
+    let value = unsafe { value_of(value) };
+    panics::contain("mem_usage", || 0, || value.map_or(0, LockValue::heap_size))
 }
 
 extern "C" fn digest(md: *mut raw::RedisModuleDigest, value: *mut c_void) {
@@ -266,18 +276,16 @@ fn add_to_digest(md: *mut raw::RedisModuleDigest, value: *mut c_void) {
 extern "C" fn free(value: *mut c_void) {
     if !value.is_null() {
         // SAFETY: the value was made by `Box::into_raw` (set_value, rdb_load or copy).
-        let state = unsafe { Box::from_raw(value.cast::<LockState>()) };
+        let value = unsafe { Box::from_raw(value.cast::<LockValue>()) };
         panics::contain(
             "free",
             || (),
             || {
-                // Forgotten before the memory goes back: on a lazy-free thread, a value made at
-                // this address afterwards must not be forgotten instead.
+                STATS.count_holds(&value.state, -1);
+                // The shell lets it go (possibly later: see `lease_values`).
                 if let Some(h) = handlers::get() {
-                    (h.freed)(value as usize);
+                    (h.freed)(value);
                 }
-                STATS.count_holds(&state, -1);
-                drop(state);
             },
         );
         STATS.locks.sub(1);
@@ -291,21 +299,22 @@ extern "C" fn copy2(ctx: *mut raw::RedisModuleKeyOptCtx, value: *const c_void) -
     let state = unsafe { state_of(value) };
     panics::contain("copy", std::ptr::null_mut, || match state {
         Some(state) => {
-            arrived_by_copy(ctx, state);
-            Box::into_raw(Box::new(state.clone())).cast::<c_void>()
+            let mut copy = Box::new(LockValue::new(state.clone()));
+            arrived_by_copy(ctx, &mut copy);
+            Box::into_raw(copy).cast::<c_void>()
         }
         None => std::ptr::null_mut(),
     })
 }
 
-fn arrived_by_copy(ctx: *mut raw::RedisModuleKeyOptCtx, state: &LockState) {
+fn arrived_by_copy(ctx: *mut raw::RedisModuleKeyOptCtx, value: &mut LockValue) {
     // SAFETY: the option context is the live one of this copy callback.
     unsafe {
         arrived_at(
             ctx,
             raw::RedisModule_GetToDbIdFromOptCtx,
             raw::RedisModule_GetToKeyNameFromOptCtx,
-            state,
+            value,
         )
     }
 }
@@ -328,8 +337,8 @@ fn unlinked(ctx: *mut raw::RedisModuleKeyOptCtx, value: *const c_void) {
         (db_of(ctx), RedisString::string_as_slice(name_of(ctx)))
     };
     // SAFETY: Redis passes a value of this type.
-    if let (Some(state), Some(h)) = (unsafe { state_of(value) }, handlers::get()) {
-        (h.unlinked)(db, name, value as usize, state);
+    if let (Some(value), Some(h)) = (unsafe { value_of(value) }, handlers::get()) {
+        (h.unlinked)(db, name, value);
     }
 }
 

@@ -58,25 +58,24 @@ pub fn subscribe(ctx: &Context) -> Result<(), &'static str> {
     Ok(())
 }
 
-/// After a flush every lock of the flushed db(s) is free: serve their queues.
+/// A flush starts: the lease heap lets go of the values it frees. After it every lock of the
+/// flushed db(s) is free: serve their queues.
 extern "C" fn on_flush(
     _ctx: *mut raw::RedisModuleCtx,
     _eid: raw::RedisModuleEvent,
     sub: u64,
     data: *mut c_void,
 ) {
-    if sub != raw::REDISMODULE_SUBEVENT_FLUSHDB_END {
-        return;
-    }
     // SAFETY: for this event Redis passes a RedisModuleFlushInfoV1.
     let db = unsafe { data.cast::<FlushInfo>().as_ref() }.map_or(-1, |info| info.dbnum);
+    let db = (db >= 0).then_some(db);
     panics::contain(
         "the flush event",
         || (),
-        || {
-            if let Some(h) = handlers::get() {
-                (h.flushed)((db >= 0).then_some(db));
-            }
+        || match (handlers::get(), sub) {
+            (Some(h), raw::REDISMODULE_SUBEVENT_FLUSHDB_START) => (h.flush_starting)(db),
+            (Some(h), raw::REDISMODULE_SUBEVENT_FLUSHDB_END) => (h.flushed)(db),
+            _ => {}
         },
     );
 }

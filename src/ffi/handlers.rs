@@ -8,8 +8,8 @@ use std::os::raw::c_int;
 
 use redis_module::{raw, Context, InfoContext, RedisString};
 
-use crate::core::lock::LockState;
 use crate::core::settle::Job;
+use crate::core::value::LockValue;
 
 /// A command the filter saw. Arguments are read on demand: the filter sees every command on
 /// the server, and most need only their name looked at.
@@ -71,12 +71,14 @@ pub struct Handlers {
     /// A lock value joined the keyspace, loaded (RDB, AOF, full sync, DEBUG RELOAD, RESTORE)
     /// or copied, at `(db, name)` where the server tells: count it, let the token source see
     /// its tokens, end its leases on time there.
-    pub arrived: fn(place: Option<Place<'_>>, state: &LockState),
-    /// A lock value left the keyspace (DEL, expiry, overwrite, RENAME, MOVE): `value` is its
-    /// address, which `freed` reports too if the server frees it.
-    pub unlinked: fn(db: i32, name: &[u8], value: usize, state: &LockState),
-    /// The server freed the lock value at this address (possibly on a lazy-free thread).
-    pub freed: fn(value: usize),
+    pub arrived: fn(place: Option<Place<'_>>, value: &mut LockValue),
+    /// A lock value left the keyspace (DEL, expiry, overwrite, RENAME, MOVE); `freed` has it
+    /// next if the server frees it.
+    pub unlinked: fn(db: i32, name: &[u8], value: &LockValue),
+    /// The server frees this lock value (possibly on a lazy-free thread): the handler lets it go.
+    pub freed: fn(value: Box<LockValue>),
+    /// A db is about to be flushed (`None`: every db); its values are still there.
+    pub flush_starting: fn(db: Option<i32>),
     /// A db was flushed (`None`: every db).
     pub flushed: fn(db: Option<i32>),
     /// Two dbs traded contents.

@@ -5,13 +5,13 @@ use std::os::raw::{c_int, c_void};
 
 use redis_module::{raw, Context, RedisString};
 
-use crate::core::lock::LockState;
+use crate::core::value::LockValue;
 use crate::ffi::data_type::LOCK_TYPE;
 use crate::ffi::panics;
 
-/// What a step hands over for each lock it meets: its name, its value's address (the identity
-/// the type's unlink and free hooks report) and its state.
-pub type Visit<'a> = dyn FnMut(&[u8], usize, &LockState) + 'a;
+/// What a step hands over for each lock it meets: its name and its value (whose address is the
+/// identity the type's unlink and free hooks report).
+pub type Visit<'a> = dyn FnMut(&[u8], &mut LockValue) + 'a;
 
 /// A walk through the keys of `db`.
 pub struct DbScan {
@@ -105,8 +105,8 @@ unsafe extern "C" fn on_key(
                     return;
                 }
                 let value = value_of(key);
-                if let Some(state) = value.cast::<LockState>().as_ref() {
-                    visit(RedisString::string_as_slice(name), value as usize, state);
+                if let Some(value) = value.cast::<LockValue>().as_mut() {
+                    visit(RedisString::string_as_slice(name), value);
                 }
             }
         },

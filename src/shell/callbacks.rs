@@ -10,10 +10,10 @@ use redis_module::{Context, InfoContext};
 
 use crate::core::error::LockError;
 use crate::core::fencing;
-use crate::core::lock::LockState;
 use crate::core::metrics::STATS;
 use crate::core::registry::QueueKey;
 use crate::core::settle::{Answer, Job};
+use crate::core::value::LockValue;
 use crate::effects::adrift;
 use crate::effects::epochs;
 use crate::effects::foreign;
@@ -46,7 +46,8 @@ pub static HANDLERS: Handlers = Handlers {
     client_unblocked,
     arrived,
     unlinked,
-    freed: adrift::freed,
+    freed,
+    flush_starting,
     flushed,
     swapped,
     demoted,
@@ -169,39 +170,57 @@ fn settle_after_leaving(queues: Vec<QueueKey>) {
 /// A lock joined the keyspace (loaded or copied): count it, keep the token source above its
 /// tokens (a restored value may carry tokens this server never handed out), and end its leases
 /// on time under its name.
-fn arrived(place: Option<Place<'_>>, state: &LockState) {
-    for (holder, _) in state.holds() {
+fn arrived(place: Option<Place<'_>>, value: &mut LockValue) {
+    for (holder, _) in value.state.holds() {
         fencing::observe(holder.token);
     }
     STATS.locks.add(1);
-    STATS.count_holds(state, 1);
+    STATS.count_holds(&value.state, 1);
     if let Some(place) = place {
-        let key = QueueKey {
-            db: place.db,
-            name: place.name.into(),
-        };
-        watches::changed(&key);
-        timers::settle_at(&key, state.first_deadline());
+        let due = value.state.first_deadline();
+        timers::watch_lease(value, place.db, place.name, due);
+        if watches::anyone_watching() {
+            watches::changed(&QueueKey {
+                db: place.db,
+                name: place.name.into(),
+            });
+        }
     }
 }
 
 /// A lock left the keyspace (DEL, RENAME or MOVE away, overwritten, a TTL set by hand): stop
 /// watching the name (`renames` finds it if it went elsewhere), and if anyone waits for the
 /// name, let a timer settle it on the next turn of the event loop.
-fn unlinked(db: i32, name: &[u8], value: usize, state: &LockState) {
-    for (holder, _) in state.holds() {
+fn unlinked(db: i32, name: &[u8], value: &LockValue) {
+    for (holder, _) in value.state.holds() {
         sessions::unbind(holder.token); // the hold left this name
     }
-    let key = QueueKey {
-        db,
-        name: name.into(),
-    };
-    timers::forget(&key);
-    watches::changed(&key);
-    adrift::left(value);
-    if queues::anyone_waiting() && queues::has_waiters(&key) {
-        timers::settle_soon(&key);
+    timers::forget_lease(value);
+    timers::forget(db, name);
+    adrift::left(std::ptr::from_ref(value) as usize);
+    if watches::anyone_watching() || queues::anyone_waiting() {
+        let key = QueueKey {
+            db,
+            name: name.into(),
+        };
+        watches::changed(&key);
+        if queues::anyone_waiting() && queues::has_waiters(&key) {
+            timers::settle_soon(&key);
+        }
     }
+}
+
+/// The server frees a lock value: it is adrift no more, and goes once out of the lease heap.
+fn freed(value: Box<LockValue>) {
+    // Forgotten before the memory goes back: on a lazy-free thread, a value made at this
+    // address afterwards must not be forgotten instead.
+    adrift::freed(std::ptr::from_ref(&*value) as usize);
+    timers::bury(value);
+}
+
+/// A flush starts: its values leave the lease heap while they are still there.
+fn flush_starting(db: Option<i32>) {
+    timers::flush_starting(db);
 }
 
 /// After a flush every lock of the flushed db(s) is free: serve their queues.

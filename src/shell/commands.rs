@@ -196,7 +196,8 @@ fn busy(
                 with_owner,
                 session: parsed.session,
                 timeout,
-                due,
+                // The lease heap settles a lock value by then already.
+                due: (!lock.watched_by(due)).then_some(due),
             };
             wait_in_queue(ctx, lock.queue_key(), waiter, how, limits)
         }
@@ -235,12 +236,13 @@ fn bind_session(ctx: &Context, lock: &LockKey, token: Token, session: bool) {
 }
 
 /// How a caller waits: its reply's shape, whether its hold will be a session hold, its WAIT
-/// timeout, and when the queue is to be settled (the first live lease's end).
+/// timeout, and when the queue is to be settled (the first live lease's end), if nothing
+/// else settles it by then.
 pub struct Waiting {
     pub with_owner: bool,
     pub session: bool,
     pub timeout: Millis,
-    pub due: Millis,
+    pub due: Option<Millis>,
 }
 
 /// Block the caller as `waiter`, to be answered later, with its WAIT timeout in the schedule
@@ -287,7 +289,9 @@ fn wait_in_queue(
     };
     queues::join(key.clone(), waiter);
     hot::record(Signal::Waits, &key.name);
-    timers::settle_at(&key, how.due);
+    if let Some(due) = how.due {
+        timers::settle_at(&key, due);
+    }
     Ok(RedisValue::NoReply)
 }
 

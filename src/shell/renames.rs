@@ -1,7 +1,7 @@
 //! Where a lock goes when `RENAME`, `RENAMENX` or `MOVE` takes it off its name.
 //!
-//! Its leases are watched by name (`effects::timers`), and the server tells a module nothing
-//! about where a renamed value went: keyspace events would cost every `DEL`, `EXPIRE` and `SET
+//! Its leases are watched in the lease heap under the name it had (`effects::timers`: the
+//! unlink took it out), and the server tells a module nothing about where a renamed value went: keyspace events would cost every `DEL`, `EXPIRE` and `SET
 //! ... PX` on the server a module context (about 860 instructions each), a command filter
 //! every command about 200. So a value the server unlinks but does not free is adrift
 //! (`effects::adrift`), and a walk through every db's keys finds it (`STEPS` buckets a turn,
@@ -51,13 +51,16 @@ pub fn step(ctx: &Context) {
         }
         if let Some(w) = walk.as_mut() {
             let db = w.scan.db();
-            let more = w.scan.step(ctx, STEPS, &mut |name, value, state| {
-                if adrift::is_adrift(value) {
+            let more = w.scan.step(ctx, STEPS, &mut |name, value| {
+                let address = std::ptr::from_ref(value) as usize;
+                if adrift::is_adrift(address) {
+                    let due = value.state.first_deadline();
+                    timers::watch_lease(value, db, name, due);
                     let key = QueueKey {
                         db,
                         name: name.into(),
                     };
-                    found.push((key, value, state.first_deadline()));
+                    found.push((key, address));
                 }
             });
             // A db done: on to the next. Past the last db (it cannot be selected): over.
@@ -77,10 +80,9 @@ pub fn step(ctx: &Context) {
         }
         walk.is_some()
     };
-    for (key, value, deadline) in found {
-        adrift::forget(value);
+    for (key, address) in found {
+        adrift::forget(address);
         watches::changed(&key);
-        timers::settle_key_at(key, deadline);
     }
     if going_on || adrift::any() {
         adrift::look_after(PAUSE_MS);

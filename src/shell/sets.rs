@@ -158,7 +158,7 @@ fn wait(
         with_owner,
         session: parsed.session,
         timeout,
-        due: now,
+        due: None, // each key is watched below
     };
     let Some(waiter) = commands::block_as(ctx, &how, waiter) else {
         return Ok(RedisValue::Null);
@@ -184,7 +184,9 @@ fn watch_member(ctx: &Context, key: &QueueKey, member: &Member, lock: &LockKey, 
     let due = lock::live(member.state.as_ref(), now)
         .and_then(|s| s.next_deadline(now))
         .unwrap_or(now);
-    timers::settle_at(key, due);
+    if !lock.watched_by(due) {
+        timers::settle_at(key, due);
+    }
 }
 
 /// `LOCK.MRELEASE numkeys key [key ...] owner`: release each of the keys the owner holds (every

@@ -125,13 +125,20 @@ pub fn pass_on(lock: &LockKey, state: Option<&LockState>, now: Millis) {
         // Nobody could be served (no token left, or a set at the head waits for its other
         // keys): watch the live holds, or let a free lock's value go.
         (Next::HandOff, Some(key)) if !hand_off(lock, key, state, now) => match next_deadline {
-            Some(at) => timers::settle_at(key, at),
+            Some(at) => watch(lock, key, at),
             None => lock.remove(now),
         },
         (Next::HandOff, _) => {}
-        (Next::WatchUntil(at), Some(key)) => timers::settle_at(key, at),
+        (Next::WatchUntil(at), Some(key)) => watch(lock, key, at),
         (Next::Remove, _) => lock.remove(now),
         _ => {}
+    }
+}
+
+/// Have `key` settled at `at`, unless the lease heap settles its lock value by then.
+fn watch(lock: &LockKey, key: &QueueKey, at: Millis) {
+    if !lock.watched_by(at) {
+        timers::settle_at(key, at);
     }
 }
 
@@ -148,7 +155,7 @@ fn hand_off(lock: &LockKey, key: &QueueKey, state: Option<&LockState>, now: Mill
         return false;
     };
     let Handed { served, state } = handed;
-    let next_deadline = state.next_deadline(now);
+    // Storing it has the lease heap settle it at its first deadline.
     if let Err(err) = lock.set_announced(state, LockEvent::Handoff, now) {
         for (waiter, _) in served {
             block::answer(waiter.client.handle, Answer::Failed(err));
@@ -173,9 +180,6 @@ fn hand_off(lock: &LockKey, key: &QueueKey, state: Option<&LockState>, now: Mill
                 with_owner: waiter.client.with_owner,
             }),
         );
-    }
-    if let Some(at) = next_deadline {
-        timers::settle_at(key, at);
     }
     // Readers just served may let a SHARED set that now heads the queue in too.
     if let Some(set) = queues::head_set(key) {
