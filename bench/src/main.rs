@@ -92,6 +92,12 @@ fn main() {
         println!("{}", report.markdown());
         return;
     }
+    if args.iter().any(|a| a == "--memory") {
+        let mut report = Report::default();
+        memory::section(&mut report, &server, quick);
+        println!("{}", report.markdown());
+        return;
+    }
     if args.iter().any(|a| a == "--cost") {
         let mut report = Report::default();
         overhead::section(&mut report, &server, dur);
