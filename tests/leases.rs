@@ -174,6 +174,84 @@ fn a_lock_value_freed_without_its_unlink_leaves_the_lease_heap_safely() {
     assert!(exists(&mut c, "d"), "the original is untouched");
 }
 
+/// Many locks through every path that moves, copies, drops or frees a value (release, DEL,
+/// RENAME over another lock, COPY REPLACE, MOVE, SWAPDB, FLUSHDB, an expired RESTORE), in a
+/// seeded random order, with leases renewed up and down: the lease heap stays right through all
+/// of it, so every lock left ends on time and both dbs empty. The seed is printed.
+#[test]
+fn locks_through_every_path_in_random_order_all_end_on_time() {
+    let s = Server::start();
+    let mut c = s.con();
+    acquire(&mut c, "model", "o", 60_000).unwrap();
+    let payload = dump(&mut c, "model");
+    ok(&mut c, &["DEL", "model"]);
+    let seed = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(1, |d| d.as_nanos() as u64)
+        | 1;
+    eprintln!("seed {seed}");
+    let mut x = seed;
+    let mut next = |n: u64| {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x % n
+    };
+    for _ in 0..3_000 {
+        let (a, b) = (format!("m{}", next(200)), format!("m{}", next(200)));
+        let ttl = (150 + next(450)).to_string();
+        let args: Vec<&str> = match next(12) {
+            0..=3 => vec!["LOCK.ACQUIRE", &a, "o", &ttl],
+            4 => vec!["LOCK.EXTEND", &a, "o", &ttl],
+            5 => vec!["LOCK.RELEASE", &a, "o"],
+            6 => vec!["DEL", &a],
+            7 => vec!["RENAME", &a, &b],
+            8 => vec!["COPY", &a, &b, "REPLACE"],
+            9 => vec!["MOVE", &a, "1"],
+            10 => match next(3) {
+                0 => vec!["SWAPDB", "0", "1"],
+                1 => vec![
+                    "EVAL",
+                    "redis.call('SELECT', 1) redis.call('FLUSHDB') return 1",
+                    "0",
+                ],
+                _ => vec!["FLUSHDB"],
+            },
+            _ => {
+                let restored = run(
+                    &mut c,
+                    &[
+                        b"RESTORE",
+                        a.as_bytes(),
+                        b"1000",
+                        &payload,
+                        b"ABSTTL",
+                        b"REPLACE",
+                    ],
+                );
+                assert_eq!(restored, Ok(Value::Okay), "seed {seed}");
+                continue;
+            }
+        };
+        // Errors are fine (no such key, a lock held by nobody): the server must answer.
+        let _ = cmd(&mut c, &args);
+    }
+    // The last lease granted was at most 600 ms; a renamed one waits for the walk (~ms); 5 s
+    // covers a loaded machine.
+    for db in ["0", "1"] {
+        ok(&mut c, &["SELECT", db]);
+        let empty = eventually(Duration::from_secs(5), || {
+            int(&ok(&mut c, &["DBSIZE"])) == 0
+        });
+        assert!(
+            empty,
+            "seed {seed}: db {db} kept {:?}",
+            cmd(&mut c, &["KEYS", "*"])
+        );
+    }
+    assert_eq!(stat(&mut c, "locks"), 0.0, "seed {seed}");
+}
+
 /// A renamed or moved lock is found by a walk through the keyspace (no command filter watches
 /// for RENAME): among 60,000 other keys in two dbs it still ends within the bound, while
 /// another client flushes and swaps other dbs (neither starts the walk over). The walk visits
