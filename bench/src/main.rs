@@ -59,6 +59,27 @@ fn flag_value<'a>(args: &'a [String], flag: &str) -> Option<&'a String> {
         .and_then(|i| args.get(i + 1))
 }
 
+/// `--go`, `--watch`, `--cycles`, `--memory` or `--cost`: that section alone.
+fn one_section(args: &[String], server: &Server, quick: bool, dur: Duration) -> Option<Report> {
+    let flag = ["--go", "--watch", "--cycles", "--memory", "--cost"]
+        .into_iter()
+        .find(|flag| args.iter().any(|a| a == flag))?;
+    let mut report = Report::default();
+    match flag {
+        "--go" => clients::go(&mut report, server.port, dur),
+        "--watch" => watch::section(&mut report, server, quick),
+        "--cycles" => {
+            uncontended::section(&mut report, server, dur);
+        }
+        "--memory" => memory::section(&mut report, server, quick),
+        _ => {
+            overhead::section(&mut report, server, dur);
+            instructions::section(&mut report, server);
+        }
+    }
+    Some(report)
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     let quick = args.iter().any(|a| a == "--quick");
@@ -74,34 +95,7 @@ fn main() {
         memory::waiters_only(&server, n);
         return;
     }
-    if args.iter().any(|a| a == "--go") {
-        let mut report = Report::default();
-        clients::go(&mut report, server.port, dur);
-        println!("{}", report.markdown());
-        return;
-    }
-    if args.iter().any(|a| a == "--watch") {
-        let mut report = Report::default();
-        watch::section(&mut report, &server, quick);
-        println!("{}", report.markdown());
-        return;
-    }
-    if args.iter().any(|a| a == "--cycles") {
-        let mut report = Report::default();
-        uncontended::section(&mut report, &server, dur);
-        println!("{}", report.markdown());
-        return;
-    }
-    if args.iter().any(|a| a == "--memory") {
-        let mut report = Report::default();
-        memory::section(&mut report, &server, quick);
-        println!("{}", report.markdown());
-        return;
-    }
-    if args.iter().any(|a| a == "--cost") {
-        let mut report = Report::default();
-        overhead::section(&mut report, &server, dur);
-        instructions::section(&mut report, &server);
+    if let Some(report) = one_section(&args, &server, quick, dur) {
         println!("{}", report.markdown());
         return;
     }

@@ -169,10 +169,11 @@ pub fn forget_lease(value: &LockValue) {
 /// The server frees `value` (on any thread): let it go, or, if the lease heap still holds it,
 /// keep it until the main thread has taken it out.
 pub fn bury(value: Box<LockValue>) {
-    if value.lease.place().is_some() {
-        buried().push(value);
-        ANY_BURIED.store(true, Ordering::Relaxed);
+    if value.lease.place().is_none() {
+        return; // nothing holds its address: it goes here
     }
+    buried().push(value);
+    ANY_BURIED.store(true, Ordering::Relaxed);
 }
 
 /// Settle `key` at `due` (lease clock), unless it is already to be settled by then.

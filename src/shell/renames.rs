@@ -1,15 +1,16 @@
 //! Where a lock goes when `RENAME`, `RENAMENX` or `MOVE` takes it off its name.
 //!
-//! Its leases are watched in the lease heap under the name it had (`effects::timers`: the
-//! unlink took it out), and the server tells a module nothing about where a renamed value went: keyspace events would cost every `DEL`, `EXPIRE` and `SET
-//! ... PX` on the server a module context (about 860 instructions each), a command filter
-//! every command about 200. So a value the server unlinks but does not free is adrift
-//! (`effects::adrift`), and a walk through every db's keys finds it (`STEPS` buckets a turn,
-//! a turn every millisecond: a few percent of the server's time while it walks) and watches
-//! its leases under the name it has now. Until then every command treats an ended lease as
-//! ended (an acquire takes the name over): only the key's deletion at the lease end waits for
-//! the walk. A walk that ends without finding a value gives it up (it left the keyspace some
-//! other way); a walk that may have missed one (SWAPDB, a load) gives up nothing.
+//! Its leases were watched in the lease heap under the name it had (`effects::timers`; the
+//! unlink took it out), and the server tells a module nothing about where a renamed value
+//! went: keyspace events would cost every `DEL`, `EXPIRE` and `SET ... PX` on the server a
+//! module context (about 860 instructions each), a command filter every command about 200.
+//! So a value the server unlinks but does not free is adrift (`effects::adrift`), and a walk
+//! through every db's keys finds it (`STEPS` buckets a turn, a turn every millisecond: a few
+//! percent of the server's time while it walks) and watches its leases under the name it has
+//! now. Until then every command treats an ended lease as ended (an acquire takes the name
+//! over): only the key's deletion at the lease end waits for the walk. A walk that ends without
+//! finding a value gives it up (it left the keyspace some other way); a walk that may have
+//! missed one (SWAPDB, a load) gives up nothing.
 
 use std::sync::Mutex;
 
