@@ -119,6 +119,22 @@ impl Timers {
         }
     }
 
+    /// The name `name` of `db` holds no lock any more (released, deleted, moved away):
+    /// nothing to settle there. Most servers keep no name in the schedule: then no key is built.
+    fn forget(&mut self, db: i32, name: &[u8]) {
+        if !self.schedule.has_keys() && self.parked.is_empty() {
+            return;
+        }
+        let key = QueueKey {
+            db,
+            name: name.into(),
+        };
+        self.schedule.cancel_key(&key);
+        if !self.parked.is_empty() {
+            self.parked.remove(&key);
+        }
+    }
+
     /// Set the Redis timer again if it could fire later than the earliest entry.
     fn rearm(&mut self) {
         let offset = clock::wall_offset();
@@ -159,11 +175,14 @@ pub fn watch_lease(value: &mut LockValue, db: i32, name: &[u8], due: Millis) {
     t.rearm_for(due);
 }
 
-/// The lock `value` left its name: its leases are no longer watched there.
-pub fn forget_lease(value: &LockValue) {
+/// The lock `value` left the name `name` of `db`: nothing is settled there for it any more,
+/// neither its leases nor the name (in one look at the timers: every release comes here).
+pub fn forget_lease(value: &LockValue, db: i32, name: &[u8]) {
+    let mut t = timers();
     if value.lease.place().is_some() {
-        timers().leases.remove(&mut Values, ValuePtr::of(value));
+        t.leases.remove(&mut Values, ValuePtr::of(value));
     }
+    t.forget(db, name);
 }
 
 /// The server frees `value` (on any thread): let it go, or, if the lease heap still holds it,
@@ -187,23 +206,6 @@ pub fn settle_at(key: &QueueKey, due: Millis) {
 /// Settle `key` on the next turn of the event loop.
 pub fn settle_soon(key: &QueueKey) {
     settle_at(key, clock::now_ms());
-}
-
-/// The name `name` of `db` holds no lock any more (released, deleted, moved away): nothing to
-/// settle there. Most servers keep no name in the schedule: then no key is built.
-pub fn forget(db: i32, name: &[u8]) {
-    let mut t = timers();
-    if !t.schedule.has_keys() && t.parked.is_empty() {
-        return;
-    }
-    let key = QueueKey {
-        db,
-        name: name.into(),
-    };
-    t.schedule.cancel_key(&key);
-    if !t.parked.is_empty() {
-        t.parked.remove(&key);
-    }
 }
 
 /// Run `job` after `delay_ms`.

@@ -195,8 +195,7 @@ fn unlinked(db: i32, name: &[u8], value: &LockValue) {
     for (holder, _) in value.state.holds() {
         sessions::unbind(holder.token); // the hold left this name
     }
-    timers::forget_lease(value);
-    timers::forget(db, name);
+    timers::forget_lease(value, db, name);
     adrift::left(std::ptr::from_ref(value) as usize);
     if watches::anyone_watching() || queues::anyone_waiting() {
         let key = QueueKey {
