@@ -16,6 +16,7 @@ mod registration {
     use redis_module::{redis_module, AclCategory, Context, RedisString, Status};
 
     use crate::core::args;
+    use crate::core::tally;
     use crate::effects::timers;
     use crate::ffi::clock;
     use crate::ffi::config;
@@ -30,7 +31,8 @@ mod registration {
     use crate::shell::table;
 
     fn init(ctx: &Context, module_args: &[RedisString]) -> Status {
-        // Checked before anything is registered: bad arguments refuse the module, one log line.
+        tally::claim_main_thread(); // OnLoad runs on the server's main thread
+                                    // Checked before anything is registered: bad arguments refuse the module, one log line.
         let settings = match args::module_args(module_args) {
             Ok(values) => values,
             Err(err) => {

@@ -208,7 +208,10 @@ pub fn issue() -> Option<u64> {
     let mut source = source();
     let token = source.issue()?;
     LAST_TOKEN.store(source.last(), Ordering::Relaxed);
-    STREAM_LAST.fetch_max(token, Ordering::Relaxed);
+    // Only the main thread writes it: a load and a store, no locked instruction per grant.
+    if token > STREAM_LAST.load(Ordering::Relaxed) {
+        STREAM_LAST.store(token, Ordering::Relaxed);
+    }
     STREAM_KNOWS_LAST.store(false, Ordering::Relaxed);
     Some(token)
 }

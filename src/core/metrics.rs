@@ -1,56 +1,60 @@
 //! Counters, gauges and latency histograms (the `INFO lock` section renders them, see
-//! `shell::info`). Every update is O(1); atomics because a value's free callback may run on a
-//! lazy-free thread.
+//! `shell::info`). Every update is O(1), and on the main thread free of locked instructions
+//! (`core::tally`); atomics because a value's free callback may run on a lazy-free thread.
 
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 
 use crate::core::lock::{LockState, Want};
+use crate::core::tally::Tally;
 
 /// A monotonically increasing count since start or `CONFIG RESETSTAT`.
-pub struct Counter(AtomicU64);
+pub struct Counter(Tally);
 
 impl Counter {
     const fn new() -> Self {
-        Self(AtomicU64::new(0))
+        Self(Tally::new())
     }
     pub fn incr(&self) {
         self.add(1);
     }
     pub fn add(&self, n: u64) {
-        self.0.fetch_add(n, Ordering::Relaxed);
+        self.0.add(n);
     }
     pub fn get(&self) -> u64 {
-        self.0.load(Ordering::Relaxed)
+        self.0.get()
     }
     /// Count only what came after `since` (an earlier reading).
     fn reset_to_since(&self, since: u64) {
-        self.0
-            .store(self.get().saturating_sub(since), Ordering::Relaxed);
+        self.0.set(self.get().saturating_sub(since));
     }
 }
 
 /// A current value with its peak since start or `CONFIG RESETSTAT`.
 pub struct Gauge {
-    now: AtomicI64,
+    now: Tally,
     peak: AtomicI64,
 }
 
 impl Gauge {
     const fn new() -> Self {
         Self {
-            now: AtomicI64::new(0),
+            now: Tally::new(),
             peak: AtomicI64::new(0),
         }
     }
     pub fn add(&self, n: i64) {
-        let now = self.now.fetch_add(n, Ordering::Relaxed) + n;
-        self.peak.fetch_max(now, Ordering::Relaxed);
+        self.now.add(n as u64);
+        let now = self.get();
+        // A locked instruction only at a new peak.
+        if now > self.peak.load(Ordering::Relaxed) {
+            self.peak.fetch_max(now, Ordering::Relaxed);
+        }
     }
     pub fn sub(&self, n: i64) {
-        self.now.fetch_sub(n, Ordering::Relaxed);
+        self.now.add(n.wrapping_neg() as u64);
     }
     pub fn get(&self) -> i64 {
-        self.now.load(Ordering::Relaxed)
+        self.now.get() as i64
     }
     pub fn peak(&self) -> i64 {
         self.peak.load(Ordering::Relaxed)
@@ -70,29 +74,32 @@ pub const INFO_BOUNDS: [u32; 10] = [10, 12, 14, 16, 18, 20, 22, 24, 26, 28];
 /// Percentiles are the upper bound of the bucket they fall in (at most 2x high), capped by the
 /// exact maximum.
 pub struct Histogram {
-    buckets: [AtomicU64; BUCKETS],
-    count: AtomicU64,
+    buckets: [Tally; BUCKETS],
+    count: Tally,
     max: AtomicU64,
 }
 
 impl Histogram {
     const fn new() -> Self {
         Self {
-            buckets: [const { AtomicU64::new(0) }; BUCKETS],
-            count: AtomicU64::new(0),
+            buckets: [const { Tally::new() }; BUCKETS],
+            count: Tally::new(),
             max: AtomicU64::new(0),
         }
     }
 
     pub fn record(&self, micros: u64) {
         let bucket = (u64::BITS - micros.leading_zeros()) as usize;
-        self.buckets[bucket.min(BUCKETS - 1)].fetch_add(1, Ordering::Relaxed);
-        self.count.fetch_add(1, Ordering::Relaxed);
-        self.max.fetch_max(micros, Ordering::Relaxed);
+        self.buckets[bucket.min(BUCKETS - 1)].add(1);
+        self.count.add(1);
+        // A locked instruction only at a new maximum.
+        if micros > self.max() {
+            self.max.fetch_max(micros, Ordering::Relaxed);
+        }
     }
 
     pub fn count(&self) -> u64 {
-        self.count.load(Ordering::Relaxed)
+        self.count.get()
     }
 
     pub fn max(&self) -> u64 {
@@ -104,7 +111,7 @@ impl Histogram {
     pub fn below_pow2(&self, b: usize) -> u64 {
         self.buckets[..=b.min(BUCKETS - 1)]
             .iter()
-            .map(|n| n.load(Ordering::Relaxed))
+            .map(Tally::get)
             .sum()
     }
 
@@ -117,7 +124,7 @@ impl Histogram {
         let rank = ((count as f64) * q).ceil().max(1.0) as u64;
         let mut seen = 0;
         for (b, bucket) in self.buckets.iter().enumerate() {
-            seen += bucket.load(Ordering::Relaxed);
+            seen += bucket.get();
             if seen >= rank {
                 let upper = if b == 0 { 0 } else { (1u64 << b.min(63)) - 1 };
                 return upper.min(self.max());
@@ -129,7 +136,7 @@ impl Histogram {
     /// The bucket counts and the total, to reset to later.
     fn reading(&self) -> HistogramReading {
         HistogramReading {
-            buckets: std::array::from_fn(|b| self.buckets[b].load(Ordering::Relaxed)),
+            buckets: std::array::from_fn(|b| self.buckets[b].get()),
             count: self.count(),
         }
     }
@@ -139,16 +146,13 @@ impl Histogram {
     fn reset_to_since(&self, since: &HistogramReading) {
         let mut top = None;
         for (b, bucket) in self.buckets.iter().enumerate() {
-            let left = bucket
-                .load(Ordering::Relaxed)
-                .saturating_sub(since.buckets[b]);
-            bucket.store(left, Ordering::Relaxed);
+            let left = bucket.get().saturating_sub(since.buckets[b]);
+            bucket.set(left);
             if left > 0 {
                 top = Some(b);
             }
         }
-        self.count
-            .store(self.count().saturating_sub(since.count), Ordering::Relaxed);
+        self.count.set(self.count().saturating_sub(since.count));
         let cap = top.map_or(0, |b| if b == 0 { 0 } else { (1u64 << b.min(63)) - 1 });
         self.max.store(self.max().min(cap), Ordering::Relaxed);
     }

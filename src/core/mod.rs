@@ -20,6 +20,7 @@ pub mod restore;
 pub mod schedule;
 pub mod settle;
 pub mod slot;
+pub mod tally;
 pub mod value;
 pub mod version;
 pub mod watch;

@@ -6,6 +6,8 @@
 //! here takes it, works on the registry alone, and lets it go before returning.
 
 use std::num::NonZeroI64;
+use std::ops::{Deref, DerefMut};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{LazyLock, Mutex, MutexGuard};
 
 use crate::core::config;
@@ -42,12 +44,39 @@ impl Client for Blocked {
 pub type BlockedWaiter = Waiter<Blocked>;
 
 static REGISTRY: LazyLock<Mutex<Registry<Blocked>>> = LazyLock::new(Mutex::default);
+/// Whether any lock has a queue, as the registry said when its mutex was last let go: every
+/// command asks, and a mutex costs two locked instructions.
+static ANY: AtomicBool = AtomicBool::new(false);
 
-fn registry() -> MutexGuard<'static, Registry<Blocked>> {
+/// The registry, locked; letting it go records whether anyone waits (`ANY`).
+struct Locked(MutexGuard<'static, Registry<Blocked>>);
+
+impl Deref for Locked {
+    type Target = Registry<Blocked>;
+    fn deref(&self) -> &Self::Target {
+        &self.0
+    }
+}
+
+impl DerefMut for Locked {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        &mut self.0
+    }
+}
+
+impl Drop for Locked {
+    fn drop(&mut self) {
+        ANY.store(self.0.anyone_waiting(), Ordering::Relaxed);
+    }
+}
+
+fn registry() -> Locked {
     // A panic elsewhere must not wedge every later command: take the data as it is.
-    REGISTRY
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
+    Locked(
+        REGISTRY
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner()),
+    )
 }
 
 /// Waiters left their queues: count them out and drop their timeouts.
@@ -86,7 +115,7 @@ pub fn leave(client_id: u64) -> Option<(BlockedClient, Vec<QueueKey>)> {
 
 /// Whether any lock on this server has a queue (a cheap check before building a key).
 pub fn anyone_waiting() -> bool {
-    registry().anyone_waiting()
+    ANY.load(Ordering::Relaxed)
 }
 
 pub fn has_waiters(key: &QueueKey) -> bool {

@@ -5,8 +5,8 @@
 //! blocked-client record and temporary clients).
 //!
 //! Counted are the sizes asked for (rounded up to the alignment, as `RedisAlloc` asks Redis);
-//! the allocator's own size classes are not. The count is atomic: a value's free callback may
-//! run on Redis's lazy-free thread.
+//! the allocator's own size classes are not. The count is a `Tally`: plain on the main thread,
+//! atomic on the others (a value's free callback may run on Redis's lazy-free thread).
 //!
 //! `MallocAligned` gives every block of 16 bytes or more the 16-byte alignment C's `malloc`
 //! promises. Rust's panic allocates its `_Unwind_Exception` with an alignment of 8 (until
@@ -17,13 +17,14 @@
 //! so a size rounded to 16 lands in a 16-aligned size class.
 
 use std::alloc::{GlobalAlloc, Layout};
-use std::sync::atomic::{AtomicUsize, Ordering};
 
-static HELD: AtomicUsize = AtomicUsize::new(0);
+use crate::core::tally::Tally;
+
+static HELD: Tally = Tally::new();
 
 /// Bytes the module's code holds right now.
 pub fn held_bytes() -> usize {
-    HELD.load(Ordering::Relaxed)
+    HELD.get() as usize
 }
 
 /// `A`, with the alignment of every request of 16 bytes or more raised to 16 (see above).
@@ -66,7 +67,7 @@ unsafe impl<A: GlobalAlloc> GlobalAlloc for Counting<A> {
         // SAFETY: the caller's layout is passed on as it came.
         let ptr = unsafe { self.0.alloc(layout) };
         if !ptr.is_null() {
-            HELD.fetch_add(counted(layout), Ordering::Relaxed);
+            HELD.add(counted(layout) as u64);
         }
         ptr
     }
@@ -75,7 +76,7 @@ unsafe impl<A: GlobalAlloc> GlobalAlloc for Counting<A> {
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
         // SAFETY: `ptr` came from `alloc` with this layout (the caller's promise).
         unsafe { self.0.dealloc(ptr, layout) };
-        HELD.fetch_sub(counted(layout), Ordering::Relaxed);
+        HELD.add((counted(layout) as u64).wrapping_neg());
     }
 }
 
