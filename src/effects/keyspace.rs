@@ -13,7 +13,6 @@
 use std::cell::Cell;
 use std::ffi::CStr;
 
-use redis_module::key::RedisKeyWritable;
 use redis_module::{Context, RedisString};
 
 use crate::core::config;
@@ -29,6 +28,7 @@ use crate::effects::sessions;
 use crate::effects::timers;
 use crate::effects::watches;
 use crate::ffi::data_type::LOCK_TYPE;
+use crate::ffi::key::{Found, WritableKey};
 use crate::ffi::server;
 
 /// Keyspace events of the module class (`notify-keyspace-events` with `d` or `A`).
@@ -91,7 +91,7 @@ pub fn hold_ended(
 pub struct LockKey<'a> {
     ctx: &'a Context,
     name: &'a RedisString,
-    key: RedisKeyWritable,
+    key: WritableKey,
     /// The command itself went to the replicas and the AOF, and replays as this key's
     /// deletion: `remove` must not replicate a `DEL` too.
     deletion_replicated: Cell<bool>,
@@ -102,7 +102,7 @@ impl<'a> LockKey<'a> {
         Self {
             ctx,
             name,
-            key: ctx.open_key_writable(name),
+            key: WritableKey::open(ctx, name),
             deletion_replicated: Cell::new(false),
         }
     }
@@ -127,17 +127,24 @@ impl<'a> LockKey<'a> {
 
     /// The stored state (some holds' leases may have run out: decisions look at live ones).
     pub fn state(&self) -> Result<Option<LockState>, LockError> {
-        match self.key.get_value::<LockValue>(&LOCK_TYPE) {
-            Ok(value) => Ok(value.map(|v| v.state.clone())),
-            Err(_) => Err(LockError::WrongType),
+        self.with_state(|state| state.cloned())
+    }
+
+    /// `f` of the stored state, borrowed (`state` without the copy). `f` must not write the
+    /// key: it decides, the caller writes after.
+    pub fn with_state<R>(&self, f: impl FnOnce(Option<&LockState>) -> R) -> Result<R, LockError> {
+        match self.key.found() {
+            Found::Empty => Ok(f(None)),
+            Found::Lock(value) => Ok(f(Some(&value.state))),
+            Found::Other => Err(LockError::WrongType),
         }
     }
 
     /// Whether the stored value is watched to be settled by `due` (then its queue needs no
     /// entry of its own in the schedule).
     pub fn watched_by(&self, due: Millis) -> bool {
-        match self.key.get_value::<LockValue>(&LOCK_TYPE) {
-            Ok(Some(value)) => value.lease.place().is_some() && value.lease.due <= due,
+        match self.key.found() {
+            Found::Lock(value) => value.lease.place().is_some() && value.lease.due <= due,
             _ => false,
         }
     }
@@ -154,7 +161,7 @@ impl<'a> LockKey<'a> {
     /// when some ended and every one of them ran out of lease.
     fn end_previous_holds(&self, next: Option<&LockState>, now: Millis) -> bool {
         let mut all_expired = None;
-        if let Ok(Some(previous)) = self.key.get_value::<LockValue>(&LOCK_TYPE) {
+        if let Found::Lock(previous) = self.key.found() {
             for ended in lock::ended(&previous.state, next) {
                 sessions::unbind(ended.token);
                 let expired = hold_ended(self.ctx, self.name, ended.granted, ended.deadline, now);
@@ -216,26 +223,22 @@ impl<'a> LockKey<'a> {
     /// verbatim.
     pub fn set_local(&self, state: LockState, _now: Millis) -> Result<(), LockError> {
         let first_deadline = state.first_deadline();
-        let value = match self.key.get_value::<LockValue>(&LOCK_TYPE) {
+        let value = match self.key.found() {
             // Updating in place keeps the key (no unlink callback, no keyspace churn).
-            Ok(Some(current)) => {
+            Found::Lock(current) => {
                 STATS.count_holds(&current.state, -1);
                 STATS.count_holds(&state, 1);
                 current.state = state;
                 current
             }
-            Ok(None) => {
-                STATS.count_holds(&state, 1);
-                self.key
-                    .set_value(&LOCK_TYPE, LockValue::new(state))
-                    .map_err(|_| LockError::WrongType)?;
+            Found::Empty => {
+                let stored = self.key.store(Box::new(LockValue::new(state)));
+                let stored = stored.ok_or(LockError::WrongType)?;
+                STATS.count_holds(&stored.state, 1);
                 STATS.locks.add(1);
-                match self.key.get_value::<LockValue>(&LOCK_TYPE) {
-                    Ok(Some(stored)) => stored,
-                    _ => return Err(LockError::WrongType),
-                }
+                stored
             }
-            Err(_) => return Err(LockError::WrongType),
+            Found::Other => return Err(LockError::WrongType),
         };
         let db = server::selected_db(self.ctx);
         timers::watch_lease(value, db, self.name.as_slice(), first_deadline);
@@ -252,7 +255,7 @@ impl<'a> LockKey<'a> {
         if self.exists() {
             let expired = self.end_previous_holds(None, now);
             // The unlink hook this fires stops the schedule watching the name.
-            let _ = adrift::deleting_here(|| self.key.delete());
+            adrift::deleting_here(|| self.key.delete());
             if !self.deletion_replicated.get() {
                 server::replicate_del(self.ctx, self.name);
             }
@@ -310,11 +313,11 @@ pub fn foreign_or_gone(
 
 /// A read of a lock's state (`read`), unless it failed because a plain string stands under
 /// `name` for another client's hold: then `None` (nothing of the caller's is there).
-pub fn unless_foreign(
+pub fn unless_foreign<T>(
     ctx: &Context,
     name: &RedisString,
-    read: Result<Option<LockState>, LockError>,
-) -> Result<Option<Option<LockState>>, LockError> {
+    read: Result<T, LockError>,
+) -> Result<Option<T>, LockError> {
     match read {
         Err(LockError::WrongType) if foreign_ttl(ctx, name).is_some() => Ok(None),
         other => other.map(Some),

@@ -5,7 +5,7 @@
 use std::os::raw::c_int;
 use std::sync::OnceLock;
 
-use redis_module::{raw, Context, RedisError, RedisValue};
+use redis_module::{raw, Context, RedisError, Status};
 
 use crate::core::error::LockError;
 use crate::core::lock_set;
@@ -69,13 +69,13 @@ fn serve(
                     report_key_positions(ctx, lock_set::key_positions(numkeys, args.len()));
                 },
             );
-            Ok(RedisValue::NoReply)
+            Status::Ok
         }
         Some(command) if command.takes(args.len()) => {
             panics::command(ctx, command.spec.name, args, command.handler)
         }
-        Some(_) => Err(RedisError::WrongArity),
-        None => Err(LockError::UnknownCommand.into()),
+        Some(_) => ctx.reply(Err(RedisError::WrongArity)),
+        None => ctx.reply(Err(LockError::UnknownCommand.into())),
     })
 }
 

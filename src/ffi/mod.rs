@@ -16,6 +16,7 @@ pub mod data_type;
 pub mod entry;
 pub mod events;
 pub mod handlers;
+pub mod key;
 pub mod lease_values;
 pub mod panics;
 pub mod reply;

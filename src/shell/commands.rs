@@ -312,16 +312,17 @@ pub fn release(ctx: &Context, args: &[RedisString]) -> RedisResult {
     let (owner, only) = args::release(&args[2..])?;
     let now = clock::now_ms();
     let lock = LockKey::open(ctx, &args[1]);
-    let Some(state) = keyspace::unless_foreign(ctx, &args[1], lock.state())? else {
-        STATS.release_not_owner.incr();
-        return Ok(RedisValue::Integer(0));
-    };
-    let Some(rest) = lock::release(state.as_ref(), owner, only, now) else {
+    // Decided on the stored state in place: the holds left, and whether it was exclusive.
+    let decided = lock.with_state(|state| {
+        let exclusive = matches!(state, Some(LockState::Exclusive(_)));
+        lock::release(state, owner, only, now).map(|rest| (rest, exclusive))
+    });
+    let Some(Some((rest, exclusive))) = keyspace::unless_foreign(ctx, &args[1], decided)? else {
         STATS.release_not_owner.incr();
         return Ok(RedisValue::Integer(0));
     };
     STATS.releases.incr();
-    if rest.is_none() && matches!(state, Some(LockState::Exclusive(_))) {
+    if rest.is_none() && exclusive {
         lock.replicate_command_as_deletion();
     }
     settling::release_hold(&lock, rest, now)?;
