@@ -21,7 +21,8 @@ pub fn claim_main_thread() {
     ON_MAIN.set(true);
 }
 
-fn on_main() -> bool {
+/// Whether the calling thread is the server's main thread (`claim_main_thread`).
+pub fn on_main() -> bool {
     ON_MAIN.get()
 }
 

@@ -22,7 +22,7 @@
 
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{LazyLock, Mutex, MutexGuard};
+use std::sync::{Mutex, MutexGuard};
 
 use crate::core::lease_heap::LeaseHeap;
 use crate::core::lock::Millis;
@@ -32,6 +32,7 @@ use crate::core::settle::Job;
 use crate::core::value::LockValue;
 use crate::ffi::clock;
 use crate::ffi::lease_values::{ValuePtr, Values};
+use crate::ffi::main_thread::{MainGuard, MainOnly};
 use crate::ffi::timer::{self, TimerId};
 
 #[derive(Default)]
@@ -46,7 +47,8 @@ struct Timers {
     parked: HashSet<QueueKey>,
 }
 
-static TIMERS: LazyLock<Mutex<Timers>> = LazyLock::new(Mutex::default);
+/// Main thread only: no mutex (`ffi::main_thread`).
+static TIMERS: MainOnly<Timers> = MainOnly::new(Timers::default);
 
 /// Values the server freed while the lease heap held them, until the main thread takes them
 /// out (its own mutex: a lazy-free thread must never wait for the timers). Boxed: the heap
@@ -58,10 +60,8 @@ static ANY_BURIED: AtomicBool = AtomicBool::new(false);
 
 /// Never held while calling into Redis in a way that can call back (timers only start and
 /// stop the one Redis timer, which calls nothing).
-fn timers() -> MutexGuard<'static, Timers> {
-    TIMERS
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
+fn timers() -> MainGuard<'static, Timers> {
+    TIMERS.hold()
 }
 
 impl Timers {

@@ -17,6 +17,7 @@ pub mod entry;
 pub mod events;
 pub mod handlers;
 pub mod key;
+pub mod main_thread;
 pub mod lease_values;
 pub mod panics;
 pub mod reply;
