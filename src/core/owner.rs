@@ -78,22 +78,12 @@ const UUID_DIGITS: [usize; HEX_LEN] = {
     at
 };
 
-/// The byte of two hex digits, if both are lowercase hex digits.
-fn hex_byte(hi: u8, lo: u8) -> Option<u8> {
-    let (hi, lo) = (HEX_VALUES[usize::from(hi)], HEX_VALUES[usize::from(lo)]);
-    (hi != NOT_HEX && lo != NOT_HEX).then_some(hi << 4 | lo)
-}
-
 /// The 16 bytes of a canonical lowercase hyphenated UUID string, if it is one.
 fn parse_uuid(s: &[u8]) -> Option<[u8; 16]> {
     if s.len() != UUID_LEN || HYPHENS.iter().any(|&i| s[i] != b'-') {
         return None;
     }
-    let mut out = [0u8; 16];
-    for (byte, at) in out.iter_mut().zip(UUID_DIGITS.chunks_exact(2)) {
-        *byte = hex_byte(s[at[0]], s[at[1]])?;
-    }
-    Some(out)
+    hex_bytes(|i| s[UUID_DIGITS[i]])
 }
 
 /// The 16 bytes of 32 lowercase hex digits, if they are.
@@ -101,11 +91,24 @@ fn parse_hex(s: &[u8]) -> Option<[u8; 16]> {
     if s.len() != HEX_LEN {
         return None;
     }
+    hex_bytes(|i| s[i])
+}
+
+/// The 16 bytes of the 32 digits `digit(0..32)`, if all are lowercase hex: decoded without a
+/// branch per digit (an owner is parsed on every acquire), checked once at the end.
+fn hex_bytes(digit: impl Fn(usize) -> u8) -> Option<[u8; 16]> {
     let mut out = [0u8; 16];
-    for (byte, pair) in out.iter_mut().zip(s.chunks_exact(2)) {
-        *byte = hex_byte(pair[0], pair[1])?;
+    let mut seen = 0u8;
+    for (i, byte) in out.iter_mut().enumerate() {
+        let (hi, lo) = (
+            HEX_VALUES[usize::from(digit(2 * i))],
+            HEX_VALUES[usize::from(digit(2 * i + 1))],
+        );
+        seen |= hi | lo;
+        *byte = hi << 4 | lo;
     }
-    Some(out)
+    // A digit's value fits in 4 bits; `NOT_HEX` does not.
+    (seen & !0xf == 0).then_some(out)
 }
 
 fn render_hex(bytes: &[u8; 16]) -> [u8; HEX_LEN] {
@@ -142,11 +145,12 @@ impl Owner {
         Owner::Bytes(bytes.into())
     }
 
-    /// Whether this is the owner named by `bytes` (byte for byte).
+    /// Whether this is the owner named by `bytes` (byte for byte: a compact owner's rendering
+    /// is the one string that parses to it, and rendering has no branch to mispredict).
     pub fn matches(&self, bytes: &[u8]) -> bool {
         match self {
-            Owner::Uuid(uuid) => parse_uuid(bytes).is_some_and(|other| other == *uuid),
-            Owner::Hex(hex) => parse_hex(bytes).is_some_and(|other| other == *hex),
+            Owner::Uuid(uuid) => render_uuid(uuid) == bytes,
+            Owner::Hex(hex) => render_hex(hex) == bytes,
             Owner::Short(..) | Owner::Bytes(_) => *self.bytes() == *bytes,
         }
     }
@@ -247,6 +251,22 @@ mod tests {
             prop_assert_eq!(&*o.bytes(), &a[..]);
             prop_assert!(o.matches(&a));
             prop_assert_eq!(o.matches(&b), a == b);
+        }
+
+        #[test]
+        fn a_compact_owner_matches_only_its_own_string(bytes in any::<[u8; 16]>(), at in 0..UUID_LEN, to in any::<u8>(), hex in any::<bool>()) {
+            let own: Vec<u8> = if hex { render_hex(&bytes).to_vec() } else { render_uuid(&bytes).to_vec() };
+            let o = Owner::new(&own);
+            prop_assert!(matches!(o, Owner::Uuid(_) | Owner::Hex(_)));
+            let mut other = own.clone();
+            let at = at % other.len();
+            other[at] = to;
+            prop_assert_eq!(o.matches(&other), other == own);
+            // What parses compact again is exactly what renders back the same.
+            let again = Owner::new(&other);
+            prop_assert_eq!(&*again.bytes(), &other[..]);
+            prop_assert_eq!(matches!(again, Owner::Uuid(_) | Owner::Hex(_)),
+                other.iter().enumerate().all(|(i, c)| if !hex && HYPHENS.contains(&i) { *c == b'-' } else { HEX_DIGITS.contains(c) }));
         }
 
         #[test]

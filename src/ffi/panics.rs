@@ -8,11 +8,11 @@
 //! In debug builds (the ones the integration tests load) `LOCK.DEBUG PANIC <entry>` arms a panic
 //! at the next call of a named entry point, so the tests can prove each one is contained.
 
+use std::mem::{ManuallyDrop, MaybeUninit};
 use std::panic::{self, AssertUnwindSafe};
 use std::sync::Mutex;
 
 use redis_module::{raw, Context, RedisResult, RedisString, Status};
-use smallvec::SmallVec;
 
 use crate::core::error::LockError;
 use crate::core::metrics::STATS;
@@ -40,42 +40,41 @@ pub fn serve(
     serve: impl FnOnce(&Context, &[RedisString]) -> Status,
 ) -> std::os::raw::c_int {
     let context = Context::new(ctx);
-    let args = Borrowed::new(ctx, argv, argc);
-    serve(&context, &args.0) as std::os::raw::c_int
+    with_args(ctx, argv, argc, |args| serve(&context, args)) as std::os::raw::c_int
 }
 
-/// The command's arguments, borrowed from Redis for the call: neither retained nor freed
-/// (retaining and freeing each one, as `redis_module::decode_args` does, costs the server
-/// more than parsing them), and on the stack for the usual handful.
-struct Borrowed(SmallVec<[RedisString; 8]>);
-
-impl Borrowed {
-    fn new(
-        ctx: *mut raw::RedisModuleCtx,
-        argv: *mut *mut raw::RedisModuleString,
-        argc: std::os::raw::c_int,
-    ) -> Self {
-        let argc = usize::try_from(argc).unwrap_or(0);
-        if argv.is_null() || argc == 0 {
-            return Self(SmallVec::new());
-        }
+/// `f` of the command's arguments, borrowed from Redis for the call: neither retained nor
+/// freed (retaining and freeing each one, as `redis_module::decode_args` does, costs the
+/// server more than parsing them). Up to eight are laid out in place on the stack (a
+/// `SmallVec` filled and then moved was a 144-byte copy whose next read stalled: perf).
+fn with_args<R>(
+    ctx: *mut raw::RedisModuleCtx,
+    argv: *mut *mut raw::RedisModuleString,
+    argc: std::os::raw::c_int,
+    f: impl FnOnce(&[RedisString]) -> R,
+) -> R {
+    let argc = usize::try_from(argc).unwrap_or(0);
+    let raw: &[*mut raw::RedisModuleString] = if argv.is_null() || argc == 0 {
+        &[]
+    } else {
         // SAFETY: Redis passes `argc` valid string pointers in `argv`, alive for the whole
-        // call, which outlives `Borrowed` (dropped before the entry point returns).
-        let raw = unsafe { std::slice::from_raw_parts(argv, argc) };
-        Self(
-            raw.iter()
-                .map(|&arg| RedisString::from_redis_module_string(ctx, arg))
-                .collect(),
-        )
-    }
-}
-
-impl Drop for Borrowed {
-    fn drop(&mut self) {
-        // Not ours to free: forget each handle (a RedisString frees its string when dropped).
-        for arg in self.0.drain(..) {
-            std::mem::forget(arg);
+        // call, which outlives every use of the arguments here.
+        unsafe { std::slice::from_raw_parts(argv, argc) }
+    };
+    let borrow = |&arg| ManuallyDrop::new(RedisString::from_redis_module_string(ctx, arg));
+    if raw.len() <= 8 {
+        let mut on_stack = [const { MaybeUninit::<ManuallyDrop<RedisString>>::uninit() }; 8];
+        for (slot, arg) in on_stack.iter_mut().zip(raw) {
+            slot.write(borrow(arg));
         }
+        // SAFETY: the first `raw.len()` slots were just written; `MaybeUninit` and
+        // `ManuallyDrop` have the layout of what they hold, and neither frees it (the strings
+        // are Redis's).
+        f(unsafe { std::slice::from_raw_parts(on_stack.as_ptr().cast(), raw.len()) })
+    } else {
+        let on_heap: Vec<ManuallyDrop<RedisString>> = raw.iter().map(borrow).collect();
+        // SAFETY: `ManuallyDrop` has the layout of what it holds, and frees nothing.
+        f(unsafe { std::slice::from_raw_parts(on_heap.as_ptr().cast(), on_heap.len()) })
     }
 }
 
