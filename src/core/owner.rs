@@ -80,7 +80,9 @@ const UUID_DIGITS: [usize; HEX_LEN] = {
 
 /// The 16 bytes of a canonical lowercase hyphenated UUID string, if it is one.
 fn parse_uuid(s: &[u8]) -> Option<[u8; 16]> {
-    if s.len() != UUID_LEN || HYPHENS.iter().any(|&i| s[i] != b'-') {
+    // As an array: the indexes below are constants once the loop is unrolled, and need no check.
+    let s: &[u8; UUID_LEN] = s.try_into().ok()?;
+    if HYPHENS.iter().any(|&i| s[i] != b'-') {
         return None;
     }
     hex_bytes(|i| s[UUID_DIGITS[i]])
@@ -88,9 +90,7 @@ fn parse_uuid(s: &[u8]) -> Option<[u8; 16]> {
 
 /// The 16 bytes of 32 lowercase hex digits, if they are.
 fn parse_hex(s: &[u8]) -> Option<[u8; 16]> {
-    if s.len() != HEX_LEN {
-        return None;
-    }
+    let s: &[u8; HEX_LEN] = s.try_into().ok()?;
     hex_bytes(|i| s[i])
 }
 
