@@ -65,63 +65,81 @@ pub fn acquire(ctx: &Context, args: &[RedisString]) -> RedisResult {
     let (owner, with_owner) = owner_of(parsed.owner);
     let owner = &*owner;
     let lock = LockKey::open(ctx, &args[1]);
-    let (state, waiting) = match state_with_queue_served(&lock, now) {
-        Ok(found) => found,
-        Err(err) => {
-            // A plain string: another client's old-style lock holds the name.
-            let ttl = keyspace::foreign_ttl(ctx, &args[1]).ok_or(err)?;
-            let due = foreign::due(ttl, now);
-            let reply = busy(ctx, &lock, due, &parsed, (owner, with_owner), &limits);
-            if matches!(reply, Ok(RedisValue::NoReply)) {
-                foreign::watch(&lock.queue_key(), due); // queued behind it
-            }
-            return reply;
-        }
+    let waiting = match queue_served_first(&lock, now) {
+        Ok(waiting) => waiting,
+        Err(err) => return behind_string(&lock, err, now, &parsed, (owner, with_owner), &limits),
     };
     let request = Request {
         owner,
         want: parsed.want,
         ttl: parsed.ttl,
     };
-    let outcome = lock::acquire(
-        state.as_ref(),
-        waiting,
-        &request,
-        now,
-        limits.max_holders,
-        fencing::issue,
-    )
-    .inspect_err(|err| {
-        if *err == LockError::Deadlock {
-            STATS.deadlocks.incr();
-        }
+    // Decided on the stored state in place: no copy of it (nor of the decision) to stall on.
+    let (outcome, was_free, busy_due) = lock.with_state(|state| {
+        let outcome = lock::acquire(
+            state,
+            waiting,
+            &request,
+            now,
+            limits.max_holders,
+            fencing::issue,
+        );
+        // A busy lock's queue is settled when its first live lease ends.
+        let due = || lock::live(state, now).and_then(|s| s.next_deadline(now));
+        let busy_due = matches!(outcome, Ok(Acquire::Busy)).then(due).flatten();
+        (outcome, state.is_none(), busy_due)
     })?;
     let (granted, token) = match outcome {
-        Acquire::Granted { state, token } => {
+        Ok(Acquire::Granted { state, token }) => {
             STATS.acquired_immediately.incr();
             STATS.granted(parsed.want);
             (state, token)
         }
-        Acquire::Renewed { state, token } => {
+        Ok(Acquire::Renewed { state, token }) => {
             STATS.renewed.incr();
             (state, token)
         }
-        Acquire::Busy => {
-            // The queue is settled when the first live lease ends.
-            let due = lock::live(state.as_ref(), now)
-                .and_then(|s| s.next_deadline(now))
-                .unwrap_or(now);
+        Ok(Acquire::Busy) => {
+            let due = busy_due.unwrap_or(now);
             return busy(ctx, &lock, due, &parsed, (owner, with_owner), &limits);
         }
+        Err(err) => {
+            if err == LockError::Deadlock {
+                STATS.deadlocks.incr();
+            }
+            return Err(err.into());
+        }
     };
-    if stream_knew && state.is_none() && !waiting && !with_owner {
+    if stream_knew && was_free && !waiting && !with_owner {
         // A free name nobody waited for: replicas replay the command itself to this state.
         lock.set_granted_as_command(granted, now)?;
         bind_session(ctx, &lock, token, parsed.session);
     } else {
         store_grant(ctx, &lock, granted, token, waiting, parsed.session, now)?;
     }
+    if !with_owner {
+        return Ok(reply::token(token)); // built in place
+    }
     Ok(reply::grant(owner, token, with_owner))
+}
+
+/// A plain string holds the name (`err` if it is not another client's old-style lock):
+/// queue behind it, or answer nil (`busy`).
+fn behind_string(
+    lock: &LockKey,
+    err: LockError,
+    now: Millis,
+    parsed: &args::AcquireArgs,
+    owner: (&[u8], bool),
+    limits: &Limits,
+) -> RedisResult {
+    let ttl = keyspace::foreign_ttl(lock.ctx(), lock.name()).ok_or(err)?;
+    let due = foreign::due(ttl, now);
+    let reply = busy(lock.ctx(), lock, due, parsed, owner, limits);
+    if matches!(reply, Ok(RedisValue::NoReply)) {
+        foreign::watch(&lock.queue_key(), due); // queued behind it
+    }
+    reply
 }
 
 /// `LOCK.ACQUIRE` as its master replicated it, from the replication link or the AOF: a fresh
@@ -157,21 +175,28 @@ pub fn owner_of(arg: OwnerArg<'_>) -> (Cow<'_, [u8]>, bool) {
     }
 }
 
-/// The lock's state and whether anyone waits for it, once the queue went first where the lock
-/// is free but its settle has not run yet (a lease ran out a moment ago, or the value or the
-/// plain string that held the name was deleted).
+/// Whether anyone waits for the lock, once the queue went first where the lock is free but its
+/// settle has not run yet (a lease ran out a moment ago, or the value or the plain string that
+/// held the name was deleted). `WrongType` where the name holds no lock.
+pub fn queue_served_first(lock: &LockKey, now: Millis) -> Result<bool, LockError> {
+    let free = lock.with_state(|state| state.is_none_or(|s| s.has_expired(now)))?;
+    let others_waiting = || queues::anyone_waiting() && queues::has_waiters(&lock.queue_key());
+    let waiting = others_waiting();
+    if waiting && free {
+        settling::pass_on(lock, lock.state()?.as_ref(), now);
+        return Ok(others_waiting());
+    }
+    Ok(waiting)
+}
+
+/// The lock's state and whether anyone waits for it, once the queue went first
+/// (`queue_served_first`).
 pub fn state_with_queue_served(
     lock: &LockKey,
     now: Millis,
 ) -> Result<(Option<LockState>, bool), LockError> {
-    let state = lock.state()?;
-    let others_waiting = || queues::anyone_waiting() && queues::has_waiters(&lock.queue_key());
-    let waiting = others_waiting();
-    if waiting && state.as_ref().is_none_or(|s| s.has_expired(now)) {
-        settling::pass_on(lock, state.as_ref(), now);
-        return Ok((lock.state()?, others_waiting()));
-    }
-    Ok((state, waiting))
+    let waiting = queue_served_first(lock, now)?;
+    Ok((lock.state()?, waiting))
 }
 
 /// The lock is not free for this request: queue the caller (`WAIT`, where it may block; its
