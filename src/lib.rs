@@ -31,8 +31,9 @@ mod registration {
     use crate::shell::table;
 
     fn init(ctx: &Context, module_args: &[RedisString]) -> Status {
-        tally::claim_main_thread(); // OnLoad runs on the server's main thread
-                                    // Checked before anything is registered: bad arguments refuse the module, one log line.
+        // OnLoad runs on the server's main thread.
+        tally::claim_main_thread();
+        // Checked before anything is registered: bad arguments refuse the module, one log line.
         let settings = match args::module_args(module_args) {
             Ok(values) => values,
             Err(err) => {

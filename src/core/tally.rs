@@ -21,8 +21,7 @@ pub fn claim_main_thread() {
     ON_MAIN.set(true);
 }
 
-/// Whether the calling thread is the server's main thread (`claim_main_thread`).
-pub fn on_main() -> bool {
+fn on_main() -> bool {
     ON_MAIN.get()
 }
 

@@ -123,8 +123,6 @@ mod tests {
     /// One test, as the set is the process's: left, freed, found, given up, our own deletes.
     #[test]
     fn a_value_is_adrift_until_freed_found_or_given_up() {
-        // It stands in for the server's main thread: giving up reaches the timers.
-        crate::core::tally::claim_main_thread();
         deleting_here(|| left(1));
         assert!(
             !is_adrift(1),

@@ -64,14 +64,9 @@ pub fn notify(ctx: &Context, event: LockEvent, key: &RedisString) {
 }
 
 /// A hold ended at `now`: record how long it lasted, and whether the lease ran out first (which
-/// it returns).
-pub fn hold_ended(
-    ctx: &Context,
-    key: &RedisString,
-    granted: Millis,
-    deadline: Millis,
-    now: Millis,
-) -> bool {
+/// it returns; the caller announces the expiry, `LockEvent::Expire`, once it holds no borrow of
+/// the value: a subscriber of the event may write the key).
+fn hold_ended(key: &RedisString, granted: Millis, deadline: Millis, now: Millis) -> bool {
     let expired = now >= deadline;
     let end = if expired { deadline } else { now };
     STATS.hold_time.record(
@@ -82,7 +77,6 @@ pub fn hold_ended(
     if expired {
         STATS.expired_while_held.incr();
         hot::record(Signal::Expired, key.as_slice());
-        notify(ctx, LockEvent::Expire, key);
     }
     expired
 }
@@ -160,15 +154,19 @@ impl<'a> LockKey<'a> {
     /// Every stored hold that `next` does not keep (by token) ends now: account for it. True
     /// when some ended and every one of them ran out of lease.
     fn end_previous_holds(&self, next: Option<&LockState>, now: Millis) -> bool {
-        let mut all_expired = None;
+        let (mut ended_n, mut expired_n) = (0, 0);
         if let Found::Lock(previous) = self.key.found() {
             for ended in lock::ended(&previous.state, next) {
                 sessions::unbind(ended.token);
-                let expired = hold_ended(self.ctx, self.name, ended.granted, ended.deadline, now);
-                all_expired = Some(all_expired.unwrap_or(true) && expired);
+                ended_n += 1;
+                expired_n += usize::from(hold_ended(self.name, ended.granted, ended.deadline, now));
             }
         }
-        all_expired == Some(true)
+        // The value is no longer borrowed: the events' subscribers may write the key.
+        for _ in 0..expired_n {
+            self.notify(LockEvent::Expire);
+        }
+        ended_n > 0 && expired_n == ended_n
     }
 
     /// Make `state` the lock's state, have it settled at its first deadline, replicate it and

@@ -32,7 +32,7 @@ use crate::core::settle::Job;
 use crate::core::value::LockValue;
 use crate::ffi::clock;
 use crate::ffi::lease_values::{ValuePtr, Values};
-use crate::ffi::main_thread::{MainGuard, MainOnly};
+use crate::ffi::server_locked::{Held, ServerLocked};
 use crate::ffi::timer::{self, TimerId};
 
 #[derive(Default)]
@@ -47,8 +47,8 @@ struct Timers {
     parked: HashSet<QueueKey>,
 }
 
-/// Main thread only: no mutex (`ffi::main_thread`).
-static TIMERS: MainOnly<Timers> = MainOnly::new(Timers::default);
+/// Serialized by the server's own lock: no mutex (`ffi::server_locked`).
+static TIMERS: ServerLocked<Timers> = ServerLocked::new(Timers::default);
 
 /// Values the server freed while the lease heap held them, until the main thread takes them
 /// out (its own mutex: a lazy-free thread must never wait for the timers). Boxed: the heap
@@ -60,7 +60,7 @@ static ANY_BURIED: AtomicBool = AtomicBool::new(false);
 
 /// Never held while calling into Redis in a way that can call back (timers only start and
 /// stop the one Redis timer, which calls nothing).
-fn timers() -> MainGuard<'static, Timers> {
+fn timers() -> Held<'static, Timers> {
     TIMERS.hold()
 }
 

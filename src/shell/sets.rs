@@ -38,7 +38,7 @@ pub fn macquire(ctx: &Context, args: &[RedisString]) -> RedisResult {
     // Each queue goes first where a lease ran out a moment ago, one key at a time: a set served
     // there may take another of these keys, so none is held open meanwhile.
     for name in names {
-        let _ = commands::state_with_queue_served(&LockKey::open(ctx, name), now);
+        let _ = commands::queue_served_first(&LockKey::open(ctx, name), now);
     }
     let locks: Vec<LockKey> = names.iter().map(|n| LockKey::open(ctx, n)).collect();
     let members = locks
