@@ -80,7 +80,7 @@ const UUID_DIGITS: [usize; HEX_LEN] = {
 
 /// The 16 bytes of a canonical lowercase hyphenated UUID string, if it is one.
 fn parse_uuid(s: &[u8]) -> Option<[u8; 16]> {
-    // As an array: the indexes below are constants once the loop is unrolled, and need no check.
+    // As an array: its length is checked once, here.
     let s: &[u8; UUID_LEN] = s.try_into().ok()?;
     if HYPHENS.iter().any(|&i| s[i] != b'-') {
         return None;

@@ -1,7 +1,8 @@
 //! A count the server's main thread updates without a locked instruction.
 //!
-//! Every command and callback runs on the server's main thread, but for two: a value's free
-//! callback may run on a lazy-free thread (`FLUSHALL ASYNC`, `UNLINK`), and the allocator
+//! Nearly every command and callback runs on the server's main thread. Not all: a value's
+//! free callback may run on a lazy-free thread (`FLUSHALL ASYNC`, `UNLINK`), another module
+//! may call our commands from its own thread (holding the server's lock), and the allocator
 //! serves every thread. A locked add (`fetch_add`) costs about 20 cycles on x86 however
 //! uncontended, and a lock cycle made some twenty of them (about a tenth of the server's CPU
 //! time per cycle, by `perf`). A `Tally` keeps two cells: the main thread's, updated with a

@@ -189,16 +189,6 @@ pub fn queue_served_first(lock: &LockKey, now: Millis) -> Result<bool, LockError
     Ok(waiting)
 }
 
-/// The lock's state and whether anyone waits for it, once the queue went first
-/// (`queue_served_first`).
-pub fn state_with_queue_served(
-    lock: &LockKey,
-    now: Millis,
-) -> Result<(Option<LockState>, bool), LockError> {
-    let waiting = queue_served_first(lock, now)?;
-    Ok((lock.state()?, waiting))
-}
-
 /// The lock is not free for this request: queue the caller (`WAIT`, where it may block; its
 /// queue is settled at `due`) or answer nil.
 fn busy(
