@@ -24,7 +24,7 @@ use std::ffi::CStr;
 
 use crate::core::fencing;
 use crate::core::lock::{Holder, LockState, Millis, Permit, Token};
-use crate::core::owner::{Owner, OwnerBytes};
+use crate::core::owner::Owner;
 
 /// Encoding of a lock value in RDB and DUMP payloads.
 /// Version 1: owner, token, deadline. Version 2 adds the grant time (for LOCK.INFO `held`).
@@ -136,7 +136,7 @@ fn encode_with<W: Writer>(state: &LockState, out: &mut W, times: impl Fn(&Holder
     out.write_unsigned(u64::from(limit));
     out.write_unsigned(state.holds().count() as u64);
     for (holder, permits) in state.holds() {
-        out.write_bytes(&holder.owner.bytes());
+        out.write_bytes(holder.owner.bytes());
         out.write_unsigned(holder.token);
         times(holder, out);
         out.write_unsigned(u64::from(permits));
@@ -317,7 +317,7 @@ impl Reader for BytesReader<'_> {
 /// The arguments of `LOCK.APPLY key ...` after the key, in `APPLY_FORMAT` order (`PX` between
 /// the token and the times).
 pub struct ApplyRecord<'a> {
-    pub owner: OwnerBytes<'a>,
+    pub owner: &'a [u8],
     pub token: Decimal,
     pub left: Decimal,
     pub held: Decimal,
@@ -495,7 +495,7 @@ mod tests {
         #[test]
         fn the_replicated_record_carries_every_field(h in holder()) {
             let r = apply_record(&h, NOW);
-            prop_assert_eq!(&*r.owner, &*h.owner.bytes());
+            prop_assert_eq!(r.owner, h.owner.bytes());
             let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
             prop_assert_eq!(text(r.token.as_bytes()), token_i64(h.token).to_string());
             prop_assert_eq!(text(r.left.as_bytes()), (h.deadline - NOW).to_string());

@@ -43,11 +43,12 @@ pub type Place = u64;
 /// stands in O(log n) (a binary search for its place) and leaves a gap: gaps at the head go at
 /// once, the others are swept in one pass when they outnumber the waiters (O(1) amortized), so
 /// a fleet of 100k waiters dropping at once never turns into a quadratic stall of the server.
-/// One flat ring of slots costs each waiter about its own size (a tree of nodes cost twice that).
+/// One flat ring of 16-byte slots, each waiter boxed: a doubling of the ring costs a waiter 16
+/// bytes, not its whole size again (a tree of nodes cost twice a waiter's size).
 #[derive(Debug)]
 pub struct WaitQueue<C> {
     /// (place, waiter or gap) in increasing place order; the front slot is never a gap.
-    slots: VecDeque<(Place, Option<Waiter<C>>)>,
+    slots: VecDeque<(Place, Option<Box<Waiter<C>>>)>,
     waiting: usize,
     next_place: Place,
 }
@@ -70,7 +71,7 @@ impl<C> WaitQueue<C> {
     pub fn push(&mut self, waiter: Waiter<C>) -> Place {
         let place = self.next_place;
         self.next_place += 1;
-        self.slots.push_back((place, Some(waiter)));
+        self.slots.push_back((place, Some(Box::new(waiter))));
         self.waiting += 1;
         place
     }
@@ -81,7 +82,7 @@ impl<C> WaitQueue<C> {
         let waiter = self.slots[at].1.take()?;
         self.waiting -= 1;
         self.tidy();
-        Some(waiter)
+        Some(*waiter)
     }
 
     /// Drop the gaps at the head; sweep the rest when they outnumber the waiters, and give
@@ -105,12 +106,12 @@ impl<C> WaitQueue<C> {
         };
         self.waiting -= 1;
         self.tidy();
-        Some(waiter)
+        Some(*waiter)
     }
 
     /// The waiter at the head of the queue.
     pub fn head(&self) -> Option<&Waiter<C>> {
-        self.slots.front().and_then(|(_, w)| w.as_ref())
+        self.slots.front().and_then(|(_, w)| w.as_deref())
     }
 
     /// Whether the waiter at `place` is the head of the queue.
@@ -130,20 +131,20 @@ impl<C> WaitQueue<C> {
 
     /// The waiters in the order they will be served.
     pub fn iter(&self) -> impl Iterator<Item = &Waiter<C>> {
-        self.slots.iter().filter_map(|(_, w)| w.as_ref())
+        self.slots.iter().filter_map(|(_, w)| w.as_deref())
     }
 
     pub fn drain(&mut self) -> impl Iterator<Item = Waiter<C>> {
         self.waiting = 0;
         std::mem::take(&mut self.slots)
             .into_iter()
-            .filter_map(|(_, w)| w)
+            .filter_map(|(_, w)| w.map(|w| *w))
     }
 
     /// Whether the head of the queue fits beside the live holds of `state`.
     pub fn head_fits(&self, state: Option<&LockState>, now: Millis) -> bool {
         self.head()
-            .is_some_and(|w| fits(state, &w.owner.bytes(), w.want, now))
+            .is_some_and(|w| fits(state, w.owner.bytes(), w.want, now))
     }
 
     /// Serve the head of the queue while it fits beside the live holds of `state`: one
@@ -167,7 +168,7 @@ impl<C> WaitQueue<C> {
         let mut served = Vec::new();
         while let Some(head) = self.head() {
             if !alone(&head.client)
-                || !fits(next.as_ref(), &head.owner.bytes(), head.want, now)
+                || !fits(next.as_ref(), head.owner.bytes(), head.want, now)
                 || next
                     .as_ref()
                     .is_some_and(|s| s.live_count(now) >= max_holders)

@@ -202,7 +202,7 @@ impl<C: Client> Registry<C> {
             let first = e
                 .iter()
                 .take(count)
-                .map(|w| Box::<[u8]>::from(&*w.owner.bytes()))
+                .map(|w| Box::<[u8]>::from(w.owner.bytes()))
                 .collect();
             (e.len(), first)
         })
@@ -282,7 +282,7 @@ impl<C: Client> Registry<C> {
         let ready = set.places.iter().zip(states).all(|((key, place), state)| {
             let live = state.as_ref().and_then(|s| s.live(now));
             self.queues.get(&**key).is_some_and(|q| q.is_head(*place))
-                && fits(live.as_ref(), &w.owner.bytes(), w.want, now)
+                && fits(live.as_ref(), w.owner.bytes(), w.want, now)
                 && live
                     .as_ref()
                     .is_none_or(|s| s.live_count(now) < max_holders)

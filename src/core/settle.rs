@@ -383,7 +383,7 @@ mod tests {
                     self.registry.head_set(k) == Some(set)
                         && lock::fits(
                             self.states[l].as_ref(),
-                            &wants.owner.bytes(),
+                            wants.owner.bytes(),
                             wants.want,
                             self.now,
                         )

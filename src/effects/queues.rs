@@ -195,10 +195,16 @@ mod tests {
 
     #[test]
     fn a_queue_entry_stays_small() {
-        // The README's per-waiter figure: the queue entry plus a client-index entry (see
-        // `core::registry`); a timeout adds its schedule entry (see `core::schedule`).
-        assert_eq!(std::mem::size_of::<BlockedWaiter>(), 88);
+        // The README's per-waiter figure: the queue entry (a 16-byte slot and the boxed
+        // waiter) plus a client-index entry (see `core::registry`); a timeout adds its
+        // schedule entry (see `core::schedule`).
+        assert_eq!(std::mem::size_of::<BlockedWaiter>(), 104);
         // A lock set's seat in a queue: the set's id in the place of the client.
-        assert_eq!(std::mem::size_of::<Waiter<Seat<Blocked>>>(), 88);
+        assert_eq!(std::mem::size_of::<Waiter<Seat<Blocked>>>(), 104);
+        // A slot of the queue's ring: its place and the boxed waiter (or a gap).
+        assert_eq!(
+            std::mem::size_of::<(crate::core::queue::Place, Option<Box<BlockedWaiter>>)>(),
+            16
+        );
     }
 }

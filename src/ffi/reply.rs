@@ -52,9 +52,9 @@ pub fn grant_set(
 /// The reply a blocked client reads.
 pub fn answer(answer: &Answer) -> RedisResult {
     match answer {
-        Answer::Granted(g) => Ok(grant(&g.owner.bytes(), g.token, g.with_owner)),
+        Answer::Granted(g) => Ok(grant(g.owner.bytes(), g.token, g.with_owner)),
         Answer::GrantedSet(g) => Ok(grant_set(
-            &g.owner.bytes(),
+            g.owner.bytes(),
             g.members.iter().map(|(_, t)| *t),
             g.with_owner,
         )),
