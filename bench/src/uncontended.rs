@@ -1,10 +1,13 @@
 //! Section 1, uncontended cycles: acquire + release of distinct keys, unpipelined and pipelined.
+//! Pipelined, the variants take turns for three rounds and each keeps its best (as section 8
+//! does): the bench's client threads share the machine's cores with the server, and one round
+//! each moved the ratios by a tenth from run to run on a 2-core machine.
 
 use std::time::{Duration, Instant};
 
 use crate::charts::Series;
 use crate::report::Report;
-use crate::stats::{micros, quantile};
+use crate::stats::{micros, process_cpu, quantile};
 use redis_lock_harness::Server;
 
 /// Compare-and-delete: the release script every `SET NX PX` lock ships.
@@ -78,6 +81,8 @@ fn set_nx_px(p: &mut redis::Pipeline, key: &str, owner: &str) {
 
 pub struct Result {
     pub cycles_per_sec: f64,
+    /// The server's CPU time per cycle (user + system), µs.
+    pub cpu_us: f64,
     pub p50_us: f64,
     pub p99_us: f64,
     /// Per-cycle latencies (µs) of the unpipelined run, for the CDF chart.
@@ -102,6 +107,7 @@ pub fn run(
         .collect();
     let cons = std::sync::Arc::new(cons);
     let until = Instant::now() + dur;
+    let cpu_before = process_cpu(server.pid());
     let started = Instant::now();
     let per_thread = crate::stats::for_threads(
         threads,
@@ -127,6 +133,7 @@ pub fn run(
         until,
     );
     let elapsed = started.elapsed().as_secs_f64();
+    let cpu = process_cpu(server.pid()).saturating_sub(cpu_before);
     let cycles: u64 = per_thread.iter().map(|(c, _)| c).sum();
     let mut samples: Vec<f64> = per_thread.into_iter().flat_map(|(_, l)| l).collect();
     let p50 = quantile(&mut samples, 0.50);
@@ -136,6 +143,7 @@ pub fn run(
         .expect("flush");
     Result {
         cycles_per_sec: cycles as f64 / elapsed,
+        cpu_us: cpu.as_secs_f64() * 1e6 / cycles.max(1) as f64,
         p50_us: p50,
         p99_us: p99,
         samples: if pipeline == 1 { samples } else { Vec::new() },
@@ -155,31 +163,31 @@ pub fn section(report: &mut Report, server: &Server, dur: Duration) -> Series {
         .chain(delifeq.then_some(Variant::DelIfEq))
         .collect();
     for pipeline in [1, 32] {
-        for &v in &variants {
-            let r = run(server, v, threads, pipeline, dur);
+        for (v, r) in measure(server, &variants, threads, pipeline, dur) {
             rows.push(format!(
-                "| {} | {} | {:.0} | {:.1} | {:.1} |",
+                "| {} | {} | {:.0} | {:.2} | {:.1} | {:.1} |",
                 v.label(),
                 pipeline,
                 r.cycles_per_sec,
+                r.cpu_us,
                 r.p50_us,
                 r.p99_us
             ));
             if pipeline == 1 {
                 cdf_series.push((v.label().to_string(), r.samples.clone()));
             }
-            by.insert((v, pipeline), r.cycles_per_sec);
+            by.insert((v, pipeline), (r.cycles_per_sec, r.cpu_us));
         }
     }
     report.section(
         &format!("1. Uncontended acquire + release cycles ({threads} connections, distinct keys)"),
-        "| variant | pipeline | cycles/s | p50 µs/cycle | p99 µs/cycle |",
+        "| variant | pipeline | cycles/s | server CPU µs/cycle | p50 µs/cycle | p99 µs/cycle |",
         rows,
     );
     for pipeline in [1, 32] {
-        let lock = by[&(Variant::Lock, pipeline)];
-        let lua = by[&(Variant::LuaRelease, pipeline)];
-        let unsafe_del = by[&(Variant::UnsafeDel, pipeline)];
+        let lock = by[&(Variant::Lock, pipeline)].0;
+        let lua = by[&(Variant::LuaRelease, pipeline)].0;
+        let unsafe_del = by[&(Variant::UnsafeDel, pipeline)].0;
         let tag = if pipeline == 1 {
             "unpipelined"
         } else {
@@ -198,14 +206,48 @@ pub fn section(report: &mut Report, server: &Server, dur: Duration) -> Series {
             lock / unsafe_del >= 0.9,
         );
         if delifeq {
-            let native = by[&(Variant::DelIfEq, pipeline)];
+            let (native, native_cpu) = by[&(Variant::DelIfEq, pipeline)];
+            let lock_cpu = by[&(Variant::Lock, pipeline)].1;
             report.check(
                 &format!("cycle throughput vs SET NX PX + DELIFEQ ({tag})"),
-                format!("{:.2}x", lock / native),
+                format!(
+                    "{:.2}x; server CPU per cycle {:.2}x",
+                    lock / native,
+                    lock_cpu / native_cpu
+                ),
                 if pipeline == 1 { "report" } else { ">= 1.0x" },
                 pipeline == 1 || lock / native >= 1.0,
             );
         }
     }
     cdf_series
+}
+
+/// Each variant's cycles: one round each unpipelined (its latencies are the chart's); pipelined,
+/// three rounds taking turns, each variant keeping its best throughput and its least CPU.
+fn measure(
+    server: &Server,
+    variants: &[Variant],
+    threads: usize,
+    pipeline: usize,
+    dur: Duration,
+) -> Vec<(Variant, Result)> {
+    let rounds = if pipeline == 1 { 1 } else { 3 };
+    let mut best: Vec<(Variant, Option<Result>)> = variants.iter().map(|&v| (v, None)).collect();
+    for _ in 0..rounds {
+        for (v, kept) in best.iter_mut() {
+            let r = run(server, *v, threads, pipeline, dur);
+            *kept = Some(match kept.take() {
+                None => r,
+                Some(k) => Result {
+                    cycles_per_sec: k.cycles_per_sec.max(r.cycles_per_sec),
+                    cpu_us: k.cpu_us.min(r.cpu_us),
+                    ..k
+                },
+            });
+        }
+    }
+    best.into_iter()
+        .filter_map(|(v, r)| r.map(|r| (v, r)))
+        .collect()
 }
