@@ -24,6 +24,7 @@ mod registration {
     use crate::ffi::events;
     use crate::ffi::handlers;
     use crate::ffi::panics;
+    use crate::ffi::role;
     use crate::ffi::server;
     use crate::ffi::timer;
     use crate::shell::callbacks;
@@ -50,6 +51,7 @@ mod registration {
         handlers::install(&callbacks::HANDLERS);
         resetstat::catch_up(); // the first look at the server's statistics
         clock::start();
+        role::init(ctx);
         timer::init(ctx);
         timers::start_epoch_soon(); // runs once start-up has loaded the data
         server::register_info(ctx);

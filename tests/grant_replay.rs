@@ -257,3 +257,31 @@ fn a_replica_without_an_rdb_preamble_logs_grants_with_their_tokens() {
     replica.restart_with(&aof[..4]); // standalone, from its own AOF
     assert_eq!(picture(&mut replica.con(), &keys).0, on_master.0);
 }
+
+/// A server that starts as a master and becomes a replica at run time replays its new master's
+/// fresh grants with the master's tokens (the module learns its role from the role-change
+/// event, not from each command), and grants again, above them, once promoted.
+#[test]
+fn a_master_made_a_replica_at_run_time_replays_its_new_masters_grants() {
+    let master = Server::start();
+    let follower = Server::start();
+    let mut f = follower.con();
+    acquire(&mut f, "own:before", "owner-9", TTL).unwrap(); // a grant of its own, as a master
+    let port = master.port.to_string();
+    ok(&mut f, &["REPLICAOF", "127.0.0.1", &port]);
+    wait_link_up(&mut f);
+    let mut m = master.con();
+    wait_streaming(&mut m);
+    let mut keys = history(&master, &mut m, "two");
+    keys.extend(untouched_grants(&mut m, "two"));
+    wait_replica_acked(&mut m);
+    let on_master = picture(&mut m, &keys);
+    assert_eq!(picture(&mut f, &keys), on_master, "the demoted master");
+    ok(&mut f, &["REPLICAOF", "NO", "ONE"]);
+    let last = on_master.0.iter().flatten().map(|(_, t)| *t).max().unwrap();
+    let next = acquire(&mut f, "own:after", "owner-9", TTL).unwrap();
+    assert!(
+        next > last,
+        "promoted, it grants above its master: {next} > {last}"
+    );
+}

@@ -216,9 +216,12 @@ fn run_after(delay_ms: Millis, job: Job) {
     t.rearm_for(due);
 }
 
-/// Time the waiter `client_id` out after `timeout_ms`; returns when.
+/// Time the waiter `client_id` out after `timeout_ms`; returns when. Counted from the end of
+/// the clock's current millisecond (part of it has passed): a timeout never ends early.
 pub fn time_out_after(client_id: u64, timeout_ms: Millis) -> Millis {
-    let due = clock::now_ms().saturating_add(timeout_ms.max(0));
+    let due = clock::now_ms()
+        .saturating_add(timeout_ms.max(0))
+        .saturating_add(1);
     let mut t = timers();
     t.schedule.add_id(due, client_id);
     t.rearm_for(due);

@@ -10,6 +10,7 @@ use redis_module::{raw, Context};
 
 use crate::ffi::handlers::{self, CommandArgs};
 use crate::ffi::panics;
+use crate::ffi::role;
 
 /// `RedisModuleFlushInfoV1` from redismodule.h.
 #[repr(C)]
@@ -113,10 +114,18 @@ extern "C" fn on_role_changed(
     panics::contain(
         "the role-change event",
         || (),
-        || match (handlers::get(), sub) {
-            (Some(h), SUBEVENT_NOW_REPLICA) => (h.demoted)(),
-            (Some(h), SUBEVENT_NOW_MASTER) => (h.promoted)(),
-            _ => {}
+        || {
+            // Before the handlers: whatever they run reads the new role.
+            match sub {
+                SUBEVENT_NOW_REPLICA => role::set_replica(true),
+                SUBEVENT_NOW_MASTER => role::set_replica(false),
+                _ => {}
+            }
+            match (handlers::get(), sub) {
+                (Some(h), SUBEVENT_NOW_REPLICA) => (h.demoted)(),
+                (Some(h), SUBEVENT_NOW_MASTER) => (h.promoted)(),
+                _ => {}
+            }
         },
     );
 }
@@ -157,15 +166,21 @@ extern "C" fn on_loading(
     panics::contain(
         "the loading event",
         || (),
-        || match (handlers::get(), sub) {
-            (
-                Some(h),
-                raw::REDISMODULE_SUBEVENT_LOADING_RDB_START
-                | raw::REDISMODULE_SUBEVENT_LOADING_AOF_START
-                | raw::REDISMODULE_SUBEVENT_LOADING_REPL_START,
-            ) => (h.load_started)(),
-            (Some(h), raw::REDISMODULE_SUBEVENT_LOADING_FAILED) => (h.load_failed)(),
-            _ => {}
+        || {
+            role::set_loading(!matches!(
+                sub,
+                raw::REDISMODULE_SUBEVENT_LOADING_ENDED | raw::REDISMODULE_SUBEVENT_LOADING_FAILED
+            ));
+            match (handlers::get(), sub) {
+                (
+                    Some(h),
+                    raw::REDISMODULE_SUBEVENT_LOADING_RDB_START
+                    | raw::REDISMODULE_SUBEVENT_LOADING_AOF_START
+                    | raw::REDISMODULE_SUBEVENT_LOADING_REPL_START,
+                ) => (h.load_started)(),
+                (Some(h), raw::REDISMODULE_SUBEVENT_LOADING_FAILED) => (h.load_failed)(),
+                _ => {}
+            }
         },
     );
 }

@@ -20,6 +20,7 @@ pub mod key;
 pub mod lease_values;
 pub mod panics;
 pub mod reply;
+pub mod role;
 pub mod scan;
 pub mod server;
 pub mod server_locked;

@@ -27,6 +27,7 @@ use crate::effects::timers;
 use crate::ffi::block;
 use crate::ffi::clock;
 use crate::ffi::reply;
+use crate::ffi::role;
 use crate::ffi::server;
 use crate::shell::settling;
 
@@ -39,7 +40,7 @@ impl Arg for RedisString {
 /// Locks are granted and released by the master only. Redis refuses writes on read-only
 /// replicas itself; a replica configured writable gets the same answer from the module.
 pub fn refuse_on_replica(ctx: &Context) -> Result<(), LockError> {
-    let flags = ctx.get_flags();
+    let flags = role::role_flags(ctx);
     if flags.contains(ContextFlags::SLAVE) && !flags.contains(ContextFlags::REPLICATED) {
         return Err(LockError::Replica);
     }
@@ -48,8 +49,7 @@ pub fn refuse_on_replica(ctx: &Context) -> Result<(), LockError> {
 
 /// `LOCK.ACQUIRE key owner ttl-ms [SHARED | LIMIT max [PERMITS n]] [SESSION] [WAIT timeout-ms]`
 pub fn acquire(ctx: &Context, args: &[RedisString]) -> RedisResult {
-    // Read once: the server computes every flag each time (about 140 instructions).
-    let flags = ctx.get_flags();
+    let flags = role::role_flags(ctx);
     if flags.intersects(ContextFlags::REPLICATED | ContextFlags::LOADING) {
         return replay_grant(ctx, args);
     }
@@ -317,7 +317,7 @@ fn wait_in_queue(
 /// at a fraction of the server's cost of building one. Any other release replicates the holds
 /// left (`LOCK.APPLYSTATE`), and a handoff that follows replicates the new holder after it.
 pub fn release(ctx: &Context, args: &[RedisString]) -> RedisResult {
-    let flags = ctx.get_flags();
+    let flags = role::role_flags(ctx);
     if flags.intersects(ContextFlags::REPLICATED | ContextFlags::LOADING) {
         return replay_release(ctx, args);
     }
@@ -539,7 +539,7 @@ fn foreign_info(ctx: &Context, queue: &QueueKey, ttl: Option<Millis>, count: usi
 
 /// Only the master link and the AOF may send the internal commands.
 fn internal_only(ctx: &Context, refused: LockError) -> Result<(), LockError> {
-    let flags = ctx.get_flags();
+    let flags = role::role_flags(ctx);
     if flags.intersects(ContextFlags::REPLICATED | ContextFlags::LOADING) {
         Ok(())
     } else {
