@@ -243,7 +243,7 @@ pub fn section(report: &mut Report, server: &Server, quick: bool) {
             &format!("memory per held lock vs SET NX PX string, owner {shape}"),
             format!("{:.2}x ({lock:.0} vs {string:.0} B)", lock / string),
             // Issue 37's goal (issue 13's was 1.10x: owners kept as given cost 16 B a lock
-            // and save a fifth of the module's instructions a cycle).
+            // and save a quarter of the module's instructions a cycle).
             "<= 1.25x",
             *lock <= 1.25 * string,
         );
