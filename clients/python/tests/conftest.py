@@ -41,32 +41,49 @@ def free_port() -> int:
 
 class Server:
     def __init__(self, *extra: str):
-        self.port = free_port()
         self.dir = tempfile.mkdtemp(prefix="redislock-py-")
+        # A free port can be taken by another process before the server binds it (suites run
+        # two at a time): then the server exits and someone else answers. Start again on
+        # another port until the answer comes from our own process.
+        for _ in range(5):
+            self.port = free_port()
+            self.proc = self._spawn(extra)
+            if self._ready():
+                return
+            self._kill()
+        raise RuntimeError(f"the server did not start on any of 5 ports ({self.port} last)")
+
+    def _spawn(self, extra: tuple) -> subprocess.Popen:
         module = os.environ.get("LOCK_MODULE", str(ROOT / "target/debug/libredis_lock.so"))
         binary = os.environ.get("LOCK_TEST_SERVER", "redis-server")
-        self.proc = subprocess.Popen(
+        return subprocess.Popen(
             [binary, "--port", str(self.port), "--bind", "127.0.0.1", "--dir", self.dir,
              "--save", "", "--appendonly", "no", "--loadmodule", module, *extra],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         )
+
+    def _ready(self) -> bool:
+        """Whether our process answers on the port within 10 s (False if it exited, or if
+        another process answers there)."""
         deadline = time.monotonic() + 10
-        while True:
+        while time.monotonic() < deadline and self.proc.poll() is None:
             try:
-                redis.Redis(port=self.port).ping()
-                break
-            except redis.ConnectionError:
-                if time.monotonic() > deadline or self.proc.poll() is not None:
-                    raise RuntimeError(f"{binary} with {module} did not start")
+                info = redis.Redis(port=self.port, protocol=2).info("server")
+                return int(info["process_id"]) == self.proc.pid
+            except Exception:  # not up yet, or not a server we can read
                 time.sleep(0.02)
+        return False
+
+    def _kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait()
 
     def client(self, **kw) -> redis.Redis:
         return redis.Redis(port=self.port, **kw)
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGKILL)
-            self.proc.wait()
+        self._kill()
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
