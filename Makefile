@@ -19,7 +19,7 @@ TEST_THREADS   ?= 2
 
 # test-<suite>-<server> targets are pattern rules, so not listed: make skips implicit rules
 # for phony targets.
-.PHONY: all deps build-deps build release run test test-soak test-install unit test-redis test-valkey \
+.PHONY: all deps build-deps build release pgo run test test-soak test-install unit test-redis test-valkey \
 	test-python test-prometheus pyvenv node-check test-node test-java bench-node test-go go-check test-faults \
 	test-matrix test-upgrade servers \
 	valkey dist dist-check test-dist test-aarch64 deb test-deb bench bench-go bench-java bench-baseline bench-renewals bench-election \
@@ -38,8 +38,14 @@ deps:
 build: build-deps
 	cargo build
 
+## The release module, its code laid out by the profile in pgo/ (scripts/pgo.sh; PGO=0: without).
 release: build-deps
-	cargo build --release
+	@scripts/pgo.sh build
+
+## Take that profile again (after changing the commands' paths: `make release` counts the
+## functions changed since): an instrumented build trained on redis-server, about a minute.
+pgo: build-deps deps
+	@scripts/pgo.sh train
 
 ## Build in release mode and run redis-server in the foreground with ./redis.conf.
 run: release deps
@@ -86,6 +92,7 @@ unit:
 	scripts/test-find-libclang.sh
 	scripts/test-deps.sh
 	scripts/test-check-rust.sh
+	scripts/test-pgo.sh
 	scripts/test_suite_logs.py
 	cargo test --lib
 	cargo test -p redis-lock-bench
