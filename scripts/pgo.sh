@@ -7,7 +7,7 @@
 #                          cannot be used (scripts/dist.sh)
 #   scripts/pgo.sh train   take that profile again: an instrumented build, scripts/pgo_train.py
 #                          against $PGO_SERVER (default redis-server), merged by the toolchain's
-#                          own llvm-profdata (rustup's llvm-tools) (make pgo, make bench)
+#                          own llvm-profdata (rustup's llvm-tools) (make pgo)
 # Only this crate gets the flag (cargo rustc), so the dependencies' builds stay shared with every
 # other release build. The profile only moves code and inlining: the same source, the same
 # behaviour. PGO=0 builds without it. The profile is read only by the LLVM it was taken with
@@ -41,12 +41,15 @@ usable_profile() {
             "building without it (make pgo takes one with this toolchain)" >&2
         return 1
     fi
-    mkdir -p "$work"
-    if [ ! -f "$work/lock.profdata" ] || [ "$profile_gz" -nt "$work/lock.profdata" ]; then
-        gzip -dc "$profile_gz" >"$work/lock.profdata.tmp"
-        mv "$work/lock.profdata.tmp" "$work/lock.profdata"
+    # Named by its checksum: a new profile is a new flag, so cargo rebuilds with it.
+    local unpacked
+    unpacked=$work/lock-$(sha256sum "$profile_gz" | cut -c1-16).profdata
+    if [ ! -f "$unpacked" ]; then
+        mkdir -p "$work"
+        gzip -dc "$profile_gz" >"$unpacked.tmp"
+        mv "$unpacked.tmp" "$unpacked"
     fi
-    echo "-Cprofile-use=$work/lock.profdata"
+    echo "-Cprofile-use=$unpacked"
 }
 
 build() {

@@ -22,7 +22,7 @@ case_flag() {
         "$here/pgo.sh" flags 2>"$tmp/err"
 }
 flag=$(case_flag same "$llvm")
-[[ $flag == -Cprofile-use=*/lock.profdata ]] || fail "this LLVM's profile: no flag (got '$flag')"
+[[ $flag == -Cprofile-use=*/lock-*.profdata ]] || fail "this LLVM's profile: no flag (got '$flag')"
 [ -s "${flag#-Cprofile-use=}" ] || fail "the flag names an empty or missing file: $flag"
 for refused in "other 1.0.0" "missing none" "off $llvm PGO=0"; do
     read -r name version setting <<<"$refused"
