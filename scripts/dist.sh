@@ -60,10 +60,9 @@ zig_includes() {
 # ZIG_GLOBAL_CACHE_DIR keeps zig's compiled glibc stubs under target/ with the rest.
 export ZIG_GLOBAL_CACHE_DIR=$target_dir/zig-cache
 
-# The release build's profile (scripts/pgo.sh; the check build's assertions change the code it
-# describes, so that one goes without).
-pgo_flag=
-[ "${DIST_CHECK_BUILD:-0}" = 1 ] || pgo_flag=$("$here/pgo.sh" flags)
+# No profile-guided layout here (scripts/pgo.sh): a profile names functions by symbols that
+# carry a hash of the target and the build settings, and pgo/ describes the host's `make
+# release`, not these cross builds; applied here it would match none of them.
 
 mkdir -p "$out"
 version=$(sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -n 1)
@@ -76,7 +75,7 @@ for arch in $archs; do
     # profiles): 1.3 MB instead of 17 MB.
     env "BINDGEN_EXTRA_CLANG_ARGS_$triple=$includes" CARGO_PROFILE_RELEASE_STRIP=debuginfo \
         CARGO_TARGET_DIR="$cargo_dir" \
-        cargo-zigbuild rustc --release --lib -p redis-lock --target "$triple.$floor" -- ${pgo_flag:+"$pgo_flag"}
+        cargo zigbuild --release --lib -p redis-lock --target "$triple.$floor"
     so=$out/libredis_lock-$version-$arch-linux-gnu.so
     cp "$cargo_dir/$triple/release/libredis_lock.so" "$so"
     "$here/glibc-floor.sh" "$so" "$floor"

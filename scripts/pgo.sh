@@ -1,64 +1,79 @@
 #!/usr/bin/env bash
-# Profile-guided optimisation (PGO) of the module we build for use (docs/performance.md, "The
-# build's code layout"):
-#   scripts/pgo.sh build   $CARGO_TARGET_DIR/release/libredis_lock.so, built with the committed
-#                          profile pgo/lock.profdata.gz (make release)
-#   scripts/pgo.sh flags   print the rustc flag that applies the profile, or nothing where it
-#                          cannot be used (scripts/dist.sh)
-#   scripts/pgo.sh train   take that profile again: an instrumented build, scripts/pgo_train.py
-#                          against $PGO_SERVER (default redis-server), merged by the toolchain's
-#                          own llvm-profdata (rustup's llvm-tools) (make pgo)
-# Only this crate gets the flag (cargo rustc), so the dependencies' builds stay shared with every
-# other release build. The profile only moves code and inlining: the same source, the same
-# behaviour. PGO=0 builds without it. The profile is read only by the LLVM it was taken with
-# (pgo/llvm-version): with another, the build goes on without it and says so.
+# Profile-guided optimisation (PGO) of `make release` (docs/performance.md, "The build's code
+# layout"):
+#   scripts/pgo.sh build    $CARGO_TARGET_DIR/release/libredis_lock.so, built with the committed
+#                           profile pgo/lock.profdata.gz where it describes this build
+#   scripts/pgo.sh flags    print the rustc flag that applies the profile, or nothing (and why,
+#                           on stderr) where it does not describe this build
+#   scripts/pgo.sh current  exit 1 if pgo/manifest names other Cargo.toml / Cargo.lock files
+#                           than these (scripts/test-pgo.sh: a change to either retakes it)
+#   scripts/pgo.sh describe print what this build's symbols depend on (the manifest's lines)
+#   scripts/pgo.sh train    take the profile again: an instrumented build driven by
+#                           scripts/pgo_train.py on $PGO_SERVER (default redis-server), merged by
+#                           the toolchain's own llvm-profdata (rustup's llvm-tools) (make pgo)
+# A profile names functions by their symbols, which carry a hash of the toolchain, the package
+# and its dependencies: it describes only a build by the same rustc from the same Cargo.toml and
+# Cargo.lock, for the host, with the release profile (pgo/manifest records them). Any other
+# build goes without it, and says so. Only this crate gets the flag (cargo rustc), so the
+# dependencies' builds stay shared with every other release build. The profile only moves code
+# and inlining: the same source, the same behaviour. PGO=0 builds without it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 target_dir=$(realpath -m "${CARGO_TARGET_DIR:-target}")
 work=$target_dir/pgo
-# PGO_DIR: where the profile is kept (scripts/test-pgo.sh points it at a scratch copy).
-profile_gz=${PGO_DIR:-pgo}/lock.profdata.gz
-llvm_version_file=${PGO_DIR:-pgo}/llvm-version
+# PGO_DIR: where the profile is kept (scripts/test-pgo.sh points it at scratch copies).
+pgo_dir=${PGO_DIR:-pgo}
+profile_gz=$pgo_dir/lock.profdata.gz
+manifest=$pgo_dir/manifest
+pid=
 
-llvm_version() { rustc -vV | sed -n 's/^LLVM version: //p'; }
-major() { cut -d. -f1 <<<"$1"; }
+# What a build's symbols depend on, one line each (the manifest's format).
+describe() {
+    rustc -vV
+    sha256sum Cargo.toml Cargo.lock
+}
 
-# The profile, unpacked under target/, if this toolchain can read it; else a note on stderr.
+# The profile, unpacked under target/, if it describes this build; else why not, on stderr.
 usable_profile() {
     if [ "${PGO:-1}" = 0 ]; then
         echo "pgo: PGO=0: building without the profile" >&2
         return 1
     fi
-    if [ ! -f "$profile_gz" ]; then
-        echo "pgo: no $profile_gz: building without a profile (make pgo takes one)" >&2
+    if [ ! -f "$profile_gz" ] || [ ! -f "$manifest" ]; then
+        echo "pgo: no profile in $pgo_dir/: building without one (make pgo takes one)" >&2
         return 1
     fi
-    local taken have
-    taken=$(cat "$llvm_version_file" 2>/dev/null || echo unknown)
-    have=$(llvm_version)
-    if [ "$(major "$taken")" != "$(major "$have")" ]; then
-        echo "pgo: the profile was taken with LLVM $taken, this rustc has LLVM $have:" \
-            "building without it (make pgo takes one with this toolchain)" >&2
+    local differs
+    differs=$(diff <(describe) "$manifest" | sed -n 's/^> //p' | head -n 3 | tr '\n' ';')
+    if [ -n "$differs" ]; then
+        echo "pgo: the profile was taken with another toolchain or Cargo.toml/Cargo.lock" \
+            "($manifest: $differs): building without it (make pgo takes one for this build)" >&2
         return 1
     fi
     # Named by its checksum: a new profile is a new flag, so cargo rebuilds with it.
-    local unpacked
+    local unpacked tmp
     unpacked=$work/lock-$(sha256sum "$profile_gz" | cut -c1-16).profdata
     if [ ! -f "$unpacked" ]; then
         mkdir -p "$work"
-        gzip -dc "$profile_gz" >"$unpacked.tmp"
-        mv "$unpacked.tmp" "$unpacked"
+        tmp=$(mktemp "$work/unpack.XXXXXX")
+        if ! gzip -dc "$profile_gz" >"$tmp"; then
+            rm -f "$tmp"
+            echo "pgo: cannot unpack $profile_gz: building without it" >&2
+            return 1
+        fi
+        mv "$tmp" "$unpacked"
     fi
     echo "-Cprofile-use=$unpacked"
 }
 
 build() {
-    local flag log
+    local flag
     if ! flag=$(usable_profile); then
         cargo build --release --lib -p redis-lock
         return
     fi
-    log=$work/build.log
+    echo "pgo: building with $profile_gz" >&2
+    local log=$work/build.log
     cargo rustc --release --lib -p redis-lock -- "$flag" 2>&1 | tee "$log"
     local stale
     stale=$(grep -c "hash mismatch" "$log" || true)
@@ -68,12 +83,17 @@ build() {
     fi
 }
 
+current() {
+    if ! diff <(sha256sum Cargo.toml Cargo.lock) <(grep -E ' Cargo\.(toml|lock)$' "$manifest"); then
+        echo "pgo: $manifest was taken with other Cargo.toml/Cargo.lock files: run make pgo" \
+            "and commit pgo/" >&2
+        return 1
+    fi
+}
+
 llvm_profdata() {
     local tool
     tool=$(rustc --print sysroot)/lib/rustlib/$(rustc -vV | sed -n 's/^host: //p')/bin/llvm-profdata
-    if [ ! -x "$tool" ] && command -v rustup >/dev/null 2>&1; then
-        rustup component add llvm-tools >&2
-    fi
     if [ ! -x "$tool" ]; then
         echo "pgo: no $tool: install rustup's llvm-tools (rustup component add llvm-tools)" >&2
         return 1
@@ -81,8 +101,20 @@ llvm_profdata() {
     echo "$tool"
 }
 
+# The instrumented server, by PID: stopped at once, or after its SHUTDOWN within 10 s.
+stop_server() {
+    [ -n "$pid" ] || return 0
+    for _ in $(seq 100); do
+        kill -0 "$pid" 2>/dev/null || break
+        sleep 0.1
+    done
+    kill "$pid" 2>/dev/null || true
+    wait "$pid" 2>/dev/null || true
+    pid=
+}
+
 train() {
-    local server=${PGO_SERVER:-redis-server} profdata gen raw port pid
+    local server=${PGO_SERVER:-redis-server} profdata gen raw port
     command -v "$server" >/dev/null || { echo "pgo: no $server (make deps installs it)" >&2; exit 1; }
     command -v python3 >/dev/null || { echo "pgo: no python3 (make deps installs it)" >&2; exit 1; }
     profdata=$(llvm_profdata)
@@ -92,25 +124,30 @@ train() {
     mkdir -p "$raw"
     cargo rustc --release --lib -p redis-lock --target-dir "$gen" -- -Cprofile-generate="$raw"
     port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-    "$server" --port "$port" --bind 127.0.0.1 --save "" --appendonly no --dir "$work" \
-        --loadmodule "$gen/release/libredis_lock.so" --logfile "$work/server.log" &
+    # LLVM_PROFILE_FILE would send the counts elsewhere than -Cprofile-generate's directory.
+    env -u LLVM_PROFILE_FILE "$server" --port "$port" --bind 127.0.0.1 --save "" \
+        --appendonly no --dir "$work" --loadmodule "$gen/release/libredis_lock.so" \
+        --logfile "$work/server.log" &
     pid=$!
     trap 'kill "$pid" 2>/dev/null || true' EXIT
-    # The training sends SHUTDOWN NOSAVE at the end: the profile is written as the server exits.
+    # The training ends with SHUTDOWN NOSAVE: the counts are written as the server exits.
     python3 scripts/pgo_train.py "$port" "$pid"
-    wait "$pid" || true
+    stop_server
     trap - EXIT
     ls "$raw"/*.profraw >/dev/null 2>&1 || { echo "pgo: the server wrote no profile ($work/server.log)" >&2; exit 1; }
     "$profdata" merge -o "$work/lock.profdata" "$raw"/*.profraw
-    mkdir -p "$(dirname "$profile_gz")"
-    gzip -9nc "$work/lock.profdata" >"$profile_gz"
-    llvm_version >"$llvm_version_file"
-    echo "pgo: $profile_gz taken on $("$server" --version | awk '{print $1, $2, $3}') (LLVM $(llvm_version))"
+    mkdir -p "$pgo_dir"
+    gzip -9nc "$work/lock.profdata" >"$profile_gz.tmp"
+    mv "$profile_gz.tmp" "$profile_gz"
+    describe >"$manifest"
+    echo "pgo: $profile_gz taken on $("$server" --version | awk '{print $1, $2, $3}'), $(rustc -V)"
 }
 
 case ${1:-} in
     build) build ;;
     flags) usable_profile || true ;;
+    current) current ;;
+    describe) describe ;;
     train) train ;;
-    *) echo "usage: $0 build|flags|train" >&2; exit 2 ;;
+    *) echo "usage: $0 build|flags|current|describe|train" >&2; exit 2 ;;
 esac

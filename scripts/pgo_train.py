@@ -31,9 +31,13 @@ def command(*words):
     return b"".join(out)
 
 
+class ServerError(Exception):
+    """An error reply where none was expected: the training would profile the error path."""
+
+
 class Connection:
     def __init__(self):
-        self.sock = socket.create_connection(("127.0.0.1", PORT))
+        self.sock = socket.create_connection(("127.0.0.1", PORT), timeout=10)
         self.file = self.sock.makefile("rb")
 
     def reply(self):
@@ -41,7 +45,9 @@ class Connection:
         if not line:
             raise ConnectionError("the server closed the connection")
         kind, rest = line[:1], line[1:-2]
-        if kind in b"+-:":
+        if kind == b"-":
+            return ServerError(rest.decode(errors="replace"))
+        if kind in b"+:":
             return rest
         if kind == b"$":
             n = int(rest)
@@ -51,9 +57,14 @@ class Connection:
             return None if n < 0 else [self.reply() for _ in range(n)]
         raise ValueError(f"unexpected reply {line!r}")
 
-    def pipeline(self, commands):
+    def pipeline(self, commands, errors_expected=()):
+        """The replies; an error reply raises unless its index is in `errors_expected`."""
         self.sock.sendall(b"".join(commands))
-        return [self.reply() for _ in commands]
+        replies = [self.reply() for _ in commands]
+        for i, reply in enumerate(replies):
+            if isinstance(reply, ServerError) and i not in errors_expected:
+                raise reply
+        return replies
 
     def call(self, *words):
         return self.pipeline([command(*words)])[0]
@@ -69,7 +80,9 @@ def cycles(con):
         for i in range(start, start + BATCH):
             key, who = f"pgo:c:{i}", owner(i % 97)
             batch += [command("LOCK.ACQUIRE", key, who, 30000), command("LOCK.RELEASE", key, who)]
-        con.pipeline(batch)
+        replies = con.pipeline(batch)
+        if not replies[0].isdigit() or replies[1] != b"1":
+            raise ServerError(f"a cycle answered {replies[:2]!r}, not a token and 1")
 
 
 def single_holder(con, rounds=2_000):
@@ -94,7 +107,8 @@ def single_holder(con, rounds=2_000):
                 command("LOCK.ACQUIRE", key, "*", 30000),
                 command("LOCK.FORCERELEASE", key),
                 command("LOCK.ACQUIRE", key, me, "bad-ttl"),  # an argument error
-            ]
+            ],
+            errors_expected=(14,),
         )
 
 
@@ -128,16 +142,21 @@ def waiter(key, me, done):
 def queues():
     """Handoffs through a FIFO queue: each release grants the next waiter."""
     key, done = "pgo:queue", threading.Event()
-    threads = [threading.Thread(target=waiter, args=(key, owner(100 + n), done)) for n in range(3)]
+    threads = [
+        threading.Thread(target=waiter, args=(key, owner(100 + n), done), daemon=True)
+        for n in range(3)
+    ]
     for t in threads:
         t.start()
-    con = Connection()
-    for _ in range(HANDOFFS // 3):
-        if con.call("LOCK.ACQUIRE", key, owner(1), 30000, "WAIT", 2000) is not None:
-            con.call("LOCK.RELEASE", key, owner(1))
-    done.set()
+    try:
+        con = Connection()
+        for _ in range(HANDOFFS // 3):
+            if con.call("LOCK.ACQUIRE", key, owner(1), 30000, "WAIT", 2000) is not None:
+                con.call("LOCK.RELEASE", key, owner(1))
+    finally:
+        done.set()
     for t in threads:
-        t.join()
+        t.join(timeout=10)
 
 
 def connect():
