@@ -112,7 +112,11 @@ fn a_restarted_masters_epoch_reaches_its_replica_before_any_grant() {
             .contains("Successful partial resynchronization with"),
         "a partial resync (the path under test)"
     );
-    wait_replica_acked(&mut master.con());
+    // WAIT waits for the offset of its connection's last write: a fresh connection has none,
+    // so write first (no grant), and the replica has everything up to it, `LOCK.EPOCH` too.
+    let mut m = master.con();
+    ok(&mut m, &["SET", "epoch:probe", "1"]);
+    wait_replica_acked(&mut m);
     master.kill9();
     ok(&mut r, &["REPLICAOF", "NO", "ONE"]);
     let next = acquire(&mut r, "k2", "b", 60_000).unwrap();

@@ -60,7 +60,9 @@ pub fn wait_streaming(master: &mut Connection) {
     ok(master, &["DEL", "lock-test:streaming"]);
 }
 
-/// Wait until the replica acknowledged everything the master on `m` wrote (`WAIT 1 5000`).
+/// Wait until the replica acknowledged everything the master on `m` wrote (`WAIT 1 5000`):
+/// `WAIT` counts from the connection's last write, so on one that wrote nothing it returns at
+/// once, whatever else the master replicated.
 pub fn wait_replica_acked(m: &mut Connection) {
     assert_eq!(
         int(&ok(m, &["WAIT", "1", "5000"])),
