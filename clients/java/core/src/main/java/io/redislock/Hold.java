@@ -163,12 +163,15 @@ public final class Hold implements AutoCloseable {
         if (isDone()) { // known without the server (rule 16)
             return false;
         }
+        AsyncCommand<String, String, Long> built;
         synchronized (this) {
             if (released || lostReason != null) {
                 return false;
             }
             ttlMs = ms;
+            built = renewal;
         }
+        landFirst(built);
         long[] sentAt = new long[1]; // the attempt that was answered: a retryable reply is asked again (rule 19)
         Long reply = locks.awaitBounded(locks.askingAgain(within -> session != null ? session : locks.watchdog(within), link -> {
             synchronized (this) {
@@ -191,6 +194,15 @@ public final class Hold implements AutoCloseable {
         }
         lose(Protocol.RAN_OUT);
         return false;
+    }
+
+    // The loop builds a round's renewals, then pipelines them: one built with the old ttl but not
+    // yet answered must reach the server before this extend, or it would set the old ttl again.
+    private void landFirst(AsyncCommand<String, String, Long> built) {
+        if (built == null || built.isDone()) {
+            return;
+        }
+        built.await(bound.toMillis(), TimeUnit.MILLISECONDS); // answered, failed, or the bound passed
     }
 
     private synchronized boolean isDone() {
