@@ -101,7 +101,7 @@ llvm_profdata() {
     echo "$tool"
 }
 
-# The instrumented server, by PID: stopped at once, or after its SHUTDOWN within 10 s.
+# The instrumented server, by PID: given 10 s to exit after its SHUTDOWN, then stopped.
 stop_server() {
     [ -n "$pid" ] || return 0
     for _ in $(seq 100); do
