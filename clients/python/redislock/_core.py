@@ -28,6 +28,10 @@ T = TypeVar("T")
 #: A rule: a generator that yields steps ``(io_method, *args)`` and returns its result.
 Steps = Generator[Tuple[Any, ...], Any, T]
 
+#: How often an extend looks whether the renewal it waits for was answered (a renewal is in
+#: flight for a round trip, once per ttl / 3: rarely waited for, and not for long).
+RENEWAL_POLL = 0.002
+
 #: ``on_event(name, fields)``: "acquired" (wait_s, token), "released" (held_s), "lost" (reason).
 EventHook = Callable[[str, dict], None]
 
@@ -484,13 +488,15 @@ class LockBase:
                 sent = time.monotonic()
                 if not (yield self._on_own, conn, renewals.timeout()):
                     raise LinkError("the connection was closed")
-                if not (yield self._in_state, self._send_renewal(conn, token, renewals.ttl)):
+                if not (yield self._in_state, self._send_renewal(conn, token, renewals)):
                     return None  # released first: never renew a released hold
                 reason = yield from self._renewed(conn, sent, renewals)
             except p.BROKEN_LINK + p.NOT_REDIS as err:
+                renewals.unanswered()
                 yield self._close, conn  # (if it is not closed already: the hold ends with it)
                 reason = renewals.ended() or p.session_closed(err)
             except ResponseError as err:
+                renewals.unanswered()
                 reason = p.refused(p.error_reply(err))
         if reason is None:
             return None
@@ -500,11 +506,11 @@ class LockBase:
         """The reply to a session hold's renewal sent at ``sent``: the reason if it lost it."""
         return renewals.answered(sent, (yield self._read, conn))
 
-    def _send_renewal(self, conn: Any, token: int, ttl: float) -> Steps[bool]:
+    def _send_renewal(self, conn: Any, token: int, renewals: p.Renewals) -> Steps[bool]:
         """Send the renewal of hold ``token`` (with the state lock held), unless it was released."""
         if self.token != token:
             return False
-        yield self._write, conn, p.extend_args(self.key, self.owner, ttl, token)
+        yield self._write, conn, p.extend_args(self.key, self.owner, renewals.sending(), token)
         return True
 
     # -- extend --------------------------------------------------------------------------------
@@ -519,6 +525,8 @@ class LockBase:
         if token is None or self.lost is not None:
             return False
         ttl = self._hold_ttl() if ttl is None else ttl
+        if not (yield from self._renewals_by(token, ttl)):
+            return False
         sent = time.monotonic()
         reply = yield from self._command(p.extend_args(self.key, self.owner, ttl, token))
         if p.extended(reply):
@@ -527,6 +535,39 @@ class LockBase:
         if lost is not None:
             yield from self._announce_lost(lost)
         return False
+
+    def _renewals_by(self, token: Any, ttl: float) -> Steps[bool]:
+        """Before an extend to ``ttl`` is sent (rule 20): the renewals of hold ``token`` carry
+        ``ttl`` from now on, and one already sent is answered first. They travel on another
+        connection: an old-ttl renewal run after the extend would end the lease before the
+        client's deadline (rule 15). False if the hold was lost or released meanwhile;
+        ``Unavailable``, with nothing sent, if no answer comes within ``unavailable_after``."""
+        until = time.monotonic() + self.unavailable_after
+        renewing = yield self._in_state, _now(self._extending, token, ttl)
+        while renewing:
+            if time.monotonic() >= until:
+                raise Unavailable(p.address_of(p.pool_of(self.client, self.key)),
+                                  "a renewal of the hold got no answer; the extend was not sent")
+            yield self._pause, RENEWAL_POLL
+            renewing = yield self._in_state, _now(self._renewing, token)
+        return renewing is not None
+
+    def _extending(self, token: int, ttl: float) -> Optional[bool]:
+        """The renewals of hold ``token`` go by ``ttl`` from now on (with the state lock held):
+        whether one is in flight; None if the hold is gone."""
+        if self.token != token or self.lost is not None:
+            return None
+        if self._entry is not None:
+            return self._entry.loop.extending(self._entry, ttl)
+        return self._renewals is not None and self._renewals.extending(ttl)
+
+    def _renewing(self, token: Any) -> Optional[bool]:
+        """Whether a renewal of hold ``token`` is in flight (state lock held); None: it is gone."""
+        if self.token != token or self.lost is not None:
+            return None
+        if self._entry is not None:
+            return self._entry.loop.renewing(self._entry)
+        return self._renewals is not None and self._renewals.in_flight is not None
 
     def _hold_ttl(self) -> float:
         if self._entry is not None:

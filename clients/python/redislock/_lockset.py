@@ -163,11 +163,12 @@ class LockSetBase(LockBase):
 
     # -- a session set's watchdog: ``LockBase._watch``, renewing every member -----------------
 
-    def _send_renewal(self, conn: Any, tokens: Any, ttl: float) -> Steps[bool]:
+    def _send_renewal(self, conn: Any, tokens: Any, renewals: p.Renewals) -> Steps[bool]:
         """The renewals of every member of session set ``tokens`` in one write (with the state
         lock held), unless it was released."""
         if self.token is not tokens:
             return False
+        ttl = renewals.sending()
         for key, token in zip(self.keys, tokens):
             yield self._write, conn, p.extend_args(key, self.owner, ttl, token)
         return True
@@ -212,6 +213,8 @@ class LockSetBase(LockBase):
         if tokens is None or self.lost is not None:
             return False
         ttl = self._ttl_now if ttl is None else ttl
+        if not (yield from self._renewals_by(tokens, ttl)):
+            return False
         sent = time.monotonic()
         replies = yield from self._command(p.Batch(
             p.extend_args(key, self.owner, ttl, token) for key, token in zip(self.keys, tokens)))
@@ -222,6 +225,21 @@ class LockSetBase(LockBase):
         if (yield self._in_state, _now(self._lose_now, tokens, reason)):
             yield from self._announce_lost(reason)
         return False
+
+    def _extending(self, tokens: Any, ttl: float) -> Optional[bool]:  # type: ignore[override]
+        if self.token is not tokens or self.lost is not None:
+            return None
+        self._ttl_now = ttl
+        if self._renewals is not None:
+            return self._renewals.extending(ttl)
+        return any([entry.loop.extending(entry, ttl) for entry in self._entries])
+
+    def _renewing(self, tokens: Any) -> Optional[bool]:  # type: ignore[override]
+        if self.token is not tokens or self.lost is not None:
+            return None
+        if self._renewals is not None:
+            return self._renewals.in_flight is not None
+        return any([entry.loop.renewing(entry) for entry in self._entries])
 
     def _extended(self, tokens: Any, ttl: float, sent: float) -> bool:  # type: ignore[override]
         if self.token is not tokens or self.lost is not None:

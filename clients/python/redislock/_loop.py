@@ -61,6 +61,14 @@ class LoopBase:
         with self.mutex:
             return self.schedule.lose(entry, reason)
 
+    def extending(self, entry: Entry, ttl: float) -> bool:
+        with self.mutex:
+            return self.schedule.extending(entry, ttl)
+
+    def renewing(self, entry: Entry) -> bool:
+        with self.mutex:
+            return self.schedule.renewing(entry)
+
     def extended(self, entry: Entry, ttl: float, sent: float) -> bool:
         with self.mutex:
             done = self.schedule.extended(entry, ttl, sent)

@@ -517,10 +517,24 @@ class Renewals:
         self.ttl = ttl
         self.interval = ttl / 3
         self.deadline = granted + ttl
+        #: The ttl of the renewal in flight (sent, not answered), if one is.
+        self.in_flight: Optional[float] = None
+
+    def extending(self, ttl: float) -> bool:
+        """An extend to ``ttl`` is about to be sent (rule 20): renewed by it from now on.
+        Whether a renewal is in flight (the extend waits for its answer)."""
+        self.ttl, self.interval = ttl, ttl / 3
+        return self.in_flight is not None
 
     def extended(self, ttl: float, sent: float) -> None:
-        """An extend sent at ``sent`` made the lease ``ttl`` long: renewed by it from now on."""
-        self.__init__(ttl, sent)  # type: ignore[misc]
+        """An extend sent at ``sent`` made the lease ``ttl`` long."""
+        self.ttl, self.interval = ttl, ttl / 3
+        self.deadline = sent + ttl
+
+    def sending(self) -> float:
+        """A renewal goes now: the ttl it carries."""
+        self.in_flight = self.ttl
+        return self.ttl
 
     def pause(self) -> float:
         """Until the next renewal, or the deadline if that comes first."""
@@ -531,11 +545,17 @@ class Renewals:
         return max(0.001, self.deadline - time.monotonic())
 
     def answered(self, sent: float, renewed: Any) -> Optional[str]:
-        """A renewal sent at ``sent`` answered ``renewed``: None while the hold lives."""
+        """A renewal sent at ``sent`` answered ``renewed``: None while the hold lives. The lease
+        ends the ttl that renewal carried after it (an extend may have changed the ttl since)."""
+        ttl, self.in_flight = self.in_flight, None
         if not extended(renewed):
             return LEASE_RAN_OUT
-        self.deadline = sent + self.ttl
+        self.deadline = sent + (self.ttl if ttl is None else ttl)
         return None
+
+    def unanswered(self) -> None:
+        """The renewal in flight will not be answered (its connection broke)."""
+        self.in_flight = None
 
     def ended(self) -> Optional[str]:
         """The reason of the loss once the deadline has passed."""

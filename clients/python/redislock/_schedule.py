@@ -43,7 +43,7 @@ class Entry:
         self.ttl = ttl
         self.deadline = lease_from + ttl
         self.due = lease_from + ttl / 3 if renews else self.deadline
-        self.epoch = 0  # moved on by extend: a renewal sent before it moves no deadline
+        self.epoch = 0  # moved on by an extend: a renewal sent before it moves no deadline
         self.live = True
         self.in_flight = False
         self.cause = ""  # the last failure's, for the reason of a loss at the deadline
@@ -110,13 +110,24 @@ class Schedule:
             return entry, reason
         return None
 
+    def extending(self, entry: Entry, ttl: float) -> bool:
+        """An extend to ``ttl`` is about to be sent (rule 20): the renewals sent from now on carry
+        ``ttl``. Whether one sent before is still in flight: the extend waits for its answer, as
+        on another connection the two could reach the server in either order."""
+        entry.ttl, entry.epoch = ttl, entry.epoch + 1
+        entry.command = entry.pack()
+        return self.renewing(entry)
+
+    @staticmethod
+    def renewing(entry: Entry) -> bool:
+        """Whether a renewal of ``entry`` is in flight (taken for sending, not yet answered)."""
+        return entry.live and entry.in_flight
+
     def extended(self, entry: Entry, ttl: float, sent: float) -> bool:
         """``extend(ttl)`` sent at ``sent`` was answered 1: the lease ends ``ttl`` from then and
         the hold is renewed by it. False if the loop had lost it meanwhile."""
         if not entry.live:
             return False
-        entry.ttl, entry.epoch = ttl, entry.epoch + 1
-        entry.command = entry.pack()
         entry.deadline = sent + ttl
         entry.due = sent + ttl / 3 if entry.renews else entry.deadline
         if entry.deadline < entry.watched:

@@ -4,11 +4,13 @@ the hold is live, False (and lost, once) when the server answers 0, False with n
 for a hold known lost or released (rule 16). Each body runs in both flavours."""
 
 import asyncio
+import time
 
 import pytest
 
 from conftest import as_map, calls
 from flavours import soon
+from holding_proxy import HoldingProxy
 from redislock import _protocol as p
 
 
@@ -79,3 +81,40 @@ async def test_extend_checks_its_ttl_before_sending(flavour, r):
             with pytest.raises(ValueError):
                 await lock.extend(bad)
         assert calls(r, "lock.extend") == 0
+
+
+OLD_TTL, NEW_TTL = b"$4\r\n1000\r\n", b"$5\r\n10000\r\n"  # 1 s and 10 s, as sent
+
+
+def a_hold(flavour, client, kind: str):
+    """A lock (or a lock set of two keys) leased for 1 s, renewed on the loop's connection or,
+    a session hold, on its own; and the keys it holds."""
+    session = kind.endswith("session")
+    if kind.startswith("set"):
+        keys = ["e:1", "e:2"]
+        return flavour.MultiLock(client, keys, ttl=1.0, session=session), keys
+    return flavour.Lock(client, "e", ttl=1.0, session=session), ["e"]
+
+
+@pytest.mark.parametrize("kind", ["loop", "session", "set-loop", "set-session"])
+async def test_an_extend_waits_for_a_renewal_in_flight(flavour, server, r, kind):
+    """Rule 20: a renewal sent with the old ttl is answered before the extend goes. They travel
+    on different connections; run after the extend, it would end the lease 1 s later while the
+    client counts 10 s (rule 15). A proxy holds a renewal back 0.4 s while extend(10) is made."""
+    proxy = HoldingProxy(server.port, held=(b"LOCK.EXTEND", OLD_TTL), seconds=0.4,
+                         marked=b"LOCK.EXTEND")
+    try:
+        lock, keys = a_hold(flavour, flavour.client(proxy), kind)
+        async with lock:
+            assert await soon(proxy.holding.is_set, 3), "a renewal every 1/3 s: one is held"
+            assert await lock.extend(10.0) is True
+            assert await soon(lambda: proxy.released_at is not None, 2)
+            order = [OLD_TTL in sent for sent in proxy.forwarded]
+            assert order.index(False) > order.index(True), "the extend after the renewal"
+            # The held renewal's lease would end 1 s after it went; 0.5 s later the extend's
+            # 10 s (or a renewal by them) hold on the server, with 3.5 s of margin.
+            await asyncio.sleep(max(0.0, proxy.released_at + 1.5 - time.monotonic()))
+            assert all(lease_left_ms(r, key) > 5000 for key in keys)
+            assert lock.locked() and lock.lost is None
+    finally:
+        proxy.close()

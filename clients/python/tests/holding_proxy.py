@@ -1,0 +1,79 @@
+"""A TCP proxy of the tests, on loopback, that holds one command back: the first client write
+that contains ``held`` waits ``seconds`` before it is forwarded (its connection's other
+traffic waits behind it, as on a slow link; other connections go on); ``held`` is the words
+it contains, all of them. It records the writes
+that contain ``marked`` in the order it forwarded them. Two threads per connection, ended with
+the proxy (``close``)."""
+
+import socket
+import threading
+import time
+from typing import List, Optional, Sequence
+
+
+class HoldingProxy:
+    def __init__(self, port: int, held: Sequence[bytes], seconds: float, marked: bytes):
+        self._to = port
+        self._held_word, self._seconds, self._marked = held, seconds, marked
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self._listener.getsockname()[1]
+        self._mutex = threading.Lock()
+        self._socks: List[socket.socket] = [self._listener]
+        self._holding = False  # taken by the first write that matches
+        #: Set when a write is held back; ``released_at`` is when it was forwarded.
+        self.holding = threading.Event()
+        self.released_at: Optional[float] = None
+        #: The writes that contain ``marked``, in the order they were forwarded.
+        self.forwarded: List[bytes] = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def close(self) -> None:
+        with self._mutex:
+            socks, self._socks = self._socks, []
+        for sock in socks:
+            sock.close()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self._listener.accept()
+                server = socket.create_connection(("127.0.0.1", self._to))
+            except OSError:
+                return  # closed
+            with self._mutex:
+                self._socks += [client, server]
+            threading.Thread(target=self._pump, args=(client, server, True), daemon=True).start()
+            threading.Thread(target=self._pump, args=(server, client, False), daemon=True).start()
+
+    def _pump(self, src: socket.socket, dst: socket.socket, upstream: bool) -> None:
+        try:
+            while True:
+                data = src.recv(65536)
+                if not data:
+                    break
+                if upstream:
+                    self._hold_back(data)
+                    self._forward(dst, data)
+                else:
+                    dst.sendall(data)
+        except OSError:
+            pass
+        finally:
+            src.close()
+            dst.close()
+
+    def _hold_back(self, data: bytes) -> None:
+        with self._mutex:
+            hold = not self._holding and all(word in data for word in self._held_word)
+            self._holding = self._holding or hold
+        if hold:
+            self.holding.set()
+            time.sleep(self._seconds)
+            self.released_at = time.monotonic()
+
+    def _forward(self, dst: socket.socket, data: bytes) -> None:
+        # Recorded under the mutex with the write, so the record's order is the forwarding's.
+        with self._mutex:
+            if self._marked in data:
+                self.forwarded.append(data)
+            dst.sendall(data)
