@@ -203,13 +203,21 @@ func (l *Lock) Release(ctx context.Context) (bool, error) {
 // while the hold is live; false when the server answers 0 (the hold is then lost, "the lease
 // ran out before it was renewed"), and false at once, without the server, for a hold known
 // lost or already released. A ttl under 1ms is ErrInvalidArgument; when the server does not
-// answer, the error matches ErrUnavailable (the hold is as it was).
+// answer, the error matches ErrUnavailable (the hold is as it was; the watchdog renews by ttl).
+// A renewal of the hold already on its way (with the old ttl) is answered before the extend is
+// sent (rule 20); when it is not within the bound, nothing is sent and the extend is
+// unavailable.
 func (l *Lock) Extend(ctx context.Context, ttl time.Duration) (bool, error) {
 	if ttl < time.Millisecond {
 		return false, invalid("ttl %v: must be at least 1ms", ttl)
 	}
 	if !l.live() {
 		return false, nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, l.locker.bound) // the wait and the extend: one bound
+	defer cancel()
+	if err := l.locker.landFirst(ctx, l.key, l.extending(ttl)); err != nil {
+		return false, err
 	}
 	sent := time.Now()
 	n, err := pooled(ctx, l.locker, l.key, func(ctx context.Context, c redis.UniversalClient) (int64, error) {
@@ -219,6 +227,35 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) (bool, error) {
 		return false, err
 	}
 	return l.extended(n, sent, ttl), nil
+}
+
+// extending tells the watchdog, before an extend is sent, that it renews by ttl from now on;
+// it returns what closes when a renewal already on its way is answered (nil: none).
+func (l *Lock) extending(ttl time.Duration) <-chan struct{} {
+	if l.renewal == nil {
+		return nil
+	}
+	return l.locker.renewals.extending(l.renewal, ttl)
+}
+
+// landFirst waits, within ctx, for the renewals on their way when an extend of key was called
+// (see renewer.extending) to be answered: the extend is sent after them (rule 20). When one is
+// not, nothing is sent and the extend is unavailable.
+func (l *Locker) landFirst(ctx context.Context, key string, flights ...<-chan struct{}) error {
+	started := time.Now()
+	for _, flight := range flights {
+		if flight == nil {
+			continue
+		}
+		select {
+		case <-flight:
+		case <-ctx.Done():
+			base, _ := l.node(context.WithoutCancel(ctx), key)
+			return l.unavailableAt(l.addr(base), fmt.Errorf("a renewal sent before the extend got no answer within %v: %w",
+				time.Since(started).Round(time.Millisecond), ctx.Err()))
+		}
+	}
+	return nil
 }
 
 // extended takes an extend's answer n (sent at sent, for ttl): 1 moves the lease's end (the

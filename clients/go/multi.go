@@ -254,13 +254,23 @@ func (m *MultiLock) Release(ctx context.Context) (bool, error) {
 // from then on. It answers true only if every member was live; a member the server answers 0
 // for is lost, and with it the set ("the lease ran out before it was renewed", naming the key).
 // A set known lost or released answers false at once, without the server. A ttl under 1ms is
-// ErrInvalidArgument; when the server does not answer, the error matches ErrUnavailable.
+// ErrInvalidArgument; when the server does not answer, the error matches ErrUnavailable. As
+// Lock.Extend, it is sent after the members' renewals already on their way are answered.
 func (m *MultiLock) Extend(ctx context.Context, ttl time.Duration) (bool, error) {
 	if ttl < time.Millisecond {
 		return false, invalid("ttl %v: must be at least 1ms", ttl)
 	}
 	if m.known() != nil {
 		return false, nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, m.locker.bound) // the wait and the extend: one bound
+	defer cancel()
+	flights := make([]<-chan struct{}, len(m.members))
+	for i, member := range m.members {
+		flights[i] = member.extending(ttl)
+	}
+	if err := m.locker.landFirst(ctx, m.keys[0], flights...); err != nil {
+		return false, err
 	}
 	sent := time.Now()
 	answers, err := pooled(ctx, m.locker, m.keys[0], func(ctx context.Context, c redis.UniversalClient) ([]int64, error) {

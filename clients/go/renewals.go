@@ -25,6 +25,7 @@ type renewal struct {
 	queued   bool          // handed to a sender, its reply not in yet
 	out      bool          // out of the loop (released or lost): nothing more is sent for it
 	gen      int           // bumped by Extend: an older renewal's reply does not set the lease
+	flight   chan struct{} // while a renewal is sent and unanswered: closed by its answer
 	index    int           // in the renewer's heap
 	own      *sender       // a session hold's sender, on the hold's own connection, or nil
 }
@@ -89,6 +90,29 @@ func (w *renewer) remove(r *renewal) {
 		r.own.stop()
 	}
 	w.poke()
+}
+
+// extending notes, before an extend of r is sent, that the loop renews by ttl from now on
+// (rule 20): the renewals claimed from now carry ttl, and the answer of one claimed before
+// does not set the lease. It returns what closes when that one is answered (nil: none on its
+// way): the extend waits for it, or an old-ttl renewal run after the extend (on the other
+// connection) would shorten the lease behind the client's back (rule 15).
+func (w *renewer) extending(r *renewal, ttl time.Duration) <-chan struct{} {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if r.out {
+		return nil
+	}
+	r.ttl, r.gen = ttl, r.gen+1
+	return r.flight
+}
+
+// landed notes, under mu, that r's renewal on its way was answered (or given up).
+func (r *renewal) landed() {
+	if r.flight != nil {
+		close(r.flight)
+		r.flight = nil
+	}
 }
 
 // extended notes that Extend renewed r (sent at sent) for ttl: the loop renews by ttl now.

@@ -2,6 +2,8 @@ package redislock
 
 import (
 	"container/heap"
+	"context"
+	"errors"
 	"testing"
 	"time"
 )
@@ -58,5 +60,32 @@ func TestStepLosesAHoldAtItsLeasesEnd(t *testing.T) {
 	}
 	if live || !r[0].out {
 		t.Fatalf("the loop goes on without holds (live %v), or the hold is still in it", live)
+	}
+}
+
+// Rule 20: an extend called while a renewal of its hold is on its way gets that renewal's
+// answer to wait for (and the loop renews by the new ttl from then on); when the answer does
+// not come within the extend's context, the extend is unavailable (nothing is sent).
+func TestAnExtendWaitsForTheRenewalOnItsWay(t *testing.T) {
+	now := time.Now()
+	w, r := scheduled(now, 3*time.Second, [2]time.Duration{0, 3 * time.Second})
+	claimed, _ := w.claim(r)
+	flight := w.extending(r[0], 10*time.Second)
+	if flight == nil || r[0].ttl != 10*time.Second || r[0].gen != claimed[0].gen+1 {
+		t.Fatalf("flight %v, ttl %v, gen %d (claimed with %d)", flight, r[0].ttl, r[0].gen, claimed[0].gen)
+	}
+	short, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	if err := w.l.landFirst(short, "k", flight); !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("landFirst with no answer: %v, want ErrUnavailable", err)
+	}
+	w.mu.Lock()
+	r[0].landed()
+	w.mu.Unlock()
+	if err := w.l.landFirst(context.Background(), "k", flight); err != nil {
+		t.Fatalf("landFirst once answered: %v", err)
+	}
+	if w.extending(r[0], time.Second) != nil {
+		t.Fatal("a renewal to wait for when none is on its way")
 	}
 }

@@ -4,9 +4,15 @@ package redislock_test
 // number of holds; releasing or losing one leaves the others renewed (rule 7).
 
 import (
+	"bytes"
+	"errors"
 	"fmt"
+	"net"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -110,4 +116,221 @@ func TestASessionHoldRenewsOnItsOwnConnection(t *testing.T) {
 		t.Fatalf("Err: %v", err)
 	}
 	release(t, lock, false)
+}
+
+// Rules 15 and 20: an extend never crosses a renewal of its hold. The proxy holds the first
+// renewal (ttl 1 s) for 400 ms; Extend(10 s) is called meanwhile. The held renewal must reach
+// the server before the extend (else it runs after it and sets 1 s again, behind the client's
+// back), and the lease must then be the extend's: 1.5 s after the held renewal ran, the lock
+// is still held with more than 5 s left, and the hold is not lost. The proxy also passes the
+// extend's reply on only after the renewal's (the order the review found: the client then
+// takes the renewal's reply first, with nothing telling it stale).
+func TestAnExtendWaitsForARenewalSentWithTheOldTTL(t *testing.T) {
+	s := server(t)
+	r := client(t, s)
+	proxy := holdsOldRenewal(t, s.Addr(), "1000", "10000", 400*time.Millisecond)
+	lock := obtain(t, lockerAt(t, proxy.addr), "k", time.Second) // renewed every 333 ms
+	select {
+	case <-proxy.holding:
+	case <-time.After(3 * time.Second): // the first renewal is 333 ms away; 2.7 s for load
+		t.Fatal("no renewal held")
+	}
+	extended := make(chan error, 1)
+	go func() {
+		ok, err := lock.Extend(ctx, 10*time.Second)
+		if err == nil && !ok {
+			err = errors.New("Extend answered false")
+		}
+		extended <- err
+	}()
+	select {
+	case err := <-extended:
+		if err != nil {
+			t.Fatalf("Extend: %v", err)
+		}
+	case <-time.After(bound + margin): // the wait and the extend are within the bound
+		t.Fatal("Extend did not return")
+	}
+	renewal, extend, ok := proxy.order()
+	if !ok || renewal >= extend {
+		t.Fatalf("LOCK.EXTENDs forwarded (ttl, connection): %v; want the held 1000 before the extend's 10000",
+			proxy.forwarded())
+	}
+	// The held renewal's 1 s lease would end 1 s after it was forwarded: 500 ms past that, for
+	// the server's clock and a late sample.
+	time.Sleep(time.Until(proxy.at(renewal).Add(1500 * time.Millisecond)))
+	left, _ := info(t, r, "k")["ttl"].(int64)
+	// The extend's 10 s began after the renewal was forwarded: 8.5 s are left, 3.5 s of
+	// margin for a stalled machine over 5 s (a 1 s lease has at most 1 s).
+	if left <= 5000 || lock.Err() != nil {
+		t.Fatalf("LOCK.INFO ttl %d ms 1.5 s after the held renewal ran, want more than 5000; Err %v",
+			left, lock.Err())
+	}
+	release(t, lock, true)
+}
+
+// A renewalHolder is a TCP proxy of the test to a server (see holdsOldRenewal).
+type renewalHolder struct {
+	addr, to, old, new string
+	hold               time.Duration
+	holding            chan struct{} // closed when the old-ttl renewal is held
+	answered           chan struct{} // closed once the server's reply to it has been passed on
+	once               sync.Once
+	mu                 sync.Mutex
+	log                []extendSeen // the LOCK.EXTENDs forwarded to the server, in order
+	conns              int
+}
+
+// An extendSeen is one LOCK.EXTEND forwarded to the server.
+type extendSeen struct {
+	ttl  string // its ttl argument, in ms
+	conn int    // its client connection, by the order they were accepted
+	held bool   // the held one
+	at   time.Time
+}
+
+// holdsOldRenewal is a TCP proxy of the test to the server at to that forwards everything,
+// except the first chunk carrying a LOCK.EXTEND with ttl old (ms): it holds it for hold, then
+// forwards it. A reply to a LOCK.EXTEND with ttl new on another connection is passed on only
+// once the held one's has been (and 50 ms more: the client reads that one first).
+func holdsOldRenewal(t *testing.T, to, old, new string, hold time.Duration) *renewalHolder {
+	p := &renewalHolder{to: to, old: old, new: new, hold: hold,
+		holding: make(chan struct{}), answered: make(chan struct{})}
+	p.addr = service(t, p.relay)
+	return p
+}
+
+// relay forwards one client connection's commands, holding the old-ttl renewal.
+func (p *renewalHolder) relay(c net.Conn) {
+	s, err := net.Dial("tcp", p.to)
+	if err != nil {
+		return
+	}
+	defer s.Close()
+	p.mu.Lock()
+	p.conns++
+	id := p.conns
+	p.mu.Unlock()
+	var held, extending atomic.Bool // this connection's: the held renewal, an extend sent
+	go p.replies(s, c, &held, &extending)
+	buf := make([]byte, 64<<10)
+	for {
+		n, err := c.Read(buf)
+		if err != nil {
+			return
+		}
+		ttls := extendTTLs(buf[:n])
+		holdIt := false
+		if slices.Contains(ttls, p.old) {
+			p.once.Do(func() { holdIt = true })
+		}
+		if holdIt {
+			held.Store(true)
+			close(p.holding)
+			time.Sleep(p.hold)
+		} else if slices.Contains(ttls, p.new) && !held.Load() {
+			extending.Store(true)
+		}
+		if _, err := s.Write(buf[:n]); err != nil {
+			return
+		}
+		p.note(ttls, id, holdIt)
+	}
+}
+
+// replies passes the server's replies on to the client: after the held renewal's, the first
+// one closes answered; an extend's waits for that (2 s at most: the proxy never hangs).
+func (p *renewalHolder) replies(s, c net.Conn, held, extending *atomic.Bool) {
+	buf := make([]byte, 64<<10)
+	for {
+		n, err := s.Read(buf)
+		if err != nil {
+			return
+		}
+		if extending.CompareAndSwap(true, false) {
+			select {
+			case <-p.answered:
+				time.Sleep(50 * time.Millisecond)
+			case <-time.After(2 * time.Second):
+			}
+		}
+		if _, err := c.Write(buf[:n]); err != nil {
+			return
+		}
+		if held.CompareAndSwap(true, false) {
+			close(p.answered)
+		}
+	}
+}
+
+func (p *renewalHolder) note(ttls []string, conn int, held bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, ttl := range ttls {
+		p.log = append(p.log, extendSeen{ttl: ttl, conn: conn, held: held && ttl == p.old, at: time.Now()})
+	}
+}
+
+// order is where the held renewal and the first new-ttl LOCK.EXTEND of another connection
+// (the extend's) are in the log; ok false when either is missing.
+func (p *renewalHolder) order() (renewal, extend int, ok bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	renewal, extend = -1, -1
+	for i, e := range p.log {
+		if e.held {
+			renewal = i
+		}
+	}
+	for i, e := range p.log {
+		if renewal >= 0 && e.ttl == p.new && e.conn != p.log[renewal].conn {
+			extend = i
+			break
+		}
+	}
+	return renewal, extend, renewal >= 0 && extend >= 0
+}
+
+func (p *renewalHolder) at(i int) time.Time {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.log[i].at
+}
+
+func (p *renewalHolder) forwarded() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var out []string
+	for _, e := range p.log {
+		out = append(out, fmt.Sprintf("(%s, %d)", e.ttl, e.conn))
+	}
+	return strings.Join(out, " ")
+}
+
+// extendTTLs is the ttl argument of each LOCK.EXTEND in a chunk of RESP commands (the third
+// bulk string after the name: key, owner, ttl).
+func extendTTLs(chunk []byte) []string {
+	var ttls []string
+	for rest := chunk; ; {
+		i := bytes.Index(rest, []byte("LOCK.EXTEND\r\n"))
+		if i < 0 {
+			return ttls
+		}
+		rest = rest[i+len("LOCK.EXTEND\r\n"):]
+		var arg []byte
+		for range 3 {
+			arg, rest = bulk(rest)
+		}
+		ttls = append(ttls, string(arg))
+	}
+}
+
+// bulk reads one RESP bulk string ($n\r\nbytes\r\n) from b: it and the rest.
+func bulk(b []byte) ([]byte, []byte) {
+	head, body, ok := bytes.Cut(b, []byte("\r\n"))
+	n, err := strconv.Atoi(strings.TrimPrefix(string(head), "$"))
+	if !ok || err != nil || n < 0 || n+2 > len(body) {
+		return nil, nil
+	}
+	return body[:n], body[n+2:]
 }

@@ -165,6 +165,7 @@ func (w *renewer) claim(batch []*renewal) ([]sent, time.Time) {
 	claimed := make([]sent, 0, len(batch))
 	for _, r := range batch {
 		if !r.out {
+			r.flight = make(chan struct{}) // an extend from now waits for its answer
 			claimed = append(claimed, sent{r: r, ttl: r.ttl, gen: r.gen, due: r.due})
 		}
 	}
@@ -176,6 +177,7 @@ func (w *renewer) fail(batch []*renewal, reason string) {
 	var losses []loss
 	w.mu.Lock()
 	for _, r := range batch {
+		r.landed()
 		if !r.out {
 			w.takeOut(r)
 			losses = append(losses, loss{r, reason})
@@ -202,6 +204,7 @@ func (w *renewer) settle(batch []sent, cmds []*redis.Cmd, at, arrived time.Time,
 	defer w.mu.Unlock()
 	for i, s := range batch {
 		r := s.r
+		r.landed()
 		if r.out {
 			continue // released or lost meanwhile: its reply is ignored
 		}
