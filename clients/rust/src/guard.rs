@@ -141,12 +141,19 @@ impl LockGuard {
     /// `Ok(true)` while the hold is live; `Ok(false)` when the server answers 0 (the hold is
     /// then lost: `the lease ran out before it was renewed`) and, without sending anything,
     /// for a hold known lost. How a fixed lease (`.watchdog(false)`) is kept on the caller's
-    /// schedule. A ttl under 1 ms is `Error::InvalidArgument`; a server that cannot be reached
-    /// within the locker's bound, `Error::Unavailable` (the lease runs on as it was).
+    /// schedule. A renewal sent before the call (by the old ttl) is answered before the extend
+    /// is sent, so the two never cross. A ttl under 1 ms is `Error::InvalidArgument`; a server
+    /// that cannot be reached (or that renewal not answered) within the locker's bound,
+    /// `Error::Unavailable` (the lease runs on as it was, the watchdog renewing it by `ttl`).
     pub async fn extend(&self, ttl: Duration) -> Result<bool, Error> {
         check_ttl(ttl)?;
         if !self.state.is_held() {
             return Ok(false);
+        }
+        let (renewals, ticket) = (&self.renewals, self.ticket);
+        self.locker.before_extend(renewals, ticket, ttl).await?;
+        if !self.state.is_held() {
+            return Ok(false); // lost while that renewal was answered
         }
         let sent = Instant::now();
         let live: i64 = self

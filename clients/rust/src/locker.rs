@@ -18,6 +18,7 @@ use crate::error::{self, Failure};
 use crate::hold::HoldState;
 use crate::protocol::{self, reason, HoldId};
 use crate::renewal::Renewals;
+use crate::schedule::Ticket;
 use crate::source::{ClusterSource, Source};
 use crate::Error;
 
@@ -75,6 +76,25 @@ impl Locker {
         }
         state.mark_lost(reason::GONE_WHEN_RELEASED.to_string());
         Ok(false)
+    }
+
+    /// Before an extend of `ticket` (in `renewals`) to `ttl` is sent (rule 20): the watchdog
+    /// renews by `ttl` from now on, and a renewal already sent by the old ttl is answered first,
+    /// waited for within the bound. `Error::Unavailable` when it is not: nothing is sent then.
+    pub(crate) async fn before_extend(
+        &self,
+        renewals: &Renewals,
+        ticket: Ticket,
+        ttl: Duration,
+    ) -> Result<(), Error> {
+        self.availability.begin();
+        let (started, until) = (Instant::now(), self.availability.until(None));
+        if renewals.before_extend(ticket, ttl, until).await {
+            return Ok(());
+        }
+        let waited = started.elapsed().as_millis();
+        let cause = format!("no answer within {waited} ms to the renewal sent before the extend");
+        Err(self.availability.error(cause))
     }
 
     pub fn new(client: redis::Client) -> Self {

@@ -50,6 +50,8 @@ struct Book {
 struct Shared {
     book: Mutex<Book>,
     wake: Notify,
+    /// A batch's answers were settled (extends wait for a renewal in flight: `before_extend`).
+    settled: Notify,
     link: Link,
     availability: Arc<Availability>,
     #[cfg(feature = "bench")]
@@ -94,6 +96,7 @@ impl Renewals {
                 task: None,
             }),
             wake: Notify::new(),
+            settled: Notify::new(),
             link,
             availability,
             #[cfg(feature = "bench")]
@@ -121,6 +124,32 @@ impl Renewals {
     /// already sent is ignored (rule 7). False if it had left already (lost).
     pub(crate) fn remove(&self, ticket: Ticket) -> bool {
         self.0.book().schedule.remove(ticket).is_some()
+    }
+
+    /// Before an extend of `ticket` to `ttl` is sent (rule 20): the renewals from now on carry
+    /// `ttl`, and one already sent by the old ttl is answered first: the two travel on
+    /// different connections, and the old ttl run after the extend would cut the lease short
+    /// behind the client's back (rule 15). False when that answer has not come by `until`.
+    pub(crate) async fn before_extend(
+        &self,
+        ticket: Ticket,
+        ttl: Duration,
+        until: Instant,
+    ) -> bool {
+        let Some(epoch) = self.0.book().schedule.extending(ticket, ttl) else {
+            return true; // out of the loop: no renewal to cross
+        };
+        loop {
+            let settled = self.0.settled.notified();
+            tokio::pin!(settled);
+            settled.as_mut().enable(); // before the look, so no answer settles unseen between
+            if !self.0.book().schedule.renewal_before(ticket, epoch) {
+                return true;
+            }
+            if timeout_at(until.into(), settled).await.is_err() {
+                return false;
+            }
+        }
     }
 
     /// An extend sent at `sent` answered live: the lease ends `ttl` from then (rule 20).
@@ -308,6 +337,8 @@ impl Shared {
                 hold.state.lose(&hold.id.key, lost);
             }
         }
+        drop(book);
+        self.settled.notify_waiters();
     }
 
     #[cfg(feature = "bench")]

@@ -22,8 +22,8 @@ struct Entry<T> {
     due: Instant,
     /// When the next renewal fell due: the last success's send time plus ttl/3 (for the lag).
     fell_due: Instant,
-    /// A renewal was sent and its reply is not in.
-    in_flight: bool,
+    /// The epoch of the renewal sent whose reply is not in (None: none is).
+    in_flight: Option<u64>,
     /// Counts extends, so a renewal sent before one does not undo it.
     epoch: u64,
     /// The last failure's cause, until a renewal succeeds.
@@ -79,7 +79,7 @@ impl<T> Schedule<T> {
             deadline: start + ttl,
             due,
             fell_due: due,
-            in_flight: false,
+            in_flight: None,
             epoch: 0,
             cause: None,
         };
@@ -129,7 +129,7 @@ impl<T> Schedule<T> {
     }
 
     fn why_ended(entry: &Entry<T>) -> String {
-        match (&entry.cause, entry.renew, entry.in_flight) {
+        match (&entry.cause, entry.renew, entry.in_flight.is_some()) {
             (_, false, _) => reason::FIXED_LEASE_ENDED.to_string(),
             (Some(cause), true, _) => reason::unreached(cause),
             (None, true, true) => reason::unreached("no answer to the renewal"),
@@ -158,7 +158,7 @@ impl<T> Schedule<T> {
         for key in taken {
             self.dues.remove(&key);
             if let Some(entry) = self.entries.get_mut(&key.1) {
-                entry.in_flight = true;
+                entry.in_flight = Some(entry.epoch);
                 renewals.push(Renewal {
                     ticket: key.1,
                     ttl: entry.ttl,
@@ -181,10 +181,13 @@ impl<T> Schedule<T> {
             entry.due = sent + renewal.ttl / 3;
             entry.fell_due = entry.due;
         } else {
-            // An extend came in between: either may have run last on the server.
+            // Sent before an extend by another ttl: it may have run last, and the lease may end
+            // sooner than the next renewal by the new ttl would come, so that one goes now.
             entry.deadline = entry.deadline.min(sent + renewal.ttl);
+            entry.due = now;
+            entry.fell_due = now;
         }
-        entry.in_flight = false;
+        entry.in_flight = None;
         entry.cause = None;
         self.deadlines.insert((entry.deadline, renewal.ticket));
         self.dues.insert((entry.due, renewal.ticket));
@@ -198,28 +201,45 @@ impl<T> Schedule<T> {
             return;
         };
         self.dues.remove(&(entry.due, renewal.ticket));
-        entry.in_flight = false;
+        entry.in_flight = None;
         entry.cause = Some(cause);
         entry.due = retry;
         self.dues.insert((retry, renewal.ticket));
     }
 
-    /// An extend sent at `sent` answered live (rule 20): the lease ends `ttl` from then and the
-    /// renewals go on by that ttl. False when the hold is no longer in the schedule.
+    /// Before an extend to `ttl` is sent (rule 20): the renewals taken from now on carry `ttl`,
+    /// and the answers of those taken before are stale. The extend's epoch (for
+    /// `renewal_before`); None when the hold is no longer in the schedule.
+    pub(crate) fn extending(&mut self, ticket: Ticket, ttl: Duration) -> Option<u64> {
+        let entry = self.entries.get_mut(&ticket)?;
+        entry.ttl = ttl;
+        entry.epoch += 1;
+        Some(entry.epoch)
+    }
+
+    /// Whether a renewal taken before the extend of `epoch` still awaits its answer (the extend
+    /// is not sent until it is in: the two would cross).
+    pub(crate) fn renewal_before(&self, ticket: Ticket, epoch: u64) -> bool {
+        let sent = self.entries.get(&ticket).and_then(|e| e.in_flight);
+        sent.is_some_and(|sent| sent < epoch)
+    }
+
+    /// An extend to `ttl` (see `extending`), sent at `sent`, answered live (rule 20): the lease
+    /// ends `ttl` from then. A renewal by `ttl` answered after this may move the deadline to
+    /// its own send plus `ttl`: the server's lease ends no sooner either way. False when the
+    /// hold is no longer in the schedule.
     pub(crate) fn extended(&mut self, ticket: Ticket, sent: Instant, ttl: Duration) -> bool {
         let Some(entry) = self.entries.get_mut(&ticket) else {
             return false;
         };
         self.deadlines.remove(&(entry.deadline, ticket));
         self.dues.remove(&(entry.due, ticket));
-        entry.ttl = ttl;
         entry.deadline = sent + ttl;
         entry.due = sent + ttl / 3;
         entry.fell_due = entry.due;
-        entry.epoch += 1;
         entry.cause = None;
         self.deadlines.insert((entry.deadline, ticket));
-        if entry.renew && !entry.in_flight {
+        if entry.renew && entry.in_flight.is_none() {
             self.dues.insert((entry.due, ticket));
         }
         true
@@ -334,6 +354,7 @@ mod tests {
     fn an_extend_sets_the_deadline_and_the_interval() {
         let (t0, mut s, a) = one();
         let sent = t0 + ms(100);
+        assert!(s.extending(a, ms(600)).is_some());
         assert!(s.extended(a, sent, ms(600)), "shorter than before");
         assert_eq!(
             s.next_wake(),
@@ -347,10 +368,54 @@ mod tests {
     }
 
     #[test]
+    fn an_extend_waits_for_a_renewal_by_the_old_ttl_only() {
+        let (t0, mut s, a) = one();
+        let old = s.take_due(t0 + PERIOD)[0];
+        let epoch = s.extending(a, ms(900)).unwrap();
+        assert!(
+            s.renewal_before(a, epoch),
+            "sent by the old ttl: waited for"
+        );
+        let answered = t0 + PERIOD + ms(20);
+        s.renewed(&old, t0 + PERIOD, answered);
+        assert!(!s.renewal_before(a, epoch), "answered");
+        let new = s.take_due(answered)[0];
+        assert_eq!(new.ttl, ms(900), "taken after the call: the new ttl");
+        assert!(!s.renewal_before(a, epoch), "not waited for");
+        assert_eq!(s.extending(a, TTL), Some(epoch + 1));
+        assert!(
+            s.renewal_before(a, epoch + 1),
+            "a later extend waits for it"
+        );
+        assert_eq!(s.remove(a), Some("a"));
+        assert!(!s.renewal_before(a, epoch + 1), "gone: nothing to wait for");
+        assert!(s.extending(a, TTL).is_none());
+    }
+
+    #[test]
+    fn a_renewal_by_the_old_ttl_caps_the_deadline_and_the_next_goes_at_once() {
+        let (t0, mut s, a) = one();
+        let old = s.take_due(t0 + PERIOD)[0]; // 3 s
+        s.extending(a, Duration::from_secs(30)); // renewed every 10 s: too late for 3 s
+        let answered = t0 + PERIOD + ms(20);
+        s.renewed(&old, t0 + PERIOD, answered);
+        assert_eq!(
+            s.next_wake(),
+            Some(answered),
+            "renewed by the new ttl at once"
+        );
+        let new = s.take_due(answered)[0];
+        assert!(s.expired(t0 + TTL - ms(1)).is_empty());
+        s.renewed(&new, answered, answered + ms(20));
+        assert_eq!(s.deadline(a), Some(answered + Duration::from_secs(30)));
+    }
+
+    #[test]
     fn a_renewal_sent_before_an_extend_never_lengthens_the_lease() {
         let (t0, mut s, a) = one();
         let r = s.take_due(t0 + PERIOD)[0]; // the old ttl, 3 s
         let extend_sent = t0 + PERIOD + ms(10);
+        s.extending(a, ms(900));
         s.extended(a, extend_sent, ms(900));
         s.renewed(&r, t0 + PERIOD, t0 + PERIOD + ms(20));
         assert!(s.expired(extend_sent + ms(899)).is_empty());

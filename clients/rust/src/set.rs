@@ -317,11 +317,16 @@ impl SetGuard {
     /// `LOCK.EXTEND key owner ttl TOKEN token` for every member now (rule 20): `Ok(true)` only
     /// if every one was live; a member answered 0 loses the set (`<key>: the lease ran out
     /// before it was renewed`), and `Ok(false)` without sending anything once the set is known
-    /// lost. A ttl under 1 ms is `Error::InvalidArgument`.
+    /// lost. Each member's extend is sent after its renewal in flight by the old ttl, if any, is
+    /// answered (as `LockGuard::extend`). A ttl under 1 ms is `Error::InvalidArgument`.
     pub async fn extend(&self, ttl: Duration) -> Result<bool, Error> {
         check_ttl(ttl)?;
         let m = &self.members;
         for ((key, &token), &ticket) in m.keys.iter().zip(&self.tokens).zip(&m.tickets) {
+            if !self.state.is_held() {
+                return Ok(false);
+            }
+            m.locker.before_extend(&m.renewals, ticket, ttl).await?;
             if !self.state.is_held() {
                 return Ok(false);
             }

@@ -1,14 +1,16 @@
 //! The renewal loop and extend (rules 6, 7, 19 and 20 of docs/clients.md), one test per row of
 //! the "same case, same answer" table: extend of a live hold, answered 0, of a hold known lost;
 //! a retryable reply to an acquire; a renewal refused; 1,000 holds on one connection, one of
-//! them released and one lost while the others go on being renewed.
+//! them released and one lost while the others go on being renewed; an extend while a renewal
+//! with the old ttl is in flight.
 
 use std::time::{Duration, Instant};
 
-use redis_lock_client::{redis, LockGuard};
+use redis_lock_client::{redis, LockGuard, Locker};
 use redis_lock_harness::*;
 
 mod common;
+use common::proxy::{extend_proxy, Extends};
 use common::{known_lost, locker, without_the_server};
 
 /// "At once": nothing sent, or one round trip, on a loaded machine.
@@ -73,6 +75,57 @@ async fn extend_of_a_hold_known_lost_is_false_and_sends_nothing() {
     let extend = g.extend(Duration::from_secs(5));
     assert!(!without_the_server(&s, "lock.extend", extend).await.unwrap());
     // A released hold cannot be extended: `release` takes the guard (not expressible).
+}
+
+/// Returns once `extends`'s proxy is holding a command back (`on`), or is not.
+async fn holding(extends: &Extends, on: bool) {
+    while extends.holding() != on {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// Rule 20: an extend never crosses a renewal of its hold. The proxy holds back the watchdog's
+/// first renewal (by the old ttl, 2 s) for 500 ms; an extend to 10 s called meanwhile goes only
+/// after that renewal was answered, so the server does not run the old ttl after the new one
+/// (which would end the lease 2 s after the renewal, behind the client's back).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_extend_is_sent_after_a_renewal_in_flight_with_the_old_ttl() {
+    // 2 s, not 1 s: the held renewal (due ~667 ms after the grant, answered ~500 ms later)
+    // still has ~800 ms before the lease's deadline on a loaded machine.
+    const OLD: Duration = Duration::from_secs(2);
+    const NEW: Duration = Duration::from_secs(10);
+    const HELD: Duration = Duration::from_millis(500);
+    let s = Server::start();
+    let (port, extends) = extend_proxy(s.port, OLD, HELD);
+    let client = redis::Client::open(format!("redis://127.0.0.1:{port}/")).unwrap();
+    let g = Locker::new(client).lock("k").ttl(OLD).acquire().await;
+    let g = g.unwrap().unwrap();
+    // The first renewal is due OLD/3 after the grant (margin: over 2 s for a late loop).
+    let limit = OLD + Duration::from_secs(1);
+    let held = tokio::time::timeout(limit, holding(&extends, true)).await;
+    held.expect("a renewal held");
+    assert!(g.extend(NEW).await.unwrap(), "live: true");
+    let forwarded = tokio::time::timeout(limit, holding(&extends, false)).await;
+    forwarded.expect("the held renewal forwarded");
+    let forwarded = extends.forwarded();
+    let ttls: Vec<Duration> = forwarded.iter().map(|f| f.ttl).collect();
+    // The held renewal first; the extend (on another connection) and any renewal by the new
+    // ttl after it.
+    assert_eq!(ttls[0], OLD, "the old-ttl renewal first: {forwarded:?}");
+    let extend = forwarded[1..].iter().any(|f| f.conn != forwarded[0].conn);
+    assert!(
+        extend && ttls[1..].iter().all(|&t| t == NEW),
+        "then the extend, and only the new ttl: {forwarded:?}"
+    );
+    // 2.5 s after the held renewal was forwarded: its lease, had it run after the extend, ended
+    // 0.5 s ago (it runs as forwarded, plus a round trip at most). The extend's runs to ~10 s
+    // after it: ~7.5 s left. Over 5 s: a check 2.5 s late still passes, and the watchdog renews
+    // by 10 s every 3.3 s, so no later check finds less than ~6.7 s.
+    tokio::time::sleep_until((forwarded[0].at + OLD + Duration::from_millis(500)).into()).await;
+    let left = left(&s, "k").expect("still held on the server");
+    assert!(left > Duration::from_secs(5), "{left:?} left");
+    assert!(!g.is_lost(), "{:?}", g.lost_reason());
+    assert!(g.release().await.unwrap());
 }
 
 /// The lock server is a replica: `LOCK.ACQUIRE` answers `READONLY` (rule 19), asked again with

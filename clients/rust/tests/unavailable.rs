@@ -4,8 +4,8 @@
 //! servers stopped (SIGKILL) and frozen (SIGSTOP) by PID, and tiny TCP services of the test's.
 
 use std::io::{Read, Write};
-use std::net::{Shutdown, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
+use std::net::TcpListener;
+use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -14,6 +14,7 @@ use redis_lock_harness::*;
 
 mod common;
 use common::calls;
+use common::proxy::{proxy, Cut};
 
 /// The locker's unavailability bound in these tests (10 s by default).
 const BOUND: Duration = Duration::from_secs(1);
@@ -88,77 +89,6 @@ fn closing_at_once() -> (u16, Arc<AtomicUsize>) {
         }
     });
     (port, accepted)
-}
-
-/// What a `proxy` does to the first command that contains its word.
-#[derive(Clone, Copy)]
-enum Cut {
-    /// Forwarded to the server, then the client's link closes: the reply is lost.
-    AfterSending,
-    /// Never forwarded, never answered; the link stays open.
-    Swallow,
-}
-
-/// A TCP proxy to the server at `port` (two threads per connection, ending with the test
-/// process): every byte relayed both ways, but the first command containing `word` gets `cut`.
-fn proxy(port: u16, word: &'static [u8], cut: Cut) -> u16 {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let front = listener.local_addr().unwrap().port();
-    let done = Arc::new(AtomicBool::new(false));
-    std::thread::spawn(move || {
-        for client in listener.incoming().flatten() {
-            let server = TcpStream::connect(("127.0.0.1", port)).unwrap();
-            let reply_lost = Arc::new(AtomicBool::new(false));
-            let (from_server, to_client) =
-                (server.try_clone().unwrap(), client.try_clone().unwrap());
-            let lost = reply_lost.clone();
-            std::thread::spawn(move || {
-                relay(from_server, to_client, |_| match lost.load(SeqCst) {
-                    true => Step::Close,
-                    false => Step::Forward,
-                })
-            });
-            let done = done.clone();
-            std::thread::spawn(move || {
-                relay(client, server, |chunk| {
-                    let hit = chunk.windows(word.len()).any(|w| w == word);
-                    match cut {
-                        _ if !hit || done.swap(true, SeqCst) => Step::Forward,
-                        Cut::Swallow => Step::Drop,
-                        Cut::AfterSending => {
-                            reply_lost.store(true, SeqCst);
-                            Step::Forward
-                        }
-                    }
-                })
-            });
-        }
-    });
-    front
-}
-
-/// What `relay` does with a chunk.
-enum Step {
-    Forward,
-    Drop,
-    /// Close the link the chunk would go to, and stop.
-    Close,
-}
-
-/// Copies `from` to `to`, each chunk as `step` says, until either side closes.
-fn relay(mut from: TcpStream, mut to: TcpStream, mut step: impl FnMut(&[u8]) -> Step) {
-    let mut buf = [0u8; 16384];
-    while let Ok(n) = from.read(&mut buf) {
-        let forwarded = match (n, step(&buf[..n])) {
-            (0, _) | (_, Step::Close) => break,
-            (_, Step::Drop) => Ok(()),
-            (_, Step::Forward) => to.write_all(&buf[..n]),
-        };
-        if forwarded.is_err() {
-            break;
-        }
-    }
-    let _ = to.shutdown(Shutdown::Both);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -48,3 +48,6 @@ pub async fn without_the_server<T>(
     assert_eq!(calls(s, command), before, "no {command} sent");
     outcome
 }
+
+#[allow(dead_code)] // not every test file uses it
+pub mod proxy;
