@@ -155,7 +155,7 @@ public final class Hold implements AutoCloseable {
      * lost, "the lease ran out before it was renewed", reported once) and, with nothing sent, for a
      * hold known lost or released (rule 16). A retryable reply (rule 19) is asked again; unanswered,
      * or still answered so, within the bound: {@link
-     * LockServiceUnavailableException}, and the watchdog goes on as before. How a fixed lease is
+     * LockServiceUnavailableException}, and the watchdog goes on by the new ttl. How a fixed lease is
      * kept on the caller's schedule. Sent on the watchdog's connection (a session hold's on its own).
      */
     public boolean extend(Duration ttl) {
