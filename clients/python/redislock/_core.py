@@ -469,13 +469,29 @@ class LockBase:
         lost: Optional[str] = None
         try:
             # Woken at each renewal, and at the lease deadline: lost then, not a renewal later.
-            while lost is None and not (yield self._stopped, stop, renewals.pause()):
+            while lost is None and not (yield from self._next_renewal(token, stop, renewals)):
                 lost = yield from self._renewal(conn, token, renewals)
         except self._WATCHDOG_FAILURES as err:  # nobody would hear of it: say it, once
             log.error("redislock: the watchdog of %s failed", self._label(), exc_info=err)
             lost = yield self._in_state, _now(self._lose, token, p.watchdog_failed(err))
         if lost is not None:
             yield from self._announce_lost(lost)
+
+    def _next_renewal(self, token: Any, stop: Any, renewals: p.Renewals) -> Steps[bool]:
+        """Wait until the next renewal (or the deadline); whether the watchdog stops instead.
+        ``stop`` is set by the release, and by a hurried renewal, which takes it back."""
+        if not (yield self._stopped, stop, renewals.pause()):
+            return False
+        return not (yield self._in_state, _now(self._hurried, token, stop, renewals))
+
+    def _hurried(self, token: Any, stop: Any, renewals: p.Renewals) -> bool:
+        """``stop`` was set to hurry a renewal of hold ``token`` (with the state lock held, as
+        a release sets it): taken back, unless the hold was released since."""
+        if self.token != token or not renewals.hurry:
+            return False
+        renewals.hurry = False
+        stop.clear()
+        return True
 
     def _renewal(self, conn: Any, token: int, renewals: p.Renewals) -> Steps[Optional[str]]:
         """One renewal; the reason to announce if it lost the hold. Only its send holds the
@@ -528,7 +544,11 @@ class LockBase:
         if not (yield from self._renewals_by(token, ttl)):
             return False
         sent = time.monotonic()
-        reply = yield from self._command(p.extend_args(self.key, self.owner, ttl, token))
+        try:
+            reply = yield from self._command(p.extend_args(self.key, self.owner, ttl, token))
+        except Unavailable:
+            yield self._in_state, _now(self._extend_unanswered, token, sent + ttl)
+            raise
         if p.extended(reply):
             return (yield self._in_state, _now(self._extended, token, ttl, sent))
         lost = yield self._in_state, _now(self._lose_now, token, p.LEASE_RAN_OUT)
@@ -568,6 +588,16 @@ class LockBase:
         if self._entry is not None:
             return self._entry.loop.renewing(self._entry)
         return self._renewals is not None and self._renewals.in_flight is not None
+
+    def _extend_unanswered(self, token: Any, ends_by: float) -> None:
+        """An extend of hold ``token`` got no answer (with the state lock held): it may have
+        run, so the lease may end by ``ends_by`` (rule 15): counted so, renewed at once."""
+        if self.token != token or self.lost is not None:
+            return
+        if self._entry is not None:
+            self._entry.loop.extend_unanswered(self._entry, ends_by)
+        elif self._renewals is not None and self._renewals.extend_unanswered(ends_by):
+            self._stop.set()  # wakes the watchdog (``_hurried``)
 
     def _hold_ttl(self) -> float:
         if self._entry is not None:

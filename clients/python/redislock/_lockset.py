@@ -17,7 +17,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from . import _protocol as p
 from ._core import LockBase, Steps, _now, log
-from .errors import NotAcquired, Stale
+from .errors import NotAcquired, Stale, Unavailable
 
 
 class _Member:
@@ -216,8 +216,12 @@ class LockSetBase(LockBase):
         if not (yield from self._renewals_by(tokens, ttl)):
             return False
         sent = time.monotonic()
-        replies = yield from self._command(p.Batch(
-            p.extend_args(key, self.owner, ttl, token) for key, token in zip(self.keys, tokens)))
+        try:
+            replies = yield from self._command(p.Batch(p.extend_args(key, self.owner, ttl, token)
+                                                       for key, token in zip(self.keys, tokens)))
+        except Unavailable:
+            yield self._in_state, _now(self._extend_unanswered, tokens, sent + ttl)
+            raise
         gone = [key for key, reply in zip(self.keys, replies) if not p.extended(reply)]
         if not gone:
             return (yield self._in_state, _now(self._extended, tokens, ttl, sent))
@@ -240,6 +244,14 @@ class LockSetBase(LockBase):
         if self._renewals is not None:
             return self._renewals.in_flight is not None
         return any([entry.loop.renewing(entry) for entry in self._entries])
+
+    def _extend_unanswered(self, tokens: Any, ends_by: float) -> None:  # type: ignore[override]
+        if self.token is not tokens or self.lost is not None:
+            return
+        for entry in self._entries:
+            entry.loop.extend_unanswered(entry, ends_by)
+        if self._renewals is not None and self._renewals.extend_unanswered(ends_by):
+            self._stop.set()  # wakes the watchdog (``_hurried``)
 
     def _extended(self, tokens: Any, ttl: float, sent: float) -> bool:  # type: ignore[override]
         if self.token is not tokens or self.lost is not None:

@@ -69,6 +69,12 @@ class LoopBase:
         with self.mutex:
             return self.schedule.renewing(entry)
 
+    def extend_unanswered(self, entry: Entry, ends_by: float) -> None:
+        with self.mutex:
+            moved = self.schedule.extend_unanswered(entry, ends_by, time.monotonic())
+            if moved and self.wake_at is not None:
+                self._poke()
+
     def extended(self, entry: Entry, ttl: float, sent: float) -> bool:
         with self.mutex:
             done = self.schedule.extended(entry, ttl, sent)

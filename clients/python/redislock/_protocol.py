@@ -519,6 +519,8 @@ class Renewals:
         self.deadline = granted + ttl
         #: The ttl of the renewal in flight (sent, not answered), if one is.
         self.in_flight: Optional[float] = None
+        #: The next renewal goes at once (an extend got no answer: ``extend_unanswered``).
+        self.hurry = False
 
     def extending(self, ttl: float) -> bool:
         """An extend to ``ttl`` is about to be sent (rule 20): renewed by it from now on.
@@ -530,6 +532,15 @@ class Renewals:
         """An extend sent at ``sent`` made the lease ``ttl`` long."""
         self.ttl, self.interval = ttl, ttl / 3
         self.deadline = sent + ttl
+
+    def extend_unanswered(self, ends_by: float) -> bool:
+        """An extend got no answer: it may have run, so the lease may end by ``ends_by``. If
+        that is sooner than the deadline, the deadline moves there and the next renewal is
+        hurried. Whether it moved."""
+        if ends_by >= self.deadline:
+            return False
+        self.deadline, self.hurry = ends_by, True
+        return True
 
     def sending(self) -> float:
         """A renewal goes now: the ttl it carries."""

@@ -123,6 +123,19 @@ class Schedule:
         """Whether a renewal of ``entry`` is in flight (taken for sending, not yet answered)."""
         return entry.live and entry.in_flight
 
+    def extend_unanswered(self, entry: Entry, ends_by: float, now: float) -> bool:
+        """An extend got no answer: it may have run, so the lease may end by ``ends_by`` (its
+        send plus its ttl). If that is sooner than the deadline, the deadline moves there and,
+        renewed, the hold's next renewal goes at once. Whether the deadline moved."""
+        if not entry.live or ends_by >= entry.deadline:
+            return False
+        entry.deadline = ends_by
+        self._watch(entry)
+        if entry.renews:
+            entry.due = now
+            self._push_due(entry)
+        return True
+
     def extended(self, entry: Entry, ttl: float, sent: float) -> bool:
         """``extend(ttl)`` sent at ``sent`` was answered 1: the lease ends ``ttl`` from then and
         the hold is renewed by it. False if the loop had lost it meanwhile."""

@@ -1,9 +1,9 @@
-"""A TCP proxy of the tests, on loopback, that holds one command back: the first client write
-that contains ``held`` waits ``seconds`` before it is forwarded (its connection's other
-traffic waits behind it, as on a slow link; other connections go on); ``held`` is the words
-it contains, all of them. It records the writes
-that contain ``marked`` in the order it forwarded them. Two threads per connection, ended with
-the proxy (``close``)."""
+"""A TCP proxy of the tests, on loopback, that does one thing to one command: the first client
+write that contains every word of ``match`` waits ``hold`` seconds before it is forwarded
+(its connection's other traffic waits behind it, as on a slow link; other connections go on),
+and, if ``cut``, its connection is closed once it is forwarded (the command runs, its reply
+is lost). It records the writes that contain ``marked`` in the order it forwarded them. Two
+threads per connection, ended with the proxy (``close``)."""
 
 import socket
 import threading
@@ -11,16 +11,17 @@ import time
 from typing import List, Optional, Sequence
 
 
-class HoldingProxy:
-    def __init__(self, port: int, held: Sequence[bytes], seconds: float, marked: bytes):
+class Proxy:
+    def __init__(self, port: int, match: Sequence[bytes], marked: bytes, hold: float = 0.0,
+                 cut: bool = False):
         self._to = port
-        self._held_word, self._seconds, self._marked = held, seconds, marked
+        self._match, self._hold, self._cut, self._marked = match, hold, cut, marked
         self._listener = socket.create_server(("127.0.0.1", 0))
         self.port = self._listener.getsockname()[1]
         self._mutex = threading.Lock()
         self._socks: List[socket.socket] = [self._listener]
-        self._holding = False  # taken by the first write that matches
-        #: Set when a write is held back; ``released_at`` is when it was forwarded.
+        self._matched = False  # by the first write that matches
+        #: Set when the write that matches arrives; ``released_at`` is when it was forwarded.
         self.holding = threading.Event()
         self.released_at: Optional[float] = None
         #: The writes that contain ``marked``, in the order they were forwarded.
@@ -52,7 +53,11 @@ class HoldingProxy:
                 if not data:
                     break
                 if upstream:
-                    self._hold_back(data)
+                    matched = self._hold_back(data)
+                    if matched and self._cut:
+                        src.close()  # the client's end first: the reply cannot reach it
+                        self._forward(dst, data)
+                        break
                     self._forward(dst, data)
                 else:
                     dst.sendall(data)
@@ -62,14 +67,16 @@ class HoldingProxy:
             src.close()
             dst.close()
 
-    def _hold_back(self, data: bytes) -> None:
+    def _hold_back(self, data: bytes) -> bool:
+        """Whether ``data`` is the write that matches (held back its time, if it is)."""
         with self._mutex:
-            hold = not self._holding and all(word in data for word in self._held_word)
-            self._holding = self._holding or hold
-        if hold:
+            matched = not self._matched and all(word in data for word in self._match)
+            self._matched = self._matched or matched
+        if matched:
             self.holding.set()
-            time.sleep(self._seconds)
+            time.sleep(self._hold)
             self.released_at = time.monotonic()
+        return matched
 
     def _forward(self, dst: socket.socket, data: bytes) -> None:
         # Recorded under the mutex with the write, so the record's order is the forwarding's.
