@@ -2,6 +2,7 @@ package redislock
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -203,10 +204,12 @@ func (l *Lock) Release(ctx context.Context) (bool, error) {
 // while the hold is live; false when the server answers 0 (the hold is then lost, "the lease
 // ran out before it was renewed"), and false at once, without the server, for a hold known
 // lost or already released. A ttl under 1ms is ErrInvalidArgument; when the server does not
-// answer, the error matches ErrUnavailable (the hold is as it was; the watchdog renews by ttl).
-// A renewal of the hold already on its way (with the old ttl) is answered before the extend is
-// sent (rule 20); when it is not within the bound, nothing is sent and the extend is
-// unavailable.
+// answer, the error matches ErrUnavailable: the extend may have run, so the client counts the
+// lease as ending no later than ttl from when it was sent (rule 15), and the watchdog, if on,
+// renews by ttl, at once when that is sooner than the lease was counted to end; a fixed lease
+// is lost then unless extended. A renewal of the hold already on its way (with the old ttl) is
+// answered before the extend is sent (rule 20); when it is not within the bound, nothing is
+// sent and the extend is unavailable.
 func (l *Lock) Extend(ctx context.Context, ttl time.Duration) (bool, error) {
 	if ttl < time.Millisecond {
 		return false, invalid("ttl %v: must be at least 1ms", ttl)
@@ -224,9 +227,24 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) (bool, error) {
 		return once(ctx, c, extendArgs(l.key, l.owner, ttl, l.token)...).Int64()
 	})
 	if err != nil {
+		l.extendFailed(err, sent, ttl)
 		return false, err
 	}
 	return l.extended(n, sent, ttl), nil
+}
+
+// extendFailed takes an extend (sent at sent, for ttl) that failed with err. Unavailable, it
+// may have run all the same and shortened the lease to end ttl from then: the client's
+// deadline must not be later than that (rule 15).
+func (l *Lock) extendFailed(err error, sent time.Time, ttl time.Duration) {
+	if !errors.Is(err, ErrUnavailable) {
+		return // answered: the server did not run it
+	}
+	if l.renewal != nil {
+		l.locker.renewals.endNoLaterThan(l.renewal, sent.Add(ttl), err)
+		return
+	}
+	l.endFixedNoLaterThan(sent.Add(ttl))
 }
 
 // extending tells the watchdog, before an extend is sent, that it renews by ttl from now on;
@@ -307,6 +325,17 @@ func (l *Lock) extendFixed(end time.Time) bool {
 		l.fixed.Reset(time.Until(end))
 	}
 	return true
+}
+
+// endFixedNoLaterThan moves a fixed lease's end to end when that is sooner: its timer then
+// loses the hold at end.
+func (l *Lock) endFixedNoLaterThan(end time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.phase == held && l.fixed != nil && end.Before(l.end) {
+		l.end = end
+		l.fixed.Reset(time.Until(end))
+	}
 }
 
 // fixedEnded is the fixed lease's timer: the hold is lost unless Extend moved its end.

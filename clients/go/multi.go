@@ -254,8 +254,10 @@ func (m *MultiLock) Release(ctx context.Context) (bool, error) {
 // from then on. It answers true only if every member was live; a member the server answers 0
 // for is lost, and with it the set ("the lease ran out before it was renewed", naming the key).
 // A set known lost or released answers false at once, without the server. A ttl under 1ms is
-// ErrInvalidArgument; when the server does not answer, the error matches ErrUnavailable. As
-// Lock.Extend, it is sent after the members' renewals already on their way are answered.
+// ErrInvalidArgument; when the server does not answer, the error matches ErrUnavailable, and
+// each member's lease is counted as ending no later than ttl from when the extend was sent (it
+// may have run), as Lock.Extend does. As Lock.Extend, it is sent after the members' renewals
+// already on their way are answered.
 func (m *MultiLock) Extend(ctx context.Context, ttl time.Duration) (bool, error) {
 	if ttl < time.Millisecond {
 		return false, invalid("ttl %v: must be at least 1ms", ttl)
@@ -291,6 +293,9 @@ func (m *MultiLock) Extend(ctx context.Context, ttl time.Duration) (bool, error)
 		return answers, nil
 	})
 	if err != nil {
+		for _, member := range m.members {
+			member.extendFailed(err, sent, ttl)
+		}
 		return false, err
 	}
 	all := true

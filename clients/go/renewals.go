@@ -127,6 +127,19 @@ func (w *renewer) extended(r *renewal, sent time.Time, ttl time.Duration) {
 	w.poke()
 }
 
+// endNoLaterThan moves r's lease end to end when that is sooner (an extend that failed with
+// err may have run), and renews r at once: by its ttl, the extend's, so a hold the server
+// still has stays held. Lost at end otherwise, for err.
+func (w *renewer) endNoLaterThan(r *renewal, end time.Time, err error) {
+	w.mu.Lock()
+	if !r.out && end.Before(r.leaseEnd) {
+		r.leaseEnd, r.due, r.failure = end, time.Now(), err
+		heap.Fix(&w.holds, r.index)
+	}
+	w.mu.Unlock()
+	w.poke()
+}
+
 // takeOut marks r out of the loop, under mu.
 func (w *renewer) takeOut(r *renewal) {
 	if !r.out {

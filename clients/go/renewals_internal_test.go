@@ -89,3 +89,27 @@ func TestAnExtendWaitsForTheRenewalOnItsWay(t *testing.T) {
 		t.Fatal("a renewal to wait for when none is on its way")
 	}
 }
+
+// Rule 15: an extend that got no answer may have run: the lease end becomes no later than its
+// send plus its ttl (never later than it was), and the hold is renewed at once by that ttl;
+// with no renewal through by then, it is lost then, for the extend's error.
+func TestAnUnansweredExtendEndsTheLeaseNoLaterThanItsTTL(t *testing.T) {
+	now := time.Now()
+	w, r := scheduled(now, 30*time.Second, [2]time.Duration{10 * time.Second, 30 * time.Second})
+	w.extending(r[0], time.Second)
+	cut := errors.New("cut")
+	w.endNoLaterThan(r[0], now.Add(time.Second), cut)
+	w.endNoLaterThan(r[0], now.Add(2*time.Second), cut) // later: not moved
+	if !r[0].leaseEnd.Equal(now.Add(time.Second)) {
+		t.Fatalf("lease end %v from now, want 1s", r[0].leaseEnd.Sub(now))
+	}
+	due, _, _, _ := w.step(now.Add(time.Millisecond))
+	if len(due) != 1 || r[0].ttl != time.Second {
+		t.Fatalf("%d due at once, ttl %v; want 1, by 1s", len(due), r[0].ttl)
+	}
+	_, losses, _, _ := w.step(now.Add(time.Second))
+	want := "the server could not be reached before the lease ended: cut"
+	if len(losses) != 1 || losses[0].reason != want {
+		t.Fatalf("losses %+v at the capped end", losses)
+	}
+}

@@ -359,9 +359,9 @@ func TestADurableGrantWhoseWaitFailsIsUnavailable(t *testing.T) {
 }
 
 // dropsReplyTo is a TCP proxy of the test to the server at to that forwards everything, except
-// that the first connection to send command (e.g. "LOCK.RELEASE") is cut once the command has
-// reached the server (which runs it), its reply not passed on.
-func dropsReplyTo(t *testing.T, to, command string) string {
+// that the first connection to send a chunk holding every one of parts (e.g. "LOCK.RELEASE") is
+// cut once the chunk has reached the server (which runs it), its reply not passed on.
+func dropsReplyTo(t *testing.T, to string, parts ...string) string {
 	var dropped sync.Once
 	return service(t, func(c net.Conn) {
 		s, err := net.Dial("tcp", to)
@@ -388,7 +388,7 @@ func dropsReplyTo(t *testing.T, to, command string) string {
 			if err != nil {
 				return
 			}
-			if strings.Contains(string(buf[:n]), command) {
+			if containsAll(string(buf[:n]), parts) {
 				dropped.Do(func() { cut.Store(true) })
 			}
 			if _, err := s.Write(buf[:n]); err != nil {
@@ -400,6 +400,16 @@ func dropsReplyTo(t *testing.T, to, command string) string {
 			}
 		}
 	})
+}
+
+// containsAll reports whether s holds every one of parts.
+func containsAll(s string, parts []string) bool {
+	for _, part := range parts {
+		if !strings.Contains(s, part) {
+			return false
+		}
+	}
+	return true
 }
 
 // Table: a release whose link breaks after it was sent (the server ran it, its reply is lost)
@@ -425,6 +435,70 @@ func TestAReleaseWhoseReplyIsLostIsUnavailableAndNotSentAgain(t *testing.T) {
 	default:
 	}
 	t.Logf("Release: %v", err)
+}
+
+// cutsShorterExtend is a proxy to the server at to that cuts the link of the first extend to
+// 1 s (ttl 1000 ms in RESP) once the server has it: the extend runs, its reply is lost.
+func cutsShorterExtend(t *testing.T, to string) string {
+	return dropsReplyTo(t, to, "LOCK.EXTEND", "$4\r\n1000\r\n")
+}
+
+// extendUnanswered calls Extend(ttl), which must fail as unavailable (its reply lost), and
+// returns when it was called: at or before the extend was sent.
+func extendUnanswered(t *testing.T, lock *redislock.Lock, ttl time.Duration) time.Time {
+	t.Helper()
+	called := time.Now()
+	if ok, err := lock.Extend(ctx, ttl); ok || !errors.Is(err, redislock.ErrUnavailable) {
+		t.Fatalf("Extend = %v, %v; want false, ErrUnavailable", ok, err)
+	}
+	return called
+}
+
+// lostBy is how soon after a 1 s extend was sent the client counts its lease ended: the
+// server's ended 1 s after the extend ran; rule 15's tested margin is 10% of the ttl plus
+// 100 ms (200 ms), and 1.3 s more is for a loaded 2-core machine.
+const lostBy = 2500 * time.Millisecond
+
+// Rules 15 and 20: an extend whose reply is lost may have run and shortened the lease. A
+// fixed 30 s lease extended to 1 s that way is lost by lostBy after the extend was sent (not
+// 30 s after the grant), for the fixed lease's reason; and the server no longer holds it.
+func TestAFixedLeaseWhoseShorterExtendGotNoReplyEndsByTheExtend(t *testing.T) {
+	s := server(t)
+	r := client(t, s)
+	l := lockerAt(t, cutsShorterExtend(t, s.Addr()))
+	lock := obtain(t, l, "k", 30*time.Second, redislock.WithWatchdog(false))
+	called := extendUnanswered(t, lock, time.Second)
+	select {
+	case <-lock.Lost():
+	case <-time.After(time.Until(called.Add(lostBy))):
+		t.Fatalf("not lost %v after the extend was called", lostBy)
+	}
+	t.Logf("lost %v after the extend was called: %v", time.Since(called), lock.Err())
+	if err := lock.Err(); !strings.Contains(err.Error(), "a fixed lease, not extended in time") {
+		t.Fatalf("Err: %v; want the fixed lease's end", err)
+	}
+	time.Sleep(time.Until(called.Add(lostBy))) // the server's lease ended 1 s after the extend
+	if m := info(t, r, "k"); m != nil {
+		t.Fatalf("the server still holds the lock: %v", m)
+	}
+}
+
+// Rules 15 and 20: as above with the watchdog on. The lease may now end 1 s after the extend,
+// so it is renewed at once by 1 s: lostBy after the extend was sent the hold is live, and the
+// server holds it with at most 1 s left (renewed by the new ttl; 30 s ago it had 30 s).
+func TestAWatchdogHoldWhoseShorterExtendGotNoReplyIsRenewedByIt(t *testing.T) {
+	s := server(t)
+	r := client(t, s)
+	lock := obtain(t, lockerAt(t, cutsShorterExtend(t, s.Addr())), "k", 30*time.Second)
+	called := extendUnanswered(t, lock, time.Second)
+	time.Sleep(time.Until(called.Add(lostBy)))
+	if err := lock.Err(); err != nil {
+		t.Fatalf("lost %v after the extend was called: %v", lostBy, err)
+	}
+	if left, _ := info(t, r, "k")["ttl"].(int64); left <= 0 || left > 1000 {
+		t.Fatalf("LOCK.INFO ttl %d ms %v after the extend, want in (0, 1000]", left, lostBy)
+	}
+	release(t, lock, true)
 }
 
 // Table: the caller's deadline (the context's, or WithWait's) passes while the server is

@@ -144,7 +144,10 @@ impl LockGuard {
     /// schedule. A renewal sent before the call (by the old ttl) is answered before the extend
     /// is sent, so the two never cross. A ttl under 1 ms is `Error::InvalidArgument`; a server
     /// that cannot be reached (or that renewal not answered) within the locker's bound,
-    /// `Error::Unavailable` (the lease runs on as it was, the watchdog renewing it by `ttl`).
+    /// `Error::Unavailable`: the extend may have run, so the client counts the lease as ending
+    /// no later than `ttl` from when it was sent (rule 15); the watchdog, if on, renews by `ttl`,
+    /// at once when that is sooner than the lease was counted to end, and a fixed lease is lost
+    /// then unless extended.
     pub async fn extend(&self, ttl: Duration) -> Result<bool, Error> {
         check_ttl(ttl)?;
         if !self.state.is_held() {
@@ -159,7 +162,8 @@ impl LockGuard {
         let live: i64 = self
             .locker
             .call(&protocol::extend(&self.id, ttl), true)
-            .await?;
+            .await
+            .map_err(|e| self.renewals.extend_failed(self.ticket, sent, ttl, e))?;
         if !protocol::was_live(live) {
             if self.renewals.remove(self.ticket) {
                 self.state.mark_lost(reason::RAN_OUT.to_string());

@@ -19,7 +19,7 @@ use tokio::time::timeout_at;
 
 use crate::availability::{Availability, RETRY_PAUSE};
 use crate::cluster::Conn;
-use crate::error::{self, Failure};
+use crate::error::{self, Error, Failure};
 use crate::hold::HoldState;
 use crate::link::{lock, Link};
 use crate::protocol::{self, reason, HoldId};
@@ -157,6 +157,26 @@ impl Renewals {
         let extended = self.0.book().schedule.extended(ticket, sent, ttl);
         self.0.wake.notify_one();
         extended
+    }
+
+    /// An extend of `ticket` to `ttl`, sent at `sent`, failed with `e`, which it returns. When
+    /// unavailable, it may have run all the same and shortened the lease: the deadline becomes
+    /// no later than `sent + ttl` (rule 15), the hold renewed at once if that is sooner.
+    pub(crate) fn extend_failed(
+        &self,
+        ticket: Ticket,
+        sent: Instant,
+        ttl: Duration,
+        e: Error,
+    ) -> Error {
+        if matches!(e, Error::Unavailable { .. }) {
+            let mut book = self.0.book();
+            book.schedule
+                .end_no_later_than(ticket, sent + ttl, Instant::now(), e.to_string());
+            drop(book);
+            self.0.wake.notify_one();
+        }
+        e
     }
 
     /// The lags of the renewals answered since the last call (feature `bench`).

@@ -245,6 +245,36 @@ impl<T> Schedule<T> {
         true
     }
 
+    /// An extend that got no answer may have run (rule 15): the deadline becomes no later than
+    /// `end`, its send plus its ttl. When that is sooner, a renewed hold is renewed at `now` (by
+    /// the extend's ttl: a hold the server still has stays held), and `cause` is why it is lost
+    /// if no renewal gets through by then; a fixed lease ends then.
+    pub(crate) fn end_no_later_than(
+        &mut self,
+        ticket: Ticket,
+        end: Instant,
+        now: Instant,
+        cause: String,
+    ) {
+        let Some(entry) = self.entries.get_mut(&ticket) else {
+            return;
+        };
+        if end >= entry.deadline {
+            return;
+        }
+        self.deadlines.remove(&(entry.deadline, ticket));
+        entry.deadline = end;
+        self.deadlines.insert((end, ticket));
+        entry.cause = Some(cause);
+        // Waiting for its renewal (not a fixed lease, none in flight: one taken since the
+        // extend was called carries its ttl already).
+        if self.dues.remove(&(entry.due, ticket)) {
+            entry.due = now;
+            entry.fell_due = now;
+            self.dues.insert((now, ticket));
+        }
+    }
+
     /// When the loop must look again: the next renewal due or the next lease deadline.
     pub(crate) fn next_wake(&self) -> Option<Instant> {
         let due = self.dues.first().map(|&(at, _)| at);
@@ -408,6 +438,29 @@ mod tests {
         assert!(s.expired(t0 + TTL - ms(1)).is_empty());
         s.renewed(&new, answered, answered + ms(20));
         assert_eq!(s.deadline(a), Some(answered + Duration::from_secs(30)));
+    }
+
+    #[test]
+    fn an_unanswered_extend_caps_the_deadline_and_the_next_renewal_goes_at_once() {
+        let (t0, mut s, a) = one();
+        let fixed = s.insert("fixed", t0, TTL, false);
+        let (sent, failed) = (t0 + ms(100), t0 + ms(150));
+        s.extending(a, ms(600));
+        s.end_no_later_than(a, sent + ms(600), failed, "cut".into());
+        s.end_no_later_than(fixed, sent + ms(600), failed, "cut".into());
+        s.end_no_later_than(a, sent + TTL, failed, "later".into()); // never moved later
+        assert_eq!(s.deadline(a), Some(sent + ms(600)));
+        assert_eq!(s.next_wake(), Some(failed), "renewed at once");
+        let taken = s.take_due(failed);
+        assert_eq!(taken.len(), 1, "the fixed lease is not renewed");
+        assert_eq!(taken[0].ttl, ms(600), "by the extend's ttl");
+        let mut lost = s.expired(sent + ms(600));
+        lost.sort();
+        let expected = [
+            ("a", reason::unreached("cut")),
+            ("fixed", reason::FIXED_LEASE_ENDED.to_string()),
+        ];
+        assert_eq!(lost, expected, "the renewal not answered by then");
     }
 
     #[test]

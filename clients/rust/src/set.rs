@@ -318,7 +318,9 @@ impl SetGuard {
     /// if every one was live; a member answered 0 loses the set (`<key>: the lease ran out
     /// before it was renewed`), and `Ok(false)` without sending anything once the set is known
     /// lost. Each member's extend is sent after its renewal in flight by the old ttl, if any, is
-    /// answered (as `LockGuard::extend`). A ttl under 1 ms is `Error::InvalidArgument`.
+    /// answered (as `LockGuard::extend`). A ttl under 1 ms is `Error::InvalidArgument`. A
+    /// member's extend that fails as `Error::Unavailable` may have run: its lease is counted as
+    /// ending no later than `ttl` from when it was sent, as `LockGuard::extend` counts it.
     pub async fn extend(&self, ttl: Duration) -> Result<bool, Error> {
         check_ttl(ttl)?;
         let m = &self.members;
@@ -336,7 +338,11 @@ impl SetGuard {
                 token,
             };
             let sent = Instant::now();
-            let live: i64 = m.locker.call(&protocol::extend(&id, ttl), true).await?;
+            let live: i64 = m
+                .locker
+                .call(&protocol::extend(&id, ttl), true)
+                .await
+                .map_err(|e| m.renewals.extend_failed(ticket, sent, ttl, e))?;
             if !protocol::was_live(live) {
                 if m.renewals.remove(ticket) {
                     self.state.lose(key, reason::RAN_OUT.to_string());

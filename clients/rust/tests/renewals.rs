@@ -2,15 +2,15 @@
 //! the "same case, same answer" table: extend of a live hold, answered 0, of a hold known lost;
 //! a retryable reply to an acquire; a renewal refused; 1,000 holds on one connection, one of
 //! them released and one lost while the others go on being renewed; an extend while a renewal
-//! with the old ttl is in flight.
+//! with the old ttl is in flight; a shorter extend whose reply was lost (rule 15).
 
 use std::time::{Duration, Instant};
 
-use redis_lock_client::{redis, LockGuard, Locker};
+use redis_lock_client::{redis, Error, LockGuard, Locker};
 use redis_lock_harness::*;
 
 mod common;
-use common::proxy::{extend_proxy, Extends};
+use common::proxy::{contains, extend_proxy, proxy_when, Cut, Extends};
 use common::{known_lost, locker, without_the_server};
 
 /// "At once": nothing sent, or one round trip, on a loaded machine.
@@ -125,6 +125,66 @@ async fn an_extend_is_sent_after_a_renewal_in_flight_with_the_old_ttl() {
     let left = left(&s, "k").expect("still held on the server");
     assert!(left > Duration::from_secs(5), "{left:?} left");
     assert!(!g.is_lost(), "{:?}", g.lost_reason());
+    assert!(g.release().await.unwrap());
+}
+
+/// How soon after a 1 s extend was called the client counts its lease ended: the server's
+/// ended 1 s after the extend ran; rule 15's tested margin is 10% of the ttl plus 100 ms
+/// (200 ms), and 1.3 s more is for a loaded 2-core machine.
+const LOST_BY: Duration = Duration::from_millis(2500);
+
+/// A 30 s hold through a proxy that cuts the link of the first extend to 1 s (ttl 1000 ms in
+/// RESP) once the server has it, and that extend, which must be unavailable (it ran, its reply
+/// lost): the guard, and when the extend was called (at or before it was sent).
+async fn extended_unanswered(s: &Server, watchdog: bool) -> (LockGuard, Instant) {
+    let shorter =
+        |chunk: &[u8]| contains(chunk, b"LOCK.EXTEND") && contains(chunk, b"$4\r\n1000\r\n");
+    let port = proxy_when(s.port, shorter, Cut::AfterSending);
+    let client = redis::Client::open(format!("redis://127.0.0.1:{port}/")).unwrap();
+    let g = Locker::new(client).lock("k").ttl(Duration::from_secs(30));
+    let g = g.watchdog(watchdog).acquire().await.unwrap().unwrap();
+    let called = Instant::now();
+    let extended = g.extend(Duration::from_secs(1)).await;
+    assert!(
+        matches!(extended, Err(Error::Unavailable { .. })),
+        "{extended:?}"
+    );
+    (g, called)
+}
+
+/// Rules 15 and 20: an extend whose reply is lost may have run and shortened the lease. A fixed
+/// 30 s lease extended to 1 s that way is lost by `LOST_BY` after the extend was called (not
+/// 30 s after the grant), for the fixed lease's reason; and the server no longer holds it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fixed_lease_whose_shorter_extend_got_no_reply_ends_by_the_extend() {
+    let s = Server::start();
+    let (g, called) = extended_unanswered(&s, false).await;
+    let by = called + LOST_BY;
+    let reason = tokio::time::timeout_at(by.into(), g.lost()).await;
+    let reason = reason.expect("lost by LOST_BY after the extend was called");
+    eprintln!("lost {:?} after the extend was called", called.elapsed());
+    assert_eq!(
+        reason,
+        "the lease ended (a fixed lease, not extended in time)"
+    );
+    tokio::time::sleep_until(by.into()).await; // the server's lease ended 1 s after the extend
+    assert_eq!(left(&s, "k"), None, "the server no longer holds it");
+}
+
+/// Rules 15 and 20: as above with the watchdog on. The lease may now end 1 s after the extend,
+/// so it is renewed at once by 1 s: `LOST_BY` after the extend was called the hold is live, and
+/// the server holds it with at most 1 s left (renewed by the new ttl, not the old 30 s).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watchdog_hold_whose_shorter_extend_got_no_reply_is_renewed_by_it() {
+    let s = Server::start();
+    let (g, called) = extended_unanswered(&s, true).await;
+    tokio::time::sleep_until((called + LOST_BY).into()).await;
+    assert!(!g.is_lost(), "{:?}", g.lost_reason());
+    let left = left(&s, "k").expect("still held on the server");
+    assert!(
+        left > Duration::ZERO && left <= Duration::from_secs(1),
+        "{left:?} left"
+    );
     assert!(g.release().await.unwrap());
 }
 

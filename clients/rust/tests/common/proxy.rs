@@ -20,7 +20,18 @@ pub enum Cut {
 /// A TCP proxy to the server at `port`: every byte relayed both ways, but the first command
 /// containing `word` gets `cut`.
 pub fn proxy(port: u16, word: &'static [u8], cut: Cut) -> u16 {
+    proxy_when(port, move |chunk| contains(chunk, word), cut)
+}
+
+/// Whether `chunk` holds `word`.
+pub fn contains(chunk: &[u8], word: &[u8]) -> bool {
+    chunk.windows(word.len()).any(|w| w == word)
+}
+
+/// `proxy`, the first chunk for which `hit` is true getting `cut`.
+pub fn proxy_when(port: u16, hit: impl Fn(&[u8]) -> bool + Send + Sync + 'static, cut: Cut) -> u16 {
     let done = Arc::new(AtomicBool::new(false));
+    let hit = Arc::new(hit);
     listen(port, move |_, client, server| {
         let reply_lost = Arc::new(AtomicBool::new(false));
         let lost = reply_lost.clone();
@@ -32,16 +43,13 @@ pub fn proxy(port: u16, word: &'static [u8], cut: Cut) -> u16 {
                 false => Step::Forward,
             })
         });
-        let done = done.clone();
-        relay(client, server, |chunk| {
-            let hit = chunk.windows(word.len()).any(|w| w == word);
-            match cut {
-                _ if !hit || done.swap(true, SeqCst) => Step::Forward,
-                Cut::Swallow => Step::Drop,
-                Cut::AfterSending => {
-                    reply_lost.store(true, SeqCst);
-                    Step::Forward
-                }
+        let (done, hit) = (done.clone(), hit.clone());
+        relay(client, server, |chunk| match cut {
+            _ if !hit(chunk) || done.swap(true, SeqCst) => Step::Forward,
+            Cut::Swallow => Step::Drop,
+            Cut::AfterSending => {
+                reply_lost.store(true, SeqCst);
+                Step::Forward
             }
         })
     })
