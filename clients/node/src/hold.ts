@@ -4,7 +4,7 @@
  */
 import { EventEmitter } from "node:events";
 import "./dispose.js";
-import { LockLostError, StaleError } from "./errors.js";
+import { LockLostError, StaleError, UnavailableError } from "./errors.js";
 import { Lease } from "./lease.js";
 import { LinkGone, type Link } from "./links.js";
 import type { RenewalLoop, Renewed } from "./loop.js";
@@ -107,8 +107,11 @@ export class Hold extends EventEmitter<HoldEvents> implements AsyncDisposable {
    * the hold's ttl), and from this call on the watchdog, if on, renews by `ttl`. True while the
    * hold is live; false when the server answers 0 (the hold is then lost, once) and, without
    * sending anything, for a hold known lost or released. How a fixed lease (`watchdog: false`)
-   * is kept on the caller's schedule. Sent on the renewal loop's connection, asked again after a
-   * broken link within the bound (it carries the token), else `UnavailableError`.
+   * is kept on the caller's schedule. Sent on the renewal loop's connection; unanswered within
+   * the bound, or its link broken once it was written (it is not sent again), `UnavailableError`.
+   * It may then have run, so the lease counts as ending no later than the extend's send + `ttl`
+   * (rule 15): a watchdog whose lease that shortens renews at once, by `ttl`; a fixed lease is
+   * lost then.
    */
   async extend(ttl: number = this.#renewed.lease.ttl): Promise<boolean> {
     if (!(ttl >= 1 && ttl < Infinity)) throw new RangeError("ttl must be a finite number of ms >= 1");
@@ -116,7 +119,13 @@ export class Hold extends EventEmitter<HoldEvents> implements AsyncDisposable {
     const lease = this.#renewed.lease;
     lease.ttl = ttl; // the renewals sent from now on carry it
     const sent = performance.now();
-    const reply = await this.#send(extendArgs(this.key, this.owner, ttl, this.token), true);
+    let reply: unknown;
+    try {
+      reply = await this.#send(extendArgs(this.key, this.owner, ttl, this.token));
+    } catch (e) {
+      if (e instanceof UnavailableError && lease.unanswered(sent, ttl)) this.#grant.loop.moved(this.#renewed);
+      throw e;
+    }
     if (reply === undefined) return false; // a session's connection closed: lost
     const reason = lease.answered(sent, reply, ttl);
     if (reason !== undefined) this.#lose(reason);
@@ -151,7 +160,7 @@ export class Hold extends EventEmitter<HoldEvents> implements AsyncDisposable {
     }
     let released: boolean;
     try {
-      const reply = await this.#send(releaseArgs(this.key, this.owner, this.token), false);
+      const reply = await this.#send(releaseArgs(this.key, this.owner, this.token));
       if (reply === undefined) return false; // a session's connection closed: lost
       released = int(reply) === 1;
     } finally {
@@ -161,12 +170,13 @@ export class Hold extends EventEmitter<HoldEvents> implements AsyncDisposable {
     return released;
   }
 
-  /** `args` on the renewal loop's connection (a session hold's own); undefined, the hold lost,
-   * if that is a session's that has closed. */
-  async #send(args: Arg[], retry: boolean): Promise<unknown> {
+  /** `args` on the renewal loop's connection (a session hold's own), never sent again once
+   * written (its lost reply is `UnavailableError`); undefined, the hold lost, if that is a
+   * session's that has closed. */
+  async #send(args: Arg[]): Promise<unknown> {
     const { reach, loop } = this.#grant;
     try {
-      return await reach.sendOn(loop.linkOf(this.#renewed), this.key, args, retry);
+      return await reach.sendOn(loop.linkOf(this.#renewed), this.key, args, false);
     } catch (e) {
       if (!(e instanceof LinkGone)) throw e;
       this.#lose(sessionClosed(e.message), this.#phase === "released");

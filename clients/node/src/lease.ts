@@ -63,6 +63,20 @@ export class Lease {
     return undefined;
   }
 
+  /**
+   * A `LOCK.EXTEND` of `ttl` sent at `sent` got no answer: it may have run, and the server's lease
+   * then ends `ttl` after it ran, maybe before `end` (rule 15). When `sent + ttl` is sooner, it
+   * is the end now, a reply to an earlier command changes nothing, and the next renewal is due
+   * at once (it carries `ttl`). Whether it was sooner.
+   */
+  unanswered(sent: number, ttl: number): boolean {
+    if (sent + ttl >= this.end) return false;
+    this.end = sent + ttl;
+    this.#from = Math.max(this.#from, sent);
+    this.due = Math.min(this.due, sent);
+    return true;
+  }
+
   /** A renewal failed with the link (`cause`): asked again after a pause, until the lease ends. */
   broken(cause: string, now: number): void {
     this.lastFailure = cause;

@@ -7,7 +7,7 @@
 import { EventEmitter } from "node:events";
 import "./dispose.js";
 import { noop } from "./adapter.js";
-import { LockLostError, StaleError } from "./errors.js";
+import { LockLostError, StaleError, UnavailableError } from "./errors.js";
 import { Lease } from "./lease.js";
 import { LinkGone, type Link } from "./links.js";
 import type { RenewalLoop, Renewed } from "./loop.js";
@@ -126,16 +126,23 @@ export class MultiHold extends EventEmitter<MultiHoldEvents> implements AsyncDis
    * (default: the set's ttl, the last one set) and the watchdog, if on, renews by it. True only
    * if every member was still held; false when one answers 0 (the set is then lost, naming its
    * key, and the others are given back) and, without sending anything, for a set known lost or
-   * released.
+   * released. `UnavailableError` as `Hold.extend`: every member's lease then counts as ending no
+   * later than the extend's send + `ttl`.
    */
   async extend(ttl: number = this.#members[0]!.lease.ttl): Promise<boolean> {
     if (!(ttl >= 1 && ttl < Infinity)) throw new RangeError("ttl must be a finite number of ms >= 1");
     if (this.#phase !== "held") return false;
     for (const member of this.#members) member.lease.ttl = ttl; // the renewals sent from now on carry it
     const sent = performance.now();
-    const replies = await Promise.all(
-      this.#members.map((m) => this.#send(m.key, extendArgs(m.key, this.owner, ttl, m.token), true)),
-    );
+    let replies: unknown[];
+    try {
+      replies = await Promise.all(
+        this.#members.map((m) => this.#send(m.key, extendArgs(m.key, this.owner, ttl, m.token))),
+      );
+    } catch (e) {
+      if (e instanceof UnavailableError) this.#extendUnanswered(sent, ttl);
+      throw e;
+    }
     if (replies.includes(undefined)) return false; // a session's connection closed: lost
     this.#members.forEach((member, i) => {
       const reason = member.lease.answered(sent, replies[i], ttl);
@@ -144,6 +151,11 @@ export class MultiHold extends EventEmitter<MultiHoldEvents> implements AsyncDis
     if (this.#reason !== undefined) return false;
     for (const member of this.#members) this.#grant.loop.moved(member);
     return this.#phase === "held";
+  }
+
+  /** An extend of `ttl` sent at `sent` got no answer: each member's may have run (rule 15). */
+  #extendUnanswered(sent: number, ttl: number): void {
+    for (const member of this.#members) if (member.lease.unanswered(sent, ttl)) this.#grant.loop.moved(member);
   }
 
   /**
@@ -168,7 +180,7 @@ export class MultiHold extends EventEmitter<MultiHoldEvents> implements AsyncDis
     }
     let count: number;
     try {
-      const reply = await this.#send(this.keys[0]!, mreleaseArgs(this.keys, this.owner), false);
+      const reply = await this.#send(this.keys[0]!, mreleaseArgs(this.keys, this.owner));
       if (reply === undefined) return false; // a session's connection closed: lost
       count = int(reply);
     } finally {
@@ -179,12 +191,13 @@ export class MultiHold extends EventEmitter<MultiHoldEvents> implements AsyncDis
     return released;
   }
 
-  /** `args` on the renewal loop's connection to the set's server (a session set's own);
-   * undefined, the set lost, if that is a session's that has closed. */
-  async #send(key: string, args: Arg[], retry: boolean): Promise<unknown> {
+  /** `args` on the renewal loop's connection to the set's server (a session set's own), never
+   * sent again once written (its lost reply is `UnavailableError`); undefined, the set lost, if
+   * that is a session's that has closed. */
+  async #send(key: string, args: Arg[]): Promise<unknown> {
     const { reach, loop } = this.#grant;
     try {
-      return await reach.sendOn(loop.linkOf(this.#members[0]!), key, args, retry);
+      return await reach.sendOn(loop.linkOf(this.#members[0]!), key, args, false);
     } catch (e) {
       if (!(e instanceof LinkGone)) throw e;
       this.#lose(sessionClosed(e.message), this.#phase === "released");

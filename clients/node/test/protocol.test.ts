@@ -90,6 +90,17 @@ test("rule 20: an extend's ttl is the lease's from then; a reply to an earlier c
   assert.equal(l.end, 800, "shortens the lease");
 });
 
+test("rule 15: an extend without an answer may have run: the lease ends by its send + ttl, renewed at once", () => {
+  const l = new Lease(30_000, 0);
+  assert.equal(l.unanswered(100, 60_000), false, "a longer extend: the lease as it was");
+  assert.equal(l.end, 30_000);
+  assert.equal(l.unanswered(100, 1000), true, "an extend of 1 s sent at 100");
+  assert.equal(l.end, 1100);
+  assert.equal(l.due, 100, "renewed at once");
+  assert.equal(l.answered(50, 1, 30_000), undefined, "a renewal sent before it, answered after");
+  assert.equal(l.end, 1100, "unchanged: the extend may have run after it");
+});
+
 test("key slots, hash tags included (Redis Cluster's CRC16)", () => {
   assert.equal(slotOf("foo"), 12182);
   assert.equal(slotOf("123456789"), 12739);

@@ -492,8 +492,9 @@ export function recording(
 }
 
 /** A TCP proxy on loopback to `target` that forwards everything, except the reply to the first
- * command containing `word`: the server runs it, and the proxy closes the client's link instead
- * of passing its reply on (a reply lost with the link). */
+ * command containing every one of `words` in one write (a command's name and an argument's RESP
+ * bytes, say): the server runs it, and the proxy closes the client's link instead of passing its
+ * reply on (a reply lost with the link). */
 export class ReplyDropper {
   readonly #sockets = new Set<Socket>();
   dropped = false;
@@ -510,7 +511,7 @@ export class ReplyDropper {
       });
     }
     client.on("data", (d: Buffer) => {
-      if (!this.dropped && d.includes(this.word)) dropNext = true;
+      if (!this.dropped && this.words.every((word) => d.includes(word))) dropNext = true;
       upstream.write(d);
     });
     upstream.on("data", (d: Buffer) => {
@@ -523,11 +524,11 @@ export class ReplyDropper {
   port = 0;
   constructor(
     readonly target: number,
-    readonly word: string,
+    readonly words: readonly string[],
   ) {}
 
-  static async start(target: number, word: string): Promise<ReplyDropper> {
-    const p = new ReplyDropper(target, word);
+  static async start(target: number, ...words: string[]): Promise<ReplyDropper> {
+    const p = new ReplyDropper(target, words);
     await new Promise<void>((resolve) => p.#server.listen(0, "127.0.0.1", resolve));
     p.port = (p.#server.address() as { port: number }).port;
     return p;

@@ -9,7 +9,7 @@ import { describe, test } from "node:test";
 import { Redis } from "ioredis";
 import { createClient } from "redis";
 import { LockError, LockLostError, Locks, UnavailableError, type Arg, type Hold } from "redis-lock-client";
-import { adapt, type Adapter } from "./internals.js";
+import { adapt, protocol, type Adapter } from "./internals.js";
 import {
   Clients,
   Cutter,
@@ -75,6 +75,41 @@ async function withLocks(flavour: Flavour, port: number, body: (locks: Locks) =>
   } finally {
     locks.close();
     await clients.close();
+  }
+}
+
+/** An extend to 1 s as it is written: its name and the ttl's RESP bytes, in one write. */
+const EXTEND_TO_ONE_SECOND = ["LOCK.EXTEND", "$4\r\n1000\r\n"];
+/** When an extend to 1 s is checked, in ms after it was sent: the server's lease ends by 1 s after
+ * it ran; rule 15's tested margin is 10% of the ttl + 100 ms (200 ms); 1.3 s more for a loaded
+ * 2-core machine. */
+const CHECKED_AFTER = 2500;
+
+/**
+ * A 30 s hold through a proxy that cuts the link of its extend to 1 s once the server ran it
+ * (the renewal loop's link: it is made again): the extend is unavailable; `body` gets the hold
+ * and when the extend was sent.
+ */
+async function withExtendToOneSecondCut(
+  flavour: Flavour,
+  watchdog: boolean,
+  body: (ctx: { server: Server; hold: Hold; sent: number }) => Promise<void>,
+): Promise<void> {
+  const server = await Server.start();
+  const proxy = await ReplyDropper.start(server.port, ...EXTEND_TO_ONE_SECOND);
+  const clients = new Clients(flavour);
+  const locks = new Locks(await clients.client(proxy.port), { unavailableAfter: BOUND });
+  try {
+    const hold = await locks.acquire("k", { ttl: 30_000, watchdog });
+    const sent = performance.now();
+    await unavailableWithin(hold.extend(1000), proxy.port);
+    assert.ok(proxy.dropped, "the extend's reply was dropped");
+    await body({ server, hold, sent });
+  } finally {
+    locks.close();
+    await clients.close();
+    proxy.stop();
+    server.stop();
   }
 }
 
@@ -314,6 +349,29 @@ for (const flavour of FLAVOURS) {
         proxy.stop();
         server.stop();
       }
+    });
+
+    test("rule 15: a fixed lease extended to 1 s, its reply lost: lost by the new ttl", async () => {
+      await withExtendToOneSecondCut(flavour, false, async ({ server, hold, sent }) => {
+        // The extend may have run: its lease then ended 1 s later, not 30 s.
+        await sleep(sent + CHECKED_AFTER - performance.now());
+        assert.equal(
+          hold.lostReason,
+          protocol.FIXED_LEASE_ENDED,
+          `lost by ${CHECKED_AFTER} ms after the extend was sent`,
+        );
+        assert.equal(await server.leaseLeft("k"), undefined, "the server ran the extend: its lease ended");
+      });
+    });
+
+    test("rule 15: a watched hold extended to 1 s, its reply lost: renewed by the new ttl in time", async () => {
+      await withExtendToOneSecondCut(flavour, true, async ({ server, hold, sent }) => {
+        // The extend may have run, ending the lease 1 s later: renewed before then, by 1 s.
+        await sleep(sent + CHECKED_AFTER - performance.now());
+        assert.equal(hold.lostReason, undefined);
+        const left = await server.leaseLeft("k");
+        assert.ok(left !== undefined && left > 0 && left <= 1000, `renewed by the new ttl: ${left} ms left`);
+      });
     });
 
     test("table: a durable grant whose WAIT gets no answer: unavailable within the bound", async () => {

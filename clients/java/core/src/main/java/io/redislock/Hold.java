@@ -154,9 +154,12 @@ public final class Hold implements AutoCloseable {
      * {@code ttl}. True while the hold is live; false when the server answers 0 (the hold is then
      * lost, "the lease ran out before it was renewed", reported once) and, with nothing sent, for a
      * hold known lost or released (rule 16). A retryable reply (rule 19) is asked again; unanswered,
-     * or still answered so, within the bound: {@link
-     * LockServiceUnavailableException}, and the watchdog goes on by the new ttl. How a fixed lease is
-     * kept on the caller's schedule. Sent on the watchdog's connection (a session hold's on its own).
+     * or still answered so, within the bound: {@link LockServiceUnavailableException}, and the
+     * watchdog goes on by the new ttl. The extend may then have run, so the client counts the lease
+     * as ending no later than the extend's send + {@code ttl} (rule 15): a watchdog whose lease that
+     * shortens renews at once (by the new ttl), and a fixed lease is lost then. Once written, it is
+     * not sent again (a lost reply is unavailable). How a fixed lease is kept on the caller's
+     * schedule. Sent on the watchdog's connection (a session hold's on its own).
      */
     public boolean extend(Duration ttl) {
         long ms = LockOptions.ceilMillis(LockOptions.checkTtl(ttl));
@@ -172,17 +175,27 @@ public final class Hold implements AutoCloseable {
             built = renewal;
         }
         landFirst(built);
-        long[] sentAt = new long[1]; // the attempt that was answered: a retryable reply is asked again (rule 19)
-        Long reply = locks.awaitBounded(locks.askingAgain(within -> session != null ? session : locks.watchdog(within), link -> {
-            synchronized (this) {
-                if (released || lostReason != null) { // released meanwhile: nothing more is sent
-                    return CompletableFuture.completedFuture(null);
+        // The last attempt's send time (the call's until one is sent): a retryable reply is asked again (rule 19).
+        long[] sentAt = {System.nanoTime()};
+        Long reply;
+        try {
+            reply = locks.awaitBounded(locks.askingAgain(within -> session != null ? session : locks.watchdog(within), link -> {
+                synchronized (this) {
+                    if (released || lostReason != null) { // released meanwhile: nothing more is sent
+                        return CompletableFuture.completedFuture(null);
+                    }
+                    sentAt[0] = System.nanoTime();
+                    // Once written, never sent again: its lost reply is unavailable (rules 14, 19), not re-sent by Lettuce.
+                    return link.callOnce(() -> new IntegerOutput<>(StringCodec.UTF8), Protocol.EXTEND, key,
+                            Protocol.extend(owner, ms, token));
                 }
-                sentAt[0] = System.nanoTime();
-                return link.call(new IntegerOutput<>(StringCodec.UTF8), Protocol.EXTEND, key, Protocol.extend(owner, ms, token))
-                        .toCompletableFuture();
+            }, bound), bound);
+        } catch (LockServiceUnavailableException e) {
+            synchronized (this) {
+                leaseAtMost(sentAt[0], ms);
             }
-        }, bound), bound);
+            throw e;
+        }
         synchronized (this) {
             if (released || lostReason != null) {
                 return false;
@@ -217,6 +230,25 @@ public final class Hold implements AutoCloseable {
         }
         renewalError = null;
         planLoop();
+    }
+
+    // Called with this locked: an extend sent at sentAt for ttl got no answer. It may have run, ending
+    // the server's lease before the client's deadline (rule 15): then that end is the deadline, no
+    // older renewal's answer moves it, and a watchdog renews at once, by the new ttl (a renewal in
+    // flight plans the next when answered).
+    private void leaseAtMost(long sentAt, long ttl) {
+        long end = sentAt + TimeUnit.MILLISECONDS.toNanos(ttl);
+        if (end - leaseEnd >= 0 || released || lostReason != null) {
+            return;
+        }
+        leaseEnd = end;
+        if (sentAt - leaseSentAt > 0) {
+            leaseSentAt = sentAt;
+        }
+        locks.renewals.deadline(entry, leaseEnd);
+        if (watchdog && renewal == null) {
+            locks.renewals.due(entry, System.nanoTime(), periodNs());
+        }
     }
 
     // Called with this locked: the next renewal a third of the ttl after the newest lease began, and the loss at its end.

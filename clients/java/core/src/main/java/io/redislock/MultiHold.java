@@ -149,7 +149,9 @@ public final class MultiHold implements AutoCloseable {
     /**
      * Renews every member now (rule 20, {@code LOCK.EXTEND key owner ttl TOKEN token} each): true
      * only if every one was live. A member answered 0 is lost, and so the set (reported once, its
-     * other members released); false with nothing sent for a set known lost or released.
+     * other members released); false with nothing sent for a set known lost or released. A member's
+     * extend unavailable ends the call as {@link Hold#extend(Duration)} does (its lease counted as
+     * ending no later than that extend's send + {@code ttl}); the members after it are not sent.
      */
     public boolean extend(Duration ttl) {
         LockOptions.checkTtl(ttl);

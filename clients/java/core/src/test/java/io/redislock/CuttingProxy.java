@@ -7,12 +7,14 @@ import java.net.InetAddress;
 import java.net.ServerSocket;
 import java.net.Socket;
 import java.nio.charset.StandardCharsets;
+import java.util.Arrays;
 import java.util.List;
 import java.util.concurrent.CopyOnWriteArrayList;
 
 /**
  * A TCP proxy of the test's own in front of a real server: it forwards both ways until {@link
- * #cutAfter} (or {@link #stallAfter}) names a command; the next connection that sends it gets it
+ * #cutAfter} (or {@link #stallAfter}) names a command (by words that one write of it holds all
+ * of, say its name and an argument's RESP bytes); the next connection that sends it gets it
  * forwarded to the server, which runs it, and then the connection is dropped (or its replies are
  * swallowed from then on) instead of the reply. Later connections are forwarded as before.
  */
@@ -20,7 +22,7 @@ final class CuttingProxy implements AutoCloseable {
     private final ServerSocket listening;
     private final int target;
     private final List<Socket> sockets = new CopyOnWriteArrayList<>();
-    private volatile String word;
+    private volatile List<String> words;
     private volatile boolean stall;
 
     CuttingProxy(int target) throws IOException {
@@ -33,16 +35,21 @@ final class CuttingProxy implements AutoCloseable {
         return listening.getLocalPort();
     }
 
-    /** The next connection to send {@code command} is dropped once the server has run it. */
-    void cutAfter(String command) {
+    /** The next connection to send a write holding every one of {@code words} is dropped once the server has run it. */
+    void cutAfter(String... words) {
         stall = false;
-        word = command;
+        this.words = Arrays.asList(words);
     }
 
-    /** The next connection to send {@code command} gets no reply from then on, and stays open. */
-    void stallAfter(String command) {
+    /** The next connection to send a write holding every one of {@code words} gets no reply from then on, and stays open. */
+    void stallAfter(String... words) {
         stall = true;
-        word = command;
+        this.words = Arrays.asList(words);
+    }
+
+    private static boolean holdsAll(byte[] buf, int n, List<String> words) {
+        String written = new String(buf, 0, n, StandardCharsets.ISO_8859_1);
+        return words.stream().allMatch(written::contains);
     }
 
     private void accept() {
@@ -61,14 +68,14 @@ final class CuttingProxy implements AutoCloseable {
         }
     }
 
-    /** Copies {@code from} to {@code to}; towards the server it looks for the word, back it acts on a hit. */
+    /** Copies {@code from} to {@code to}; towards the server it looks for the words, back it acts on a hit. */
     private void pump(Socket from, Socket to, boolean[] hit, boolean toServer) {
         byte[] buf = new byte[16384];
         try (InputStream in = from.getInputStream(); OutputStream out = to.getOutputStream()) {
             for (int n; (n = in.read(buf)) >= 0;) {
-                String w = word;
-                if (toServer && w != null && new String(buf, 0, n, StandardCharsets.ISO_8859_1).contains(w)) {
-                    word = null;
+                List<String> w = words;
+                if (toServer && w != null && holdsAll(buf, n, w)) {
+                    words = null;
                     synchronized (hit) {
                         hit[0] = true;
                     }

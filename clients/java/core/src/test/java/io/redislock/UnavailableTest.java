@@ -13,6 +13,7 @@ import java.net.Socket;
 import java.nio.charset.StandardCharsets;
 import java.time.Duration;
 import java.util.List;
+import java.util.Map;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.CopyOnWriteArrayList;
 import java.util.concurrent.ExecutionException;
@@ -234,6 +235,60 @@ class UnavailableTest extends OnServer {
         assertEquals(releases + 1, server.calls("lock.release"), "sent once, never again");
         assertNull(server.info("k"), "the server ran it");
         assertFalse(h.release(), "released once already: nothing sent");
+    }
+
+    /** The extend to a 1 s ttl (its name and the ttl's RESP bytes, in one write): the proxy cuts its connection once it ran. */
+    static final String[] EXTEND_TO_ONE_SECOND = {"LOCK.EXTEND", "$4\r\n1000\r\n"};
+    /**
+     * How long after an extend to 1 s is sent its effect is checked: the server's lease ends by 1 s
+     * after it ran; rule 15's tested margin is 10% of the ttl + 100 ms (200 ms); 1.3 s more for a
+     * loaded 2-core machine (the cut connection's error, thread wake-ups, a GC).
+     */
+    static final long CHECKED_AFTER_MS = 2500;
+
+    /** An extend of {@code h} to 1 s whose reply is lost (cut by {@code proxy}): unavailable; the System.nanoTime() it was sent at. */
+    static long extendToOneSecondReplyLost(CuttingProxy proxy, Hold h) {
+        proxy.cutAfter(EXTEND_TO_ONE_SECOND);
+        long sentAt = System.nanoTime();
+        unavailable("127.0.0.1:" + proxy.port(), () -> h.extend(Duration.ofSeconds(1)));
+        return sentAt;
+    }
+
+    static void sleepUntil(long nanoTime) throws InterruptedException {
+        long ms = (nanoTime - System.nanoTime()) / 1_000_000;
+        if (ms > 0) {
+            Thread.sleep(ms);
+        }
+    }
+
+    @Test
+    void rule15_aFixedLeaseExtendedShorterWithItsReplyLost_isLostByTheNewTtl() throws Exception {
+        CuttingProxy proxy = new CuttingProxy(server.port);
+        closeLast.add(proxy);
+        List<String> reasons = new CopyOnWriteArrayList<>();
+        Hold h = locksOn(proxy.port()).acquire("k", Duration.ZERO,
+                OPTIONS.ttl(Duration.ofSeconds(30)).watchdog(false).onLost((x, r) -> reasons.add(r)));
+        long sentAt = extendToOneSecondReplyLost(proxy, h);
+        // The extend may have run: its lease then ended 1 s later, not 30 s (rule 15).
+        sleepUntil(sentAt + TimeUnit.MILLISECONDS.toNanos(CHECKED_AFTER_MS));
+        assertEquals(List.of(Protocol.FIXED_LEASE_ENDED), reasons, "lost by " + CHECKED_AFTER_MS + " ms after the extend was sent");
+        assertNull(server.info("k"), "the server ran the extend: its lease ended");
+    }
+
+    @Test
+    void rule15_aRenewedHoldExtendedShorterWithItsReplyLost_isRenewedByTheNewTtlInTime() throws Exception {
+        CuttingProxy proxy = new CuttingProxy(server.port);
+        closeLast.add(proxy);
+        Hold h = locksOn(proxy.port()).acquire("k", Duration.ZERO, OPTIONS.ttl(Duration.ofSeconds(30)));
+        long sentAt = extendToOneSecondReplyLost(proxy, h);
+        // The extend may have run, ending the lease 1 s later: the watchdog renews it before then
+        // (its link reconnected), by the new ttl.
+        sleepUntil(sentAt + TimeUnit.MILLISECONDS.toNanos(CHECKED_AFTER_MS));
+        assertFalse(h.isLost(), String.valueOf(h.lostReason()));
+        Map<String, Object> info = server.info("k");
+        assertNotNull(info, "still held on the server");
+        long ttl = (Long) info.get("ttl");
+        assertTrue(ttl > 0 && ttl <= 1000, "renewed by the new ttl: " + ttl + " ms left");
     }
 
     @Test
