@@ -486,8 +486,8 @@ class LockBase:
 
     def _hurried(self, token: Any, stop: Any, renewals: p.Renewals) -> bool:
         """``stop`` was set to hurry a renewal of hold ``token`` (with the state lock held, as
-        a release sets it): taken back, unless the hold was released since."""
-        if self.token != token or not renewals.hurry:
+        a release sets it): taken back, unless the hold was released or lost since."""
+        if self.token != token or self.lost is not None or not renewals.hurry:
             return False
         renewals.hurry = False
         stop.clear()
