@@ -7,7 +7,8 @@
 //! (`database`).
 //!
 //! `LOCK_TEST_SERVER` picks the server binary (default `redis-server`); `LOCK_MODULE` the module
-//! (default `target/debug/libredis_lock.so`, built by `make test`).
+//! (default `target/debug/libredis_lock.so`, built by `make test`); `LOCK_TEST_SLOWDOWN` how much
+//! slower than native the server runs (`server_slowdown()`, 10 under qemu).
 //!
 //! One room a concern; everything a test needs most is re-exported here, so
 //! `use redis_lock_harness::*;` is the one import of most tests:

@@ -19,6 +19,18 @@ pub fn server_binary() -> String {
     std::env::var("LOCK_TEST_SERVER").unwrap_or_else(|_| "redis-server".to_string())
 }
 
+/// How many times slower than a native server the one under test runs: `LOCK_TEST_SLOWDOWN`,
+/// 1 unless set (scripts/test-aarch64.sh sets 10 for an arm64 server under qemu-user). Bounds
+/// whose only other outcome is much later (a `WAIT` running out) may be scaled by it; a bound
+/// that tells two nearby mechanisms apart must not be.
+pub fn server_slowdown() -> u32 {
+    std::env::var("LOCK_TEST_SLOWDOWN")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .filter(|&n| n >= 1)
+        .unwrap_or(1)
+}
+
 pub fn module_path() -> PathBuf {
     let path = std::env::var("LOCK_MODULE")
         .map(PathBuf::from)
