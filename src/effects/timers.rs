@@ -337,8 +337,3 @@ pub fn flushed(db: Option<i32>) {
     t.parked.retain(kept);
 }
 
-/// Entries waiting in the schedule (for tests and INFO).
-pub fn pending() -> usize {
-    let t = timers();
-    t.schedule.len() + t.leases.len()
-}
