@@ -25,8 +25,8 @@ int gettimeofday(struct timeval *tv, void *tz) {
         const char *s = getenv("MOVINGCLOCK_STEP_US");
         step_us = s ? atoll(s) : 0;
     }
-    moved_us += step_us;
-    long long now = real_us() + moved_us;
+    /* Atomic: the server's background threads read the clock too; each read moves it. */
+    long long now = real_us() + __atomic_add_fetch(&moved_us, step_us, __ATOMIC_RELAXED);
     tv->tv_sec = now / 1000000;
     tv->tv_usec = now % 1000000;
     return 0;
