@@ -92,6 +92,8 @@ class LockBase:
     _WATCHDOG_FAILURES: Tuple[type, ...] = (BaseException,)
     #: The renewal loop of a pool (``redislock._loop``): the threads' or the tasks'.
     _loop_of: Callable[[Any], Any]
+    #: An extend of this object is in flight (``_extend_in_turn``; with the state lock held).
+    _extend_in_flight = False
 
     def __init__(
         self,
@@ -531,13 +533,44 @@ class LockBase:
 
     # -- extend --------------------------------------------------------------------------------
 
-    def _extend(self, ttl: Optional[float]) -> Steps[bool]:
-        """Rule 20: ``LOCK.EXTEND`` now, so the lease ends ``ttl`` from now (None: the hold's
-        ttl) and the renewals go on by it. False, nothing sent, for a hold known lost or
-        released; False when the server answers 0 (the hold is then lost, reported once)."""
-        token = self.token
+    def _extend_in_turn(self, ttl: Optional[float]) -> Steps[bool]:
+        """Rule 20: the extends of this object go one at a time, in the order they were made.
+        Two on different connections could be answered in the other order than the server
+        ran them: a late answer to extend(10) after extend(1) ran would have the client count
+        10 s while the server's lease ends 1 s after (rule 15). So one made while another is
+        in flight waits for its answer, up to ``unavailable_after`` (then ``Unavailable``,
+        nothing sent); the ttl is checked first."""
         if ttl is not None:
             ttl = p.check_ttl(ttl)
+        if self.token is None or self.lost is not None:
+            return False  # known (rule 16): at once, even while another extend is in flight
+        until = time.monotonic() + self.unavailable_after
+        while not (yield self._in_state, _now(self._take_extend_turn)):
+            if time.monotonic() >= until:
+                raise Unavailable(p.address_of(p.pool_of(self.client, self.key)),
+                                  "an earlier extend of the hold got no answer; this one was "
+                                  "not sent")
+            yield self._pause, RENEWAL_POLL
+        try:
+            return (yield from self._extend(ttl))
+        finally:
+            yield self._in_state, _now(self._give_extend_turn)
+
+    def _take_extend_turn(self) -> bool:
+        """Whether no other extend of this object is in flight, now taken (state lock held)."""
+        if self._extend_in_flight:
+            return False
+        self._extend_in_flight = True
+        return True
+
+    def _give_extend_turn(self) -> None:
+        self._extend_in_flight = False
+
+    def _extend(self, ttl: Optional[float]) -> Steps[bool]:
+        """Rule 20: ``LOCK.EXTEND`` now, so the lease ends ``ttl`` (checked) from now (None: the
+        hold's ttl) and the renewals go on by it. False, nothing sent, for a hold known lost
+        or released; False when the server answers 0 (the hold is then lost, reported once)."""
+        token = self.token
         if token is None or self.lost is not None:
             return False
         ttl = self._hold_ttl() if ttl is None else ttl
@@ -546,8 +579,9 @@ class LockBase:
         sent = time.monotonic()
         try:
             reply = yield from self._command(p.extend_args(self.key, self.owner, ttl, token))
-        except Unavailable:
-            yield self._in_state, _now(self._extend_unanswered, token, sent + ttl)
+        except BaseException as err:  # unanswered, cancelled or interrupted: it may have run
+            if not p.answered(err):
+                yield self._in_state, _now(self._extend_unanswered, token, sent + ttl)
             raise
         if p.extended(reply):
             return (yield self._in_state, _now(self._extended, token, ttl, sent))

@@ -208,8 +208,6 @@ class LockSetBase(LockBase):
     def _extend(self, ttl: Optional[float]) -> Steps[bool]:
         """Rule 20 for every member, in one round trip: True only if each was still held."""
         tokens = self.token
-        if ttl is not None:
-            ttl = p.check_ttl(ttl)
         if tokens is None or self.lost is not None:
             return False
         ttl = self._ttl_now if ttl is None else ttl
@@ -219,8 +217,9 @@ class LockSetBase(LockBase):
         try:
             replies = yield from self._command(p.Batch(p.extend_args(key, self.owner, ttl, token)
                                                        for key, token in zip(self.keys, tokens)))
-        except Unavailable:
-            yield self._in_state, _now(self._extend_unanswered, tokens, sent + ttl)
+        except BaseException as err:  # unanswered, cancelled or interrupted: it may have run
+            if not p.answered(err):
+                yield self._in_state, _now(self._extend_unanswered, tokens, sent + ttl)
             raise
         gone = [key for key, reply in zip(self.keys, replies) if not p.extended(reply)]
         if not gone:

@@ -319,6 +319,13 @@ def translate(err: ResponseError, pool: Any) -> Exception:
     return err
 
 
+def answered(err: BaseException) -> bool:
+    """Whether ``err``, raised by a command sent, is the server's error reply (it did not run
+    the command); any other failure (no answer, a cancellation, an interrupt) leaves it
+    unknown whether the command ran."""
+    return isinstance(err, (ResponseError, Stale, Deadlock))
+
+
 def address_of(pool: Any) -> str:
     """Where ``pool`` connects: host:port, a Unix socket's path, or a Sentinel service."""
     if getattr(pool, "service_name", None):

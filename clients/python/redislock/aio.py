@@ -58,7 +58,7 @@ class Lock(_AsyncWith, _core.LockBase):
 
     async def extend(self, ttl: Optional[float] = None) -> bool:
         """``LOCK.EXTEND`` now: the lease ends ``ttl`` from now (see ``redislock.Lock.extend``)."""
-        return await arun(self._extend(ttl))
+        return await arun(self._extend_in_turn(ttl))
 
     # -- the I/O of _core's steps, awaited ---------------------------------------------------
 

@@ -77,7 +77,7 @@ class Lock(_With, _core.LockBase):
         lost, reported once: "the lease ran out before it was renewed"), and, with nothing
         sent, once the hold is known lost or released. How a fixed lease (``watchdog=False``)
         is kept on the caller's schedule. ``redislock.Unavailable`` as ``release``."""
-        return run(self._extend(ttl))
+        return run(self._extend_in_turn(ttl))
 
     # -- the I/O of _core's steps, as plain calls --------------------------------------------
 

@@ -235,6 +235,18 @@ class Threads(_Driver):
     async def join(self, spawned: _Thread, timeout: float) -> Any:
         return await spawned.join(timeout)
 
+    async def interrupted(self, call: Callable[[], Any], after: float) -> None:
+        """``call()`` (a lock's call), interrupted after ``after`` s by an exception from a
+        signal handler (this thread is the main one, where Python runs signal handlers)."""
+        previous = signal.signal(signal.SIGALRM, _interrupt)
+        try:
+            signal.setitimer(signal.ITIMER_REAL, after)
+            with pytest.raises(Interrupted):
+                await call()
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, previous)
+
     async def abandoned_wait(self, client: Any, key: str) -> None:
         """A blocking acquire of the held ``key``, interrupted after 0.2 s by an exception from
         a signal handler (this thread is the main one, where Python runs signal handlers)."""
@@ -291,6 +303,11 @@ class Tasks(_Driver):
 
     async def join(self, spawned: "asyncio.Task[Any]", timeout: float) -> Any:
         return await asyncio.wait_for(spawned, timeout)
+
+    async def interrupted(self, call: Callable[[], Any], after: float) -> None:
+        """``call()`` (a lock's call), cancelled by ``wait_for`` after ``after`` s."""
+        with pytest.raises(asyncio.TimeoutError):
+            await asyncio.wait_for(call(), after)
 
     async def abandoned_wait(self, client: Any, key: str) -> None:
         """A blocking acquire of the held ``key``, cancelled by ``wait_for`` after 0.1 s."""

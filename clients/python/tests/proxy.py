@@ -1,9 +1,11 @@
 """A TCP proxy of the tests, on loopback, that does one thing to one command: the first client
 write that contains every word of ``match`` waits ``hold`` seconds before it is forwarded
 (its connection's other traffic waits behind it, as on a slow link; other connections go on),
-and, if ``cut``, its connection is closed once it is forwarded (the command runs, its reply
-is lost). It records the writes that contain ``marked`` in the order it forwarded them. Two
-threads per connection, ended with the proxy (``close``)."""
+or, if ``hold_reply``, is forwarded at once and its reply waits ``hold`` seconds instead (the
+command runs on time, its answer is late); and, if ``cut``, its connection is closed once it
+is forwarded (the command runs, its reply is lost). It records the writes that contain
+``marked`` in the order it forwarded them. Two threads per connection, ended with the proxy
+(``close``)."""
 
 import socket
 import threading
@@ -13,9 +15,10 @@ from typing import List, Optional, Sequence
 
 class Proxy:
     def __init__(self, port: int, match: Sequence[bytes], marked: bytes, hold: float = 0.0,
-                 cut: bool = False):
+                 cut: bool = False, hold_reply: bool = False):
         self._to = port
         self._match, self._hold, self._cut, self._marked = match, hold, cut, marked
+        self._hold_reply = hold_reply
         self._listener = socket.create_server(("127.0.0.1", 0))
         self.port = self._listener.getsockname()[1]
         self._mutex = threading.Lock()
@@ -43,23 +46,29 @@ class Proxy:
                 return  # closed
             with self._mutex:
                 self._socks += [client, server]
-            threading.Thread(target=self._pump, args=(client, server, True), daemon=True).start()
-            threading.Thread(target=self._pump, args=(server, client, False), daemon=True).start()
+            late = threading.Event()  # set: this connection's next reply waits ``hold``
+            for args in ((client, server, True, late), (server, client, False, late)):
+                threading.Thread(target=self._pump, args=args, daemon=True).start()
 
-    def _pump(self, src: socket.socket, dst: socket.socket, upstream: bool) -> None:
+    def _pump(self, src: socket.socket, dst: socket.socket, upstream: bool,
+              late: threading.Event) -> None:
         try:
             while True:
                 data = src.recv(65536)
                 if not data:
                     break
                 if upstream:
-                    matched = self._hold_back(data)
+                    matched = self._hold_back(data, late)
                     if matched and self._cut:
                         src.close()  # the client's end first: the reply cannot reach it
                         self._forward(dst, data)
                         break
                     self._forward(dst, data)
                 else:
+                    if late.is_set():
+                        time.sleep(self._hold)
+                        late.clear()
+                        self.released_at = time.monotonic()
                     dst.sendall(data)
         except OSError:
             pass
@@ -67,12 +76,16 @@ class Proxy:
             src.close()
             dst.close()
 
-    def _hold_back(self, data: bytes) -> bool:
-        """Whether ``data`` is the write that matches (held back its time, if it is)."""
+    def _hold_back(self, data: bytes, late: threading.Event) -> bool:
+        """Whether ``data`` is the write that matches (held back its time, or its reply marked
+        ``late``, if it is)."""
         with self._mutex:
             matched = not self._matched and all(word in data for word in self._match)
             self._matched = self._matched or matched
-        if matched:
+        if matched and self._hold_reply:
+            late.set()
+            self.holding.set()
+        elif matched:
             self.holding.set()
             time.sleep(self._hold)
             self.released_at = time.monotonic()

@@ -156,3 +156,62 @@ async def test_an_extend_without_an_answer_may_have_shortened_the_lease(flavour,
             await lock.release()
     finally:
         proxy.close()
+
+
+@pytest.mark.parametrize("kind", ["loop", "set-loop"])
+async def test_a_second_extend_waits_for_the_first_ones_answer(flavour, server, r, kind):
+    """Rule 20: extends of one hold go one at a time. extend(10) runs on the server but its
+    answer is late (a proxy holds it 0.5 s); extend(1), made meanwhile on another connection,
+    would run after it and be answered first: the server's lease ends 1 s after the second,
+    while the first's late answer would make the client count 10 s (rule 15)."""
+    proxy = Proxy(server.port, match=(b"LOCK.EXTEND", NEW_TTL), marked=b"LOCK.EXTEND", hold=0.5,
+                  hold_reply=True)
+    try:
+        lock, keys = a_hold(flavour, flavour.client(proxy), kind, ttl=30.0, watchdog=False,
+                            raise_on_lost=False)
+        assert await lock.acquire()
+        first = flavour.spawn(lock.extend(10.0))
+        # The first ran (its 10 s are on the server, 5 s of margin); its answer is held.
+        assert await soon(lambda: all(5000 < lease_left_ms(r, key) <= 10_000 for key in keys), 3)
+        assert await lock.extend(1.0) is True
+        assert await flavour.join(first, 5) is True
+        # The server ends the lease 1 s after the second extend ran; the client's count may not
+        # end later: once the server has freed the keys, the hold is lost within 1 s (a loop
+        # timer 1 s late on a loaded machine), not 10 s after the first.
+        assert await soon(lambda: all(lease_left_ms(r, key) == -1 for key in keys), 5)
+        assert await soon(lambda: lock.lost is not None, 1.0), "counted 10 s, the server 1 s"
+    finally:
+        proxy.close()
+
+
+@pytest.mark.parametrize("watchdog", [False, True], ids=["fixed", "watchdog"])
+@pytest.mark.parametrize("kind", ["loop", "set-loop"])
+async def test_an_extend_interrupted_after_it_was_sent_may_have_shortened_the_lease(
+        flavour, server, r, kind, watchdog):
+    """Rule 15: extend(1) of a 30 s lease goes out, its answer is held back 2 s, and the call
+    is interrupted (a thread) or cancelled (a task) meanwhile. It ran: the server's lease ends
+    1 s after it, so the client counts it as ending by then, as for no answer at all: a fixed
+    lease is lost then, a watchdog renews at once (and a later extend gets its turn)."""
+    proxy = Proxy(server.port, match=(b"LOCK.EXTEND", OLD_TTL), marked=b"LOCK.EXTEND", hold=2.0,
+                  hold_reply=True)
+    try:
+        lock, keys = a_hold(flavour, flavour.client(proxy), kind, ttl=30.0, watchdog=watchdog,
+                            raise_on_lost=False)
+        assert await lock.acquire()
+        await asyncio.sleep(0.1)  # the watchdog (a task: once this one yields) waits its 10 s
+        sent = time.monotonic()
+        await flavour.interrupted(lambda: lock.extend(1.0), 0.5)
+        if not watchdog:
+            # Lost at the extend's lease end: 1 s after the send, 1.5 s of margin (as above).
+            assert await soon(lambda: lock.lost is not None, sent + 2.5 - time.monotonic())
+            assert lock.lost.endswith(p.FIXED_LEASE_ENDED)
+        else:
+            # Renewed at once by 1 s, then every 1/3 s: held on the server 1.5 s past the
+            # extend's lease, by at most 1 s.
+            await asyncio.sleep(max(0.0, sent + 2.5 - time.monotonic()))
+            assert all(0 < lease_left_ms(r, key) <= 1000 for key in keys)
+            assert lock.locked() and lock.lost is None
+            assert await lock.extend(5.0) is True, "the interrupted extend gave its turn back"
+            await lock.release()
+    finally:
+        proxy.close()
