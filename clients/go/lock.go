@@ -30,6 +30,7 @@ type Lock struct {
 	fixed   *time.Timer   // loses a fixed lease (no watchdog) at its end (nil: a watchdog)
 	end     time.Time     // a fixed lease's end (Extend moves it)
 	onLost  func(error)   // called once with err when the hold is lost (an election's), or nil
+	extends turn          // its extends, one at a time
 }
 
 type phase int
@@ -51,6 +52,7 @@ func (l *Locker) hold(key, owner string, token int64, ttl time.Duration, start t
 		token:   token,
 		session: session,
 		lost:    make(chan struct{}),
+		extends: newTurn(),
 	}
 	if !watchdog {
 		lock.end = start.Add(ttl)
@@ -207,9 +209,11 @@ func (l *Lock) Release(ctx context.Context) (bool, error) {
 // answer, the error matches ErrUnavailable: the extend may have run, so the client counts the
 // lease as ending no later than ttl from when it was sent (rule 15), and the watchdog, if on,
 // renews by ttl, at once when that is sooner than the lease was counted to end; a fixed lease
-// is lost then unless extended. A renewal of the hold already on its way (with the old ttl) is
-// answered before the extend is sent (rule 20); when it is not within the bound, nothing is
-// sent and the extend is unavailable.
+// is lost then unless extended. The extends of one Lock go one at a time, in the order they
+// were called: one called while another is on its way is sent once that one is answered (or
+// has failed); and a renewal of the hold already on its way (with the old ttl) is answered
+// before the extend is sent (rule 20). When they are not within the bound, nothing is sent and
+// the extend is unavailable.
 func (l *Lock) Extend(ctx context.Context, ttl time.Duration) (bool, error) {
 	if ttl < time.Millisecond {
 		return false, invalid("ttl %v: must be at least 1ms", ttl)
@@ -217,8 +221,16 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) (bool, error) {
 	if !l.live() {
 		return false, nil
 	}
-	ctx, cancel := context.WithTimeout(ctx, l.locker.bound) // the wait and the extend: one bound
+	ctx, cancel := context.WithTimeout(ctx, l.locker.bound) // the waits and the extend: one bound
 	defer cancel()
+	giveBack, err := l.locker.awaitTurn(ctx, l.key, l.extends)
+	if err != nil {
+		return false, err
+	}
+	defer giveBack()
+	if !l.live() { // lost or released while it waited
+		return false, nil
+	}
 	if err := l.locker.landFirst(ctx, l.key, l.extending(ttl)); err != nil {
 		return false, err
 	}
@@ -256,6 +268,35 @@ func (l *Lock) extending(ttl time.Duration) <-chan struct{} {
 	return l.locker.renewals.extending(l.renewal, ttl)
 }
 
+// A turn is held by the one extend of a hold (a Lock, a MultiLock) on its way: the extends
+// of a hold go one at a time, in the order they were called (rule 20). Sent together on two
+// connections, a later extend could run after an earlier one and be answered first, and the
+// earlier one's late answer would then set a lease end later than the server's (rule 15).
+type turn chan struct{}
+
+func newTurn() turn { return make(turn, 1) }
+
+// awaitTurn waits, within ctx, for the extends of the hold (t) called before this one to be
+// answered or to have failed, and returns what gives the turn back, to be called on every path
+// once this extend is done. When they are not done in time, nothing is sent and the extend is
+// unavailable. (Goroutines blocked on a channel go in the order they came: so do the extends.)
+func (l *Locker) awaitTurn(ctx context.Context, key string, t turn) (giveBack func(), err error) {
+	giveBack = func() { <-t }
+	select {
+	case t <- struct{}{}:
+		return giveBack, nil
+	default:
+	}
+	started := time.Now()
+	select {
+	case t <- struct{}{}:
+		return giveBack, nil
+	case <-ctx.Done():
+		return nil, l.unavailableFor(ctx, key, fmt.Errorf("an extend of the hold called before this one got no answer within %v: %w",
+			time.Since(started).Round(time.Millisecond), ctx.Err()))
+	}
+}
+
 // landFirst waits, within ctx, for the renewals on their way when an extend of key was called
 // (see renewer.extending) to be answered: the extend is sent after them (rule 20). When one is
 // not, nothing is sent and the extend is unavailable.
@@ -268,12 +309,18 @@ func (l *Locker) landFirst(ctx context.Context, key string, flights ...<-chan st
 		select {
 		case <-flight:
 		case <-ctx.Done():
-			base, _ := l.node(context.WithoutCancel(ctx), key)
-			return l.unavailableAt(l.addr(base), fmt.Errorf("a renewal sent before the extend got no answer within %v: %w",
+			return l.unavailableFor(ctx, key, fmt.Errorf("a renewal sent before the extend got no answer within %v: %w",
 				time.Since(started).Round(time.Millisecond), ctx.Err()))
 		}
 	}
 	return nil
+}
+
+// unavailableFor is the *UnavailableError of key's node for cause: an extend that waited in
+// vain (ctx ended), with nothing sent.
+func (l *Locker) unavailableFor(ctx context.Context, key string, cause error) error {
+	base, _ := l.node(context.WithoutCancel(ctx), key)
+	return l.unavailableAt(l.addr(base), cause)
 }
 
 // extended takes an extend's answer n (sent at sent, for ttl): 1 moves the lease's end (the

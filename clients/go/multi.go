@@ -24,10 +24,11 @@ type MultiLock struct {
 	members []*Lock
 	byKey   map[string]*Lock
 
-	mu    sync.Mutex
-	phase phase
-	err   error         // why the set was lost
-	lost  chan struct{} // closed once, when the set is lost
+	mu      sync.Mutex
+	phase   phase
+	err     error         // why the set was lost
+	lost    chan struct{} // closed once, when the set is lost
+	extends turn          // its extends, one at a time
 }
 
 // ObtainAll takes holds on every one of keys in one step, or on none (LOCK.MACQUIRE): every
@@ -71,7 +72,7 @@ func (l *Locker) ObtainAll(ctx context.Context, keys []string, ttl time.Duration
 		l.done(conn, nil)
 	}
 	m := &MultiLock{locker: l, keys: keys, owner: owner, byKey: make(map[string]*Lock, len(keys)),
-		lost: make(chan struct{})}
+		lost: make(chan struct{}), extends: newTurn()}
 	for i, key := range keys {
 		member := l.hold(key, owner, tokens[i], ttl, start, nil, !o.noWatchdog)
 		m.members = append(m.members, member)
@@ -256,8 +257,9 @@ func (m *MultiLock) Release(ctx context.Context) (bool, error) {
 // A set known lost or released answers false at once, without the server. A ttl under 1ms is
 // ErrInvalidArgument; when the server does not answer, the error matches ErrUnavailable, and
 // each member's lease is counted as ending no later than ttl from when the extend was sent (it
-// may have run), as Lock.Extend does. As Lock.Extend, it is sent after the members' renewals
-// already on their way are answered.
+// may have run), as Lock.Extend does. As Lock.Extend, the set's extends go one at a time, in
+// the order they were called, and each is sent after the members' renewals already on their
+// way are answered.
 func (m *MultiLock) Extend(ctx context.Context, ttl time.Duration) (bool, error) {
 	if ttl < time.Millisecond {
 		return false, invalid("ttl %v: must be at least 1ms", ttl)
@@ -265,8 +267,16 @@ func (m *MultiLock) Extend(ctx context.Context, ttl time.Duration) (bool, error)
 	if m.known() != nil {
 		return false, nil
 	}
-	ctx, cancel := context.WithTimeout(ctx, m.locker.bound) // the wait and the extend: one bound
+	ctx, cancel := context.WithTimeout(ctx, m.locker.bound) // the waits and the extend: one bound
 	defer cancel()
+	giveBack, err := m.locker.awaitTurn(ctx, m.keys[0], m.extends)
+	if err != nil {
+		return false, err
+	}
+	defer giveBack()
+	if m.known() != nil { // lost or released while it waited
+		return false, nil
+	}
 	flights := make([]<-chan struct{}, len(m.members))
 	for i, member := range m.members {
 		flights[i] = member.extending(ttl)

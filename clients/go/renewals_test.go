@@ -5,6 +5,7 @@ package redislock_test
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"net"
@@ -169,10 +170,124 @@ func TestAnExtendWaitsForARenewalSentWithTheOldTTL(t *testing.T) {
 	release(t, lock, true)
 }
 
-// A renewalHolder is a TCP proxy of the test to a server (see holdsOldRenewal).
+// Rules 15 and 20: the extends of one hold go one at a time. Extend(10 s) of a fixed 30 s lease
+// runs on the server but its reply is held 500 ms; Extend(1 s), called once the server shows
+// the 10 s lease, is sent after that reply (sent at once on another connection, it would run
+// after the 10 s one, be answered first, and the late 10 s answer would set the client's end
+// 9 s past the server's). Both answer true; once the server has freed the lock (1 s after the
+// second extend ran), the client reports the hold lost within 1 s. The same for a 2-key set.
+func TestExtendsOfOneHoldGoOneAtATime(t *testing.T) {
+	for _, keys := range [][]string{{"k"}, {"a", "b"}} {
+		t.Run(strings.Join(keys, ","), func(t *testing.T) {
+			s := server(t)
+			r := client(t, s)
+			proxy := holdsReply(t, s.Addr(), "10000", 500*time.Millisecond)
+			l := lockerAt(t, proxy.addr)
+			var (
+				extend func(time.Duration) (bool, error)
+				lost   <-chan struct{}
+				err    func() error
+			)
+			if len(keys) == 1 {
+				lock := obtain(t, l, keys[0], 30*time.Second, redislock.WithWatchdog(false))
+				extend = func(ttl time.Duration) (bool, error) { return lock.Extend(ctx, ttl) }
+				lost, err = lock.Lost(), lock.Err
+			} else {
+				set := obtainAll(t, l, keys, 30*time.Second, redislock.WithWatchdog(false))
+				extend = func(ttl time.Duration) (bool, error) { return set.Extend(ctx, ttl) }
+				lost, err = set.Lost(), set.Err
+			}
+			first := make(chan error, 1)
+			go func() {
+				ok, err := extend(10 * time.Second)
+				if err == nil && !ok {
+					err = errors.New("Extend(10 s) answered false")
+				}
+				first <- err
+			}()
+			// It ran: the server's lease ends within 10 s, no longer 30 s (its reply is held).
+			eventually(t, 3*time.Second, "the 10 s extend runs", func() bool {
+				for _, key := range keys {
+					left, _ := info(t, r, key)["ttl"].(int64)
+					if left <= 5000 || left > 10000 {
+						return false
+					}
+				}
+				return true
+			})
+			if ok, err := extend(time.Second); !ok || err != nil {
+				t.Fatalf("Extend(1 s) = %v, %v; want true", ok, err)
+			}
+			select {
+			case err := <-first:
+				if err != nil {
+					t.Fatalf("Extend(10 s): %v", err)
+				}
+			case <-time.After(bound + margin): // it returns within the bound
+				t.Fatal("Extend(10 s) did not return")
+			}
+			// The server frees the keys 1 s after the second extend ran (5 s: a loaded machine).
+			eventually(t, 5*time.Second, "the server frees the lock", func() bool {
+				for _, key := range keys {
+					if info(t, r, key) != nil {
+						return false
+					}
+				}
+				return true
+			})
+			select {
+			case <-lost:
+				t.Logf("lost: %v", err())
+			case <-time.After(time.Second): // a timer 1 s late on a loaded machine
+				t.Fatalf("the server freed the lock; 1 s later the client still holds it (Err %v)", err())
+			}
+		})
+	}
+}
+
+// Rule 20: an extend waits for its turn no longer than its bound (here its context's 100 ms):
+// while an earlier extend's reply is held 800 ms, Extend(1 s) is unavailable with nothing
+// sent: the server's lease is then the earlier extend's 10 s, and the hold is live.
+func TestAnExtendWaitingForItsTurnPastItsDeadlineSendsNothing(t *testing.T) {
+	s := server(t)
+	r := client(t, s)
+	proxy := holdsReply(t, s.Addr(), "10000", 800*time.Millisecond)
+	lock := obtain(t, lockerAt(t, proxy.addr), "k", 30*time.Second, redislock.WithWatchdog(false))
+	first := make(chan error, 1)
+	go func() {
+		_, err := lock.Extend(ctx, 10*time.Second)
+		first <- err
+	}()
+	select {
+	case <-proxy.holding:
+	case <-time.After(3 * time.Second): // at once; 3 s for a loaded machine
+		t.Fatal("the 10 s extend is not sent")
+	}
+	short, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	defer cancel()
+	if ok, err := lock.Extend(short, time.Second); ok || !errors.Is(err, redislock.ErrUnavailable) {
+		t.Fatalf("Extend(1 s) = %v, %v; want false, ErrUnavailable", ok, err)
+	} else {
+		t.Logf("Extend(1 s): %v", err)
+	}
+	select {
+	case <-first:
+	case <-time.After(bound + margin): // it returns within the bound
+		t.Fatal("Extend(10 s) did not return")
+	}
+	// The 1 s extend did not run: the lease is the 10 s one (more than 5 s left, 4 s of margin
+	// for a loaded machine), and the client still holds it.
+	if left, _ := info(t, r, "k")["ttl"].(int64); left <= 5000 || left > 10000 || lock.Err() != nil {
+		t.Fatalf("LOCK.INFO ttl %d ms, want in (5000, 10000]; Err %v", left, lock.Err())
+	}
+	release(t, lock, true)
+}
+
+// A renewalHolder is a TCP proxy of the test to a server (see holdsOldRenewal, holdsReply).
 type renewalHolder struct {
 	addr, to, old, new string
 	hold               time.Duration
+	reply              bool          // holdsReply's: the held command goes at once, its reply waits
 	holding            chan struct{} // closed when the old-ttl renewal is held
 	answered           chan struct{} // closed once the server's reply to it has been passed on
 	once               sync.Once
@@ -195,6 +310,16 @@ type extendSeen struct {
 // once the held one's has been (and 50 ms more: the client reads that one first).
 func holdsOldRenewal(t *testing.T, to, old, new string, hold time.Duration) *renewalHolder {
 	p := &renewalHolder{to: to, old: old, new: new, hold: hold,
+		holding: make(chan struct{}), answered: make(chan struct{})}
+	p.addr = service(t, p.relay)
+	return p
+}
+
+// holdsReply is a TCP proxy of the test to the server at to that forwards everything at once,
+// but holds the reply to the first LOCK.EXTEND with ttl ttl (ms) for hold before passing it on
+// (the command runs on the server, its answer is late).
+func holdsReply(t *testing.T, to, ttl string, hold time.Duration) *renewalHolder {
+	p := &renewalHolder{to: to, old: ttl, hold: hold, reply: true,
 		holding: make(chan struct{}), answered: make(chan struct{})}
 	p.addr = service(t, p.relay)
 	return p
@@ -227,8 +352,10 @@ func (p *renewalHolder) relay(c net.Conn) {
 		if holdIt {
 			held.Store(true)
 			close(p.holding)
-			time.Sleep(p.hold)
-		} else if slices.Contains(ttls, p.new) && !held.Load() {
+			if !p.reply {
+				time.Sleep(p.hold)
+			}
+		} else if p.new != "" && slices.Contains(ttls, p.new) && !held.Load() {
 			extending.Store(true)
 		}
 		if _, err := s.Write(buf[:n]); err != nil {
@@ -239,13 +366,17 @@ func (p *renewalHolder) relay(c net.Conn) {
 }
 
 // replies passes the server's replies on to the client: after the held renewal's, the first
-// one closes answered; an extend's waits for that (2 s at most: the proxy never hangs).
+// one closes answered; an extend's waits for that (2 s at most: the proxy never hangs). In
+// holdsReply's mode, the held command's reply waits hold first.
 func (p *renewalHolder) replies(s, c net.Conn, held, extending *atomic.Bool) {
 	buf := make([]byte, 64<<10)
 	for {
 		n, err := s.Read(buf)
 		if err != nil {
 			return
+		}
+		if p.reply && held.Load() {
+			time.Sleep(p.hold)
 		}
 		if extending.CompareAndSwap(true, false) {
 			select {
