@@ -11,7 +11,7 @@ use crate::cluster::Conn;
 use crate::hold::HoldState;
 use crate::locker::Locker;
 use crate::protocol::{self, check_ttl, reason, HoldId};
-use crate::renewal::{Lease, Renewals};
+use crate::renewal::{ExtendTurn, Lease, Renewals};
 use crate::schedule::Ticket;
 use crate::Error;
 
@@ -42,6 +42,8 @@ pub struct LockGuard {
     ticket: Ticket,
     /// For a session hold: the connection it lives on (closing it ends the hold).
     session: Option<Conn>,
+    /// Its extends go one at a time.
+    extends: ExtendTurn,
     released: bool,
 }
 
@@ -77,6 +79,7 @@ impl LockGuard {
             renewals,
             ticket,
             session,
+            extends: ExtendTurn::default(),
             released: false,
         }
     }
@@ -141,22 +144,25 @@ impl LockGuard {
     /// `Ok(true)` while the hold is live; `Ok(false)` when the server answers 0 (the hold is
     /// then lost: `the lease ran out before it was renewed`) and, without sending anything,
     /// for a hold known lost. How a fixed lease (`.watchdog(false)`) is kept on the caller's
-    /// schedule. A renewal sent before the call (by the old ttl) is answered before the extend
+    /// schedule. Extends of one guard go one at a time, in the order they were made: one made
+    /// while another is in flight is sent once that one was answered or failed (or its future
+    /// dropped). A renewal sent before the call (by the old ttl) is answered before the extend
     /// is sent, so the two never cross. A ttl under 1 ms is `Error::InvalidArgument`; a server
-    /// that cannot be reached (or that renewal not answered) within the locker's bound,
-    /// `Error::Unavailable`: the extend may have run, so the client counts the lease as ending
-    /// no later than `ttl` from when it was sent (rule 15); the watchdog, if on, renews by `ttl`,
-    /// at once when that is sooner than the lease was counted to end, and a fixed lease is lost
-    /// then unless extended.
+    /// that cannot be reached (or that extend or renewal not answered) within the locker's
+    /// bound, `Error::Unavailable`: the extend may have run, so the client counts the lease as
+    /// ending no later than `ttl` from when it was sent (rule 15); the watchdog, if on, renews
+    /// by `ttl`, at once when that is sooner than the lease was counted to end, and a fixed
+    /// lease is lost then unless extended.
     pub async fn extend(&self, ttl: Duration) -> Result<bool, Error> {
         check_ttl(ttl)?;
         if !self.state.is_held() {
             return Ok(false);
         }
+        let _turn = self.locker.extend_turn(&self.extends).await?;
         let (renewals, ticket) = (&self.renewals, self.ticket);
         self.locker.before_extend(renewals, ticket, ttl).await?;
         if !self.state.is_held() {
-            return Ok(false); // lost while that renewal was answered
+            return Ok(false); // lost while the extend or renewal before it was answered
         }
         let sent = Instant::now();
         let live: i64 = self

@@ -17,7 +17,7 @@ use crate::cluster::Conn;
 use crate::error::{self, Failure};
 use crate::hold::HoldState;
 use crate::protocol::{self, reason, HoldId};
-use crate::renewal::Renewals;
+use crate::renewal::{ExtendTurn, Renewals, Turn};
 use crate::schedule::Ticket;
 use crate::source::{ClusterSource, Source};
 use crate::Error;
@@ -76,6 +76,20 @@ impl Locker {
         }
         state.mark_lost(reason::GONE_WHEN_RELEASED.to_string());
         Ok(false)
+    }
+
+    /// An extend's turn among those of its hold (rule 20): once the extends made before it
+    /// were answered or failed, waited for within the bound. `Error::Unavailable` when they
+    /// were not: nothing is sent then. Held until the extend ends (the turn drops).
+    pub(crate) async fn extend_turn<'a>(&self, turn: &'a ExtendTurn) -> Result<Turn<'a>, Error> {
+        self.availability.begin();
+        let (started, until) = (Instant::now(), self.availability.until(None));
+        if let Some(turn) = turn.take(until).await {
+            return Ok(turn);
+        }
+        let waited = started.elapsed().as_millis();
+        let cause = format!("no answer within {waited} ms to the extend made before");
+        Err(self.availability.error(cause))
     }
 
     /// Before an extend of `ticket` (in `renewals`) to `ttl` is sent (rule 20): the watchdog

@@ -62,6 +62,25 @@ struct Shared {
 #[derive(Clone)]
 pub(crate) struct Renewals(Arc<Shared>);
 
+/// The turn of a hold's extends (rule 20), one per lock or lock set: they go one at a time, in
+/// the order they were made. Two extends sent together could run in one order and be answered
+/// in the other (or a caller could poll the first after the second was answered): the first's
+/// answer, counted last, would then set the client's deadline later than the server's (rule
+/// 15). The mutex is fair: its waiters get it in the order they asked.
+#[derive(Default)]
+pub(crate) struct ExtendTurn(tokio::sync::Mutex<()>);
+
+/// A hold's turn to extend, given back when dropped: when the extend is answered, fails, is
+/// cancelled (its future dropped) or panics.
+pub(crate) type Turn<'a> = tokio::sync::MutexGuard<'a, ()>;
+
+impl ExtendTurn {
+    /// The turn, once every extend of the hold made before has ended; None if not by `until`.
+    pub(crate) async fn take(&self, until: Instant) -> Option<Turn<'_>> {
+        timeout_at(until.into(), self.0.lock()).await.ok()
+    }
+}
+
 /// A batch's outcome: its renewals, when it was sent, and each one's reply.
 struct Answered {
     batch: Vec<Renewal>,

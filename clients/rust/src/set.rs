@@ -16,7 +16,7 @@ use crate::cluster::Conn;
 use crate::hold::HoldState;
 use crate::locker::Locker;
 use crate::protocol::{self, check_ttl, reason, HoldId, MAX_SET_SIZE};
-use crate::renewal::{Lease, Renewals};
+use crate::renewal::{ExtendTurn, Lease, Renewals};
 use crate::schedule::Ticket;
 use crate::Error;
 
@@ -177,6 +177,8 @@ pub struct SetGuard {
     state: Arc<HoldState>,
     /// For a session set: the connection its members live on (closing it ends them).
     session: Option<Conn>,
+    /// Its extends go one at a time.
+    extends: ExtendTurn,
     released: bool,
 }
 
@@ -247,6 +249,7 @@ impl SetGuard {
             tokens,
             state,
             session,
+            extends: ExtendTurn::default(),
             released: false,
         }
     }
@@ -317,12 +320,17 @@ impl SetGuard {
     /// `LOCK.EXTEND key owner ttl TOKEN token` for every member now (rule 20): `Ok(true)` only
     /// if every one was live; a member answered 0 loses the set (`<key>: the lease ran out
     /// before it was renewed`), and `Ok(false)` without sending anything once the set is known
-    /// lost. Each member's extend is sent after its renewal in flight by the old ttl, if any, is
-    /// answered (as `LockGuard::extend`). A ttl under 1 ms is `Error::InvalidArgument`. A
+    /// lost. Extends of one set go one at a time, every member's in turn (as
+    /// `LockGuard::extend`'s). Each member's extend is sent after its renewal in flight by the
+    /// old ttl, if any, is answered. A ttl under 1 ms is `Error::InvalidArgument`. A
     /// member's extend that fails as `Error::Unavailable` may have run: its lease is counted as
     /// ending no later than `ttl` from when it was sent, as `LockGuard::extend` counts it.
     pub async fn extend(&self, ttl: Duration) -> Result<bool, Error> {
         check_ttl(ttl)?;
+        if !self.state.is_held() {
+            return Ok(false);
+        }
+        let _turn = self.members.locker.extend_turn(&self.extends).await?;
         let m = &self.members;
         for ((key, &token), &ticket) in m.keys.iter().zip(&self.tokens).zip(&m.tickets) {
             if !self.state.is_held() {

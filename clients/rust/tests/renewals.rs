@@ -2,15 +2,17 @@
 //! the "same case, same answer" table: extend of a live hold, answered 0, of a hold known lost;
 //! a retryable reply to an acquire; a renewal refused; 1,000 holds on one connection, one of
 //! them released and one lost while the others go on being renewed; an extend while a renewal
-//! with the old ttl is in flight; a shorter extend whose reply was lost (rule 15).
+//! with the old ttl is in flight; an extend made while another of the same hold (or set) is in
+//! flight; a shorter extend whose reply was lost (rule 15).
 
+use std::future::Future;
 use std::time::{Duration, Instant};
 
 use redis_lock_client::{redis, Error, LockGuard, Locker};
 use redis_lock_harness::*;
 
 mod common;
-use common::proxy::{contains, extend_proxy, proxy_when, Cut, Extends};
+use common::proxy::{contains, extend_proxy, proxy_when, Cut, Extends, Held};
 use common::{known_lost, locker, without_the_server};
 
 /// "At once": nothing sent, or one round trip, on a loaded machine.
@@ -96,7 +98,7 @@ async fn an_extend_is_sent_after_a_renewal_in_flight_with_the_old_ttl() {
     const NEW: Duration = Duration::from_secs(10);
     const HELD: Duration = Duration::from_millis(500);
     let s = Server::start();
-    let (port, extends) = extend_proxy(s.port, OLD, HELD);
+    let (port, extends) = extend_proxy(s.port, OLD, HELD, Held::Command);
     let client = redis::Client::open(format!("redis://127.0.0.1:{port}/")).unwrap();
     let g = Locker::new(client).lock("k").ttl(OLD).acquire().await;
     let g = g.unwrap().unwrap();
@@ -126,6 +128,149 @@ async fn an_extend_is_sent_after_a_renewal_in_flight_with_the_old_ttl() {
     assert!(left > Duration::from_secs(5), "{left:?} left");
     assert!(!g.is_lost(), "{:?}", g.lost_reason());
     assert!(g.release().await.unwrap());
+}
+
+/// How long the proxy holds the reply of the first extend to 10 s.
+const REPLY_HELD: Duration = Duration::from_millis(500);
+/// How soon after the server freed a key the client must count its lease ended: the client's
+/// deadline is never later than the server's (rule 15); the margin is a loop timer 1 s late on
+/// a loaded machine.
+const LOST_AFTER_FREED: Duration = Duration::from_secs(1);
+
+/// A locker through a proxy that forwards the first extend to 10 s at once (the server runs
+/// it) and holds its reply back for `REPLY_HELD`.
+fn reply_held(s: &Server) -> Locker {
+    let ten = Duration::from_secs(10);
+    let (port, _) = extend_proxy(s.port, ten, REPLY_HELD, Held::Reply);
+    Locker::new(redis::Client::open(format!("redis://127.0.0.1:{port}/")).unwrap())
+}
+
+/// Returns once the server shows `key`'s lease moved to 10 s (the extend ran; its reply is
+/// held): between 5 and 10 s left. At most 5 s.
+async fn ran_to_ten_seconds(s: &Server, key: &str) {
+    let ten = Duration::from_secs(10);
+    let ran = async {
+        while !left(s, key).is_some_and(|l| l > ten / 2 && l <= ten) {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    };
+    let ran = tokio::time::timeout(Duration::from_secs(5), ran).await;
+    ran.expect("the extend to 10 s ran on the server");
+}
+
+/// When the server was seen to have freed every one of `keys` (within 5 s).
+async fn freed(s: &Server, keys: &[&str]) -> Instant {
+    let gone = async {
+        while keys.iter().any(|key| left(s, key).is_some()) {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        Instant::now()
+    };
+    let gone = tokio::time::timeout(Duration::from_secs(5), gone).await;
+    gone.expect("freed on the server within 5 s")
+}
+
+/// How long after the second extend was made the first one's future is polled again: after
+/// the second's answer (~`REPLY_HELD`) had it been sent at once, before its 1 s lease ended.
+const POLLED_AGAIN: Duration = Duration::from_millis(750);
+
+/// `first` (an extend to 10 s of `key`'s hold) polled until the server ran it, then left
+/// unpolled while `second` (an extend to 1 s of the same hold) is made, as by a `select!`
+/// that moved on, and polled again `POLLED_AGAIN` later: the two outcomes.
+async fn crossing(
+    s: &Server,
+    key: &str,
+    first: impl Future<Output = Result<bool, Error>>,
+    second: impl Future<Output = Result<bool, Error>>,
+) -> (bool, bool) {
+    tokio::pin!(first);
+    tokio::select! {
+        answered = &mut first => panic!("answered before its reply was let through: {answered:?}"),
+        () = ran_to_ten_seconds(s, key) => {}
+    }
+    let late = async {
+        tokio::time::sleep(POLLED_AGAIN).await;
+        first.await
+    };
+    let (second, first) = tokio::join!(second, late);
+    (first.unwrap(), second.unwrap())
+}
+
+/// Rules 20 and 15: extends of one hold go one at a time. A fixed 30 s lease is extended to
+/// 10 s; the server runs it but its reply is held 500 ms, and an extend to 1 s made meanwhile
+/// goes after that extend was answered: after its caller polled it again (`POLLED_AGAIN`).
+/// Both answer true; the server frees the key 1 s after the second, and the client counts the
+/// lease ended by then too. (Both go on the locker's one connection, so the replies come in
+/// order; sent at once, the second would be answered first all the same, and the first's
+/// answer, taken later, would count 10 s: the client holding a lock the server had freed.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_extend_made_while_another_is_in_flight_goes_after_its_answer() {
+    let s = Server::start();
+    let g = reply_held(&s).lock("k").ttl(Duration::from_secs(30));
+    let g = g.watchdog(false).acquire().await.unwrap().unwrap();
+    let (ten, one) = (Duration::from_secs(10), Duration::from_secs(1));
+    let (first, second) = crossing(&s, "k", g.extend(ten), g.extend(one)).await;
+    assert!(first && second, "both live: true ({first}, {second})");
+    let freed = freed(&s, &["k"]).await;
+    let lost = tokio::time::timeout_at((freed + LOST_AFTER_FREED).into(), g.lost()).await;
+    lost.expect("lost within 1 s of the server freeing the key");
+}
+
+/// As above for a lock set of two keys: the extends of one set go one at a time (the first
+/// set's extend of its second key, after the first key's reply, would otherwise come last).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_set_extend_made_while_another_is_in_flight_goes_after_its_answer() {
+    let s = Server::start();
+    let set = reply_held(&s)
+        .lock_set(["a", "b"])
+        .ttl(Duration::from_secs(30));
+    let set = set.watchdog(false).acquire().await.unwrap().unwrap();
+    let (ten, one) = (Duration::from_secs(10), Duration::from_secs(1));
+    let (first, second) = crossing(&s, "a", set.extend(ten), set.extend(one)).await;
+    assert!(first && second, "both live: true ({first}, {second})");
+    let freed = freed(&s, &["a", "b"]).await;
+    let lost = tokio::time::timeout_at((freed + LOST_AFTER_FREED).into(), set.lost()).await;
+    lost.expect("lost within 1 s of the server freeing the keys");
+}
+
+/// Rule 20: the wait for the extend before is bounded, and a dropped extend gives its turn
+/// back. With the first extend (to 10 s) run on the server, its reply held and its future not
+/// polled, a second made meanwhile is unavailable within the locker's bound (300 ms), nothing
+/// sent; once the first is dropped (cancelled), the next extend goes and sets the lease.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_extend_waits_for_the_one_before_within_the_bound_and_a_dropped_one_gives_way() {
+    const BOUND: Duration = Duration::from_millis(300);
+    let (ten, one) = (Duration::from_secs(10), Duration::from_secs(1));
+    let s = Server::start();
+    let (port, extends) = extend_proxy(s.port, ten, REPLY_HELD, Held::Reply);
+    let client = redis::Client::open(format!("redis://127.0.0.1:{port}/")).unwrap();
+    let l = Locker::new(client).unavailable_after(BOUND);
+    let g = l.lock("k").ttl(Duration::from_secs(30)).watchdog(false);
+    let g = g.acquire().await.unwrap().unwrap();
+    let mut first = Box::pin(g.extend(ten));
+    tokio::select! {
+        answered = &mut first => panic!("answered before its reply was let through: {answered:?}"),
+        () = ran_to_ten_seconds(&s, "k") => {}
+    }
+    let holds = tokio::time::timeout(Duration::from_secs(2), holding(&extends, true)).await;
+    holds.expect("its reply held");
+    let called = Instant::now();
+    let second = g.extend(one).await;
+    let took = called.elapsed();
+    assert!(
+        matches!(second, Err(Error::Unavailable { .. })),
+        "{second:?}"
+    );
+    assert!(took < BOUND + AT_ONCE, "unavailable after {took:?}");
+    let sent = extends.forwarded();
+    assert!(sent.iter().all(|f| f.ttl != one), "sent: {sent:?}");
+    drop(first);
+    // The held reply let through: the shared connection answers again.
+    let through = tokio::time::timeout(Duration::from_secs(2), holding(&extends, false)).await;
+    through.expect("the reply let through");
+    assert!(g.extend(one).await.unwrap(), "its turn: live, true");
+    let left = left(&s, "k").expect("held");
+    assert!(left <= one, "{left:?} left: extended to 1 s");
 }
 
 /// How soon after a 1 s extend was called the client counts its lease ended: the server's

@@ -1,6 +1,7 @@
 //! TCP proxies between a client and a real server, for faults on the wire: a command's reply
-//! lost, a command swallowed, a renewal held back (and the order `LOCK.EXTEND`s reach the
-//! server). Each connection is relayed by two threads, which end with the test process.
+//! lost, a command swallowed, a renewal or an extend's reply held back (and the order
+//! `LOCK.EXTEND`s reach the server). Each connection is relayed by two threads, which end with
+//! the test process.
 
 use std::io::{Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
@@ -83,20 +84,43 @@ impl Extends {
     }
 }
 
-/// A TCP proxy to the server at `port` that holds the first chunk with a `LOCK.EXTEND` by
-/// `ttl` for `hold` before forwarding it, and records every `LOCK.EXTEND` as it forwards it.
-pub fn extend_proxy(port: u16, ttl: Duration, hold: Duration) -> (u16, Arc<Extends>) {
+/// What an `extend_proxy` holds back of the first `LOCK.EXTEND` by its ttl.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Held {
+    /// The command: forwarded once the hold is over.
+    Command,
+    /// Its reply: the command is forwarded at once (the server runs it), the first chunk the
+    /// server sends back after it reaches the client once the hold is over.
+    Reply,
+}
+
+/// A TCP proxy to the server at `port` that holds back the first chunk with a `LOCK.EXTEND` by
+/// `ttl` (or its reply, as `held` says) for `hold`, and records every `LOCK.EXTEND` as it
+/// forwards it.
+pub fn extend_proxy(port: u16, ttl: Duration, hold: Duration, held: Held) -> (u16, Arc<Extends>) {
     let extends = Arc::new(Extends::default());
     let seen = extends.clone();
     let front = listen(port, move |conn, client, server| {
         let (from_server, to_client) = (server.try_clone().unwrap(), client.try_clone().unwrap());
-        std::thread::spawn(move || relay(from_server, to_client, |_| Step::Forward));
+        // Set when the command whose reply is held was forwarded.
+        let reply_held = Arc::new(AtomicBool::new(false));
+        let (replies, holder) = (reply_held.clone(), seen.clone());
+        std::thread::spawn(move || {
+            relay(from_server, to_client, |_| {
+                if replies.swap(false, SeqCst) {
+                    holder.hold_for(hold);
+                }
+                Step::Forward
+            })
+        });
         relay(client, server, |chunk| {
             let ttls = extend_ttls(chunk);
-            if ttls.contains(&ttl) && !seen.held_once.swap(true, SeqCst) {
-                seen.holding.store(true, SeqCst);
-                std::thread::sleep(hold);
-                seen.holding.store(false, SeqCst);
+            let hit = ttls.contains(&ttl) && !seen.held_once.swap(true, SeqCst);
+            match held {
+                Held::Command if hit => seen.hold_for(hold),
+                // Before it is written: its reply cannot come back first.
+                Held::Reply if hit => reply_held.store(true, SeqCst),
+                _ => {}
             }
             // Recorded as it goes: the write follows at once.
             let mut forwarded = seen.forwarded.lock().unwrap();
@@ -106,6 +130,15 @@ pub fn extend_proxy(port: u16, ttl: Duration, hold: Duration) -> (u16, Arc<Exten
         })
     });
     (front, extends)
+}
+
+impl Extends {
+    /// Sleeps `hold`, `holding` meanwhile.
+    fn hold_for(&self, hold: Duration) {
+        self.holding.store(true, SeqCst);
+        std::thread::sleep(hold);
+        self.holding.store(false, SeqCst);
+    }
 }
 
 /// The ttls of the `LOCK.EXTEND key owner ttl ...` commands in `chunk` (RESP, each whole).
