@@ -10,6 +10,7 @@ import { LinkGone, type Link } from "./links.js";
 import type { RenewalLoop, Renewed } from "./loop.js";
 import { GONE_AT_RELEASE, extendArgs, guardArgs, int, releaseArgs, sessionClosed, type Arg } from "./protocol.js";
 import type { Reach } from "./reach.js";
+import { Turn } from "./turn.js";
 
 /** What `Locks` hands a new hold. */
 export interface Grant {
@@ -59,6 +60,8 @@ export class Hold extends EventEmitter<HoldEvents> implements AsyncDisposable {
   /** What the renewal loop keeps of this hold (its lease, and how it is told of a loss). */
   #renewed: Renewed;
   #released: Promise<boolean> | undefined;
+  /** Its extends, one at a time (rule 20). */
+  #extends = new Turn();
 
   /** @internal made by `Locks.acquire` */
   constructor(grant: Grant) {
@@ -111,11 +114,19 @@ export class Hold extends EventEmitter<HoldEvents> implements AsyncDisposable {
    * the bound, or its link broken once it was written (it is not sent again), `UnavailableError`.
    * It may then have run, so the lease counts as ending no later than the extend's send + `ttl`
    * (rule 15): a watchdog whose lease that shortens renews at once, by `ttl`; a fixed lease is
-   * lost then.
+   * lost then. Extends of one hold go one at a time, in the order they were made: one made while
+   * another is in flight is sent once that one is answered or has failed; when that takes longer
+   * than the bound, `UnavailableError` with nothing sent.
    */
   async extend(ttl: number = this.#renewed.lease.ttl): Promise<boolean> {
     if (!(ttl >= 1 && ttl < Infinity)) throw new RangeError("ttl must be a finite number of ms >= 1");
     if (this.#phase !== "held") return false;
+    return await this.#extends.run(this.#grant.reach, this.key, () => this.#extend(ttl));
+  }
+
+  /** `extend`, its turn come. */
+  async #extend(ttl: number): Promise<boolean> {
+    if (this.#phase !== "held") return false; // lost or released while it waited: nothing sent
     const lease = this.#renewed.lease;
     lease.ttl = ttl; // the renewals sent from now on carry it
     const sent = performance.now();

@@ -22,6 +22,7 @@ import {
   type Arg,
 } from "./protocol.js";
 import type { Reach } from "./reach.js";
+import { Turn } from "./turn.js";
 
 /** What `Locks` hands a new set. */
 export interface SetGrant {
@@ -71,6 +72,8 @@ export class MultiHold extends EventEmitter<MultiHoldEvents> implements AsyncDis
   #members: Renewed[];
   #byKey: Map<string, number>;
   #released: Promise<boolean> | undefined;
+  /** Its extends, one at a time (rule 20). */
+  #extends = new Turn();
 
   /** @internal made by `Locks.acquireAll` */
   constructor(grant: SetGrant) {
@@ -127,11 +130,17 @@ export class MultiHold extends EventEmitter<MultiHoldEvents> implements AsyncDis
    * if every member was still held; false when one answers 0 (the set is then lost, naming its
    * key, and the others are given back) and, without sending anything, for a set known lost or
    * released. `UnavailableError` as `Hold.extend`: every member's lease then counts as ending no
-   * later than the extend's send + `ttl`.
+   * later than the extend's send + `ttl`. One at a time, as `Hold.extend`.
    */
   async extend(ttl: number = this.#members[0]!.lease.ttl): Promise<boolean> {
     if (!(ttl >= 1 && ttl < Infinity)) throw new RangeError("ttl must be a finite number of ms >= 1");
     if (this.#phase !== "held") return false;
+    return await this.#extends.run(this.#grant.reach, this.keys[0]!, () => this.#extend(ttl));
+  }
+
+  /** `extend`, its turn come. */
+  async #extend(ttl: number): Promise<boolean> {
+    if (this.#phase !== "held") return false; // lost or released while it waited: nothing sent
     for (const member of this.#members) member.lease.ttl = ttl; // the renewals sent from now on carry it
     const sent = performance.now();
     let replies: unknown[];

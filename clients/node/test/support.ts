@@ -491,16 +491,30 @@ export function recording(
   };
 }
 
+/** What `ReplyDropper` does with the first command holding every one of its words. */
+export type ReplyMode =
+  /** Forwarded; its link closed instead of passing its reply on (a reply lost with the link). */
+  | { drop: true }
+  /** Forwarded at once; its reply, and what follows it on that link, passed on `holdFor` ms later. */
+  | { holdFor: number }
+  /** Never forwarded: answered `reply` (a RESP error, say) by the proxy itself, then `then` runs.
+   * Only for a command alone on its link: the replies of commands in flight before it would come
+   * after this one. */
+  | { refuse: string; then?: () => void };
+
 /** A TCP proxy on loopback to `target` that forwards everything, except the reply to the first
  * command containing every one of `words` in one write (a command's name and an argument's RESP
- * bytes, say): the server runs it, and the proxy closes the client's link instead of passing its
- * reply on (a reply lost with the link). */
+ * bytes, say), with which it does what `mode` says: by default the server runs it, and the proxy
+ * closes the client's link instead of passing its reply on (a reply lost with the link). */
 export class ReplyDropper {
   readonly #sockets = new Set<Socket>();
+  /** The matching command was met (its reply dropped, held or replaced). */
   dropped = false;
   readonly #server = createServer((client) => {
     const upstream = connect(this.target, "127.0.0.1");
     let dropNext = false;
+    /** While a reply is held: what came from the server meanwhile, passed on in order later. */
+    let held: Buffer[] | undefined;
     for (const s of [client, upstream]) {
       this.#sockets.add(s);
       s.on("error", () => undefined);
@@ -511,12 +525,28 @@ export class ReplyDropper {
       });
     }
     client.on("data", (d: Buffer) => {
-      if (!this.dropped && this.words.every((word) => d.includes(word))) dropNext = true;
+      const hit = !this.dropped && this.words.every((word) => d.includes(word));
+      if (hit && "refuse" in this.mode) {
+        const { refuse, then } = this.mode;
+        this.dropped = true;
+        client.write(refuse);
+        return void then?.();
+      }
+      if (hit) dropNext = true;
       upstream.write(d);
     });
     upstream.on("data", (d: Buffer) => {
+      if (held) return void held.push(d);
       if (!dropNext) return void client.write(d);
+      dropNext = false;
       this.dropped = true;
+      if ("holdFor" in this.mode) {
+        const queued = (held = [d]);
+        return void setTimeout(() => {
+          held = undefined;
+          for (const b of queued) client.write(b);
+        }, this.mode.holdFor);
+      }
       client.destroy();
       upstream.destroy();
     });
@@ -525,10 +555,15 @@ export class ReplyDropper {
   constructor(
     readonly target: number,
     readonly words: readonly string[],
+    readonly mode: ReplyMode = { drop: true },
   ) {}
 
   static async start(target: number, ...words: string[]): Promise<ReplyDropper> {
-    const p = new ReplyDropper(target, words);
+    return await ReplyDropper.with(target, { drop: true }, ...words);
+  }
+
+  static async with(target: number, mode: ReplyMode, ...words: string[]): Promise<ReplyDropper> {
+    const p = new ReplyDropper(target, words, mode);
     await new Promise<void>((resolve) => p.#server.listen(0, "127.0.0.1", resolve));
     p.port = (p.#server.address() as { port: number }).port;
     return p;

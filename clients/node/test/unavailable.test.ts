@@ -85,6 +85,17 @@ const EXTEND_TO_ONE_SECOND = ["LOCK.EXTEND", "$4\r\n1000\r\n"];
  * 2-core machine. */
 const CHECKED_AFTER = 2500;
 
+/** How soon after the server freed a key its hold must be seen lost (ms): a loop timer 1 s late
+ * on a loaded machine (rule 15). */
+const LOST_WITHIN = 1000;
+
+/** `hold` (a hold or a set) was lost by the end of `waited`, its race of `lost` with LOST_WITHIN. */
+function assertLostSoon(hold: { lost: Promise<string>; held: boolean }, waited: { ms: number; value?: unknown }): void {
+  assert.equal(typeof waited.value, "string", `not lost ${waited.ms.toFixed(0)} ms after the server freed it`);
+  assert.ok(String(waited.value).endsWith(protocol.FIXED_LEASE_ENDED), String(waited.value));
+  assert.equal(hold.held, false);
+}
+
 /**
  * A 30 s hold through a proxy that cuts the link of its extend to 1 s once the server ran it
  * (the renewal loop's link: it is made again): the extend is unavailable; `body` gets the hold
@@ -372,6 +383,73 @@ for (const flavour of FLAVOURS) {
         const left = await server.leaseLeft("k");
         assert.ok(left !== undefined && left > 0 && left <= 1000, `renewed by the new ttl: ${left} ms left`);
       });
+    });
+
+    for (const set of [false, true]) {
+      const what = set ? "a 2-key set's" : "a fixed lease's";
+      test(`rule 20: ${what} extend to 10 s answered late, an extend to 1 s made meanwhile: lost as the server frees it`, async () => {
+        const server = await Server.start();
+        // The extend to 10 s runs at once; its reply (and what follows it) comes 0.5 s later.
+        const proxy = await ReplyDropper.with(server.port, { holdFor: 500 }, "LOCK.EXTEND", "$5\r\n10000\r\n");
+        const clients = new Clients(flavour);
+        const locks = new Locks(await clients.client(proxy.port), { unavailableAfter: BOUND });
+        try {
+          const keys = set ? ["{s}:1", "{s}:2"] : ["k"];
+          const options = { ttl: 30_000, watchdog: false };
+          const hold = set ? await locks.acquireAll(keys, options) : await locks.acquire("k", options);
+          const long = hold.extend(10_000);
+          const lefts = (): Promise<(number | undefined)[]> => Promise.all(keys.map((k) => server.leaseLeft(k)));
+          const ran = async (): Promise<boolean> =>
+            (await lefts()).every((left) => left !== undefined && left > 5000 && left <= 10_000);
+          assert.ok(await eventually(ran), "the extend to 10 s ran on the server");
+          assert.equal(await hold.extend(1000), true);
+          assert.equal(await long, true);
+          const freed = async (): Promise<boolean> => (await lefts()).some((left) => left === undefined);
+          assert.ok(await eventually(freed, 5000), "the server freed it");
+          assertLostSoon(hold, await timed(Promise.race([hold.lost, sleep(LOST_WITHIN)])));
+        } finally {
+          locks.close();
+          await clients.close();
+          proxy.stop();
+          server.stop();
+        }
+      });
+    }
+
+    test("rule 20: an extend refused as retryable and asked again goes before an extend made meanwhile", async () => {
+      const server = await Server.start();
+      let hold: Hold | undefined;
+      let later: Promise<boolean> | undefined;
+      // The extend to 1 s is answered LOADING (not run) by the proxy; 10 ms later, within the
+      // client's pause before asking again, an extend to 5 s is made.
+      const proxy = await ReplyDropper.with(
+        server.port,
+        {
+          refuse: "-LOADING Redis is loading the dataset in memory\r\n",
+          then: () => void setTimeout(() => (later = hold?.extend(5000)), 10),
+        },
+        ...EXTEND_TO_ONE_SECOND,
+      );
+      const clients = new Clients(flavour);
+      const locks = new Locks(await clients.client(proxy.port), { unavailableAfter: BOUND });
+      try {
+        hold = await locks.acquire("k", { ttl: 30_000, watchdog: false });
+        assert.equal(await hold.extend(1000), true);
+        assert.ok(proxy.dropped, "the extend to 1 s was refused once");
+        assert.ok(await eventually(() => later !== undefined), "the extend to 5 s was made");
+        assert.equal(await later, true);
+        // The server's lease is the last extend's it ran: the client's deadline is never later.
+        assert.ok(
+          await eventually(async () => (await server.leaseLeft("k")) === undefined, 8000),
+          "the server freed it",
+        );
+        assertLostSoon(hold, await timed(Promise.race([hold.lost, sleep(LOST_WITHIN)])));
+      } finally {
+        locks.close();
+        await clients.close();
+        proxy.stop();
+        server.stop();
+      }
     });
 
     test("table: a durable grant whose WAIT gets no answer: unavailable within the bound", async () => {

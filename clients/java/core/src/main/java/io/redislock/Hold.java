@@ -11,7 +11,9 @@ import java.util.concurrent.CancellationException;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.CompletionException;
 import java.util.concurrent.CopyOnWriteArrayList;
+import java.util.concurrent.Semaphore;
 import java.util.concurrent.TimeUnit;
+import java.util.concurrent.TimeoutException;
 import java.util.function.LongConsumer;
 
 /**
@@ -33,6 +35,8 @@ public final class Hold implements AutoCloseable {
 
     /** Its place in its RedisLocks' renewal loop (rule 6). */
     private final Renewals.Entry entry;
+    /** The turn of its extends (rule 20): one at a time, in the order they were made (fair). */
+    private final Semaphore extending = new Semaphore(1, true);
 
     // Guarded by this.
     private boolean released;
@@ -159,13 +163,55 @@ public final class Hold implements AutoCloseable {
      * as ending no later than the extend's send + {@code ttl} (rule 15): a watchdog whose lease that
      * shortens renews at once (by the new ttl), and a fixed lease is lost then. Once written, it is
      * not sent again (a lost reply is unavailable). How a fixed lease is kept on the caller's
-     * schedule. Sent on the watchdog's connection (a session hold's on its own).
+     * schedule. Sent on the watchdog's connection (a session hold's on its own). Extends of one
+     * hold go one at a time, in the order they were made: one made while another is in flight is
+     * sent once that one is answered or has failed; when that takes longer than the bound, {@link
+     * LockServiceUnavailableException} with nothing sent. (A lock set's extend goes through its
+     * members' turns.)
      */
     public boolean extend(Duration ttl) {
         long ms = LockOptions.ceilMillis(LockOptions.checkTtl(ttl));
         if (isDone()) { // known without the server (rule 16)
             return false;
         }
+        takeTurn();
+        try {
+            return extendInTurn(ms);
+        } finally {
+            extending.release();
+        }
+    }
+
+    /**
+     * Waits (uninterruptibly, the interrupt flag kept) until no other extend of this hold is in
+     * flight, at most the bound: its send time, which sets the deadline, then comes after that
+     * one's answer, so the server ran it last whatever path the other took (a retry, a
+     * reconnect, a cluster node connected first). Unavailable past the bound, nothing sent.
+     */
+    private void takeTurn() {
+        long end = System.nanoTime() + bound.toNanos();
+        boolean interrupted = false;
+        try {
+            for (;;) {
+                try {
+                    if (extending.tryAcquire(Math.max(0, end - System.nanoTime()), TimeUnit.NANOSECONDS)) {
+                        return;
+                    }
+                    throw locks.unavailable(new TimeoutException(
+                            "the extend made before it got no answer within " + bound.toMillis() + " ms"));
+                } catch (InterruptedException e) {
+                    interrupted = true;
+                }
+            }
+        } finally {
+            if (interrupted) {
+                Thread.currentThread().interrupt();
+            }
+        }
+    }
+
+    // extend(ttl), its turn come.
+    private boolean extendInTurn(long ms) {
         AsyncCommand<String, String, Long> built;
         synchronized (this) {
             if (released || lostReason != null) {

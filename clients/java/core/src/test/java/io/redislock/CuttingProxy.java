@@ -13,10 +13,11 @@ import java.util.concurrent.CopyOnWriteArrayList;
 
 /**
  * A TCP proxy of the test's own in front of a real server: it forwards both ways until {@link
- * #cutAfter} (or {@link #stallAfter}) names a command (by words that one write of it holds all
- * of, say its name and an argument's RESP bytes); the next connection that sends it gets it
- * forwarded to the server, which runs it, and then the connection is dropped (or its replies are
- * swallowed from then on) instead of the reply. Later connections are forwarded as before.
+ * #cutAfter} (or {@link #stallAfter}, {@link #holdReplyAfter}) names a command (by words that one
+ * write of it holds all of, say its name and an argument's RESP bytes); the next connection that
+ * sends it gets it forwarded to the server, which runs it, and then the connection is dropped (or
+ * its replies are swallowed from then on, or passed on late) instead of the reply. Later
+ * connections are forwarded as before.
  */
 final class CuttingProxy implements AutoCloseable {
     private final ServerSocket listening;
@@ -24,6 +25,8 @@ final class CuttingProxy implements AutoCloseable {
     private final List<Socket> sockets = new CopyOnWriteArrayList<>();
     private volatile List<String> words;
     private volatile boolean stall;
+    /** With {@link #holdReplyAfter}: how long the reply is held (ms); 0 otherwise. */
+    private volatile long holdMs;
 
     CuttingProxy(int target) throws IOException {
         this.target = target;
@@ -38,12 +41,24 @@ final class CuttingProxy implements AutoCloseable {
     /** The next connection to send a write holding every one of {@code words} is dropped once the server has run it. */
     void cutAfter(String... words) {
         stall = false;
+        holdMs = 0;
         this.words = Arrays.asList(words);
     }
 
     /** The next connection to send a write holding every one of {@code words} gets no reply from then on, and stays open. */
     void stallAfter(String... words) {
         stall = true;
+        holdMs = 0;
+        this.words = Arrays.asList(words);
+    }
+
+    /**
+     * The next connection to send a write holding every one of {@code words} gets it forwarded at
+     * once, and its reply (with what follows it, in order) {@code ms} later.
+     */
+    void holdReplyAfter(long ms, String... words) {
+        stall = false;
+        holdMs = ms;
         this.words = Arrays.asList(words);
     }
 
@@ -81,9 +96,16 @@ final class CuttingProxy implements AutoCloseable {
                     }
                 }
                 boolean drop;
+                long late = 0;
                 synchronized (hit) {
                     drop = !toServer && hit[0];
+                    if (drop && holdMs > 0) { // the reply, late; what follows it waits behind it
+                        hit[0] = false;
+                        drop = false;
+                        late = holdMs;
+                    }
                 }
+                sleep(late); // the other way is forwarded meanwhile
                 if (drop && !stall) { // the server ran it: the reply is lost with the connection
                     from.close();
                     to.close();
@@ -101,6 +123,17 @@ final class CuttingProxy implements AutoCloseable {
                 close(from);
                 close(to);
             }
+        }
+    }
+
+    private static void sleep(long ms) {
+        if (ms <= 0) {
+            return;
+        }
+        try {
+            Thread.sleep(ms);
+        } catch (InterruptedException e) {
+            Thread.currentThread().interrupt();
         }
     }
 

@@ -291,6 +291,41 @@ class UnavailableTest extends OnServer {
         assertTrue(ttl > 0 && ttl <= 1000, "renewed by the new ttl: " + ttl + " ms left");
     }
 
+    /** How soon after the server freed a key its hold must be seen lost (ms): a loop timer 1 s late on a loaded machine. */
+    static final long LOST_WITHIN_MS = 1000;
+
+    @Test
+    void rule20_aFixedLeaseExtendedTo10sAnsweredLate_andTo1sMeanwhile_isLostAsTheServerFreesIt() throws Exception {
+        CuttingProxy proxy = new CuttingProxy(server.port);
+        closeLast.add(proxy);
+        List<String> reasons = new CopyOnWriteArrayList<>();
+        Hold h = locksOn(proxy.port()).acquire("k", Duration.ZERO,
+                OPTIONS.ttl(Duration.ofSeconds(30)).watchdog(false).onLost((x, r) -> reasons.add(r)));
+        // The extend to 10 s runs at once; its reply (and what follows it) comes 0.5 s later.
+        proxy.holdReplyAfter(500, "LOCK.EXTEND", "$5\r\n10000\r\n");
+        CompletableFuture<Boolean> longer = new CompletableFuture<>();
+        Thread t = new Thread(() -> {
+            try {
+                longer.complete(h.extend(Duration.ofSeconds(10)));
+            } catch (RuntimeException e) {
+                longer.completeExceptionally(e);
+            }
+        });
+        t.start();
+        assertTrue(TestServer.eventually(() -> {
+            Map<String, Object> info = server.info("k");
+            long left = info == null ? 0 : (Long) info.get("ttl");
+            return left > 5000 && left <= 10_000;
+        }, 5000), "the extend to 10 s ran on the server");
+        assertTrue(h.extend(Duration.ofSeconds(1)));
+        assertTrue(longer.get(5, TimeUnit.SECONDS));
+        assertTrue(TestServer.eventually(() -> server.info("k") == null, 5000), "the server freed it");
+        // The client's deadline is never later than the server's (rule 15): the last extend the server ran is the 1 s one.
+        assertTrue(TestServer.eventually(() -> !reasons.isEmpty(), LOST_WITHIN_MS),
+                "lost within " + LOST_WITHIN_MS + " ms of the server freeing it");
+        assertEquals(List.of(Protocol.FIXED_LEASE_ENDED), reasons);
+    }
+
     @Test
     void aDurableGrantWhoseWaitGetsNoAnswer_isUnavailable_andTheGrantGivenBack() throws Exception {
         CuttingProxy proxy = new CuttingProxy(server.port);
