@@ -152,7 +152,8 @@ impl LockGuard {
     /// bound, `Error::Unavailable`: the extend may have run, so the client counts the lease as
     /// ending no later than `ttl` from when it was sent (rule 15); the watchdog, if on, renews
     /// by `ttl`, at once when that is sooner than the lease was counted to end, and a fixed
-    /// lease is lost then unless extended.
+    /// lease is lost then unless extended. The same when this future is dropped after the
+    /// extend was sent (a timeout, a `select!`): with no answer taken, it may have run.
     pub async fn extend(&self, ttl: Duration) -> Result<bool, Error> {
         check_ttl(ttl)?;
         if !self.state.is_held() {
@@ -164,12 +165,10 @@ impl LockGuard {
         if !self.state.is_held() {
             return Ok(false); // lost while the extend or renewal before it was answered
         }
-        let sent = Instant::now();
-        let live: i64 = self
-            .locker
-            .call(&protocol::extend(&self.id, ttl), true)
-            .await
-            .map_err(|e| self.renewals.extend_failed(self.ticket, sent, ttl, e))?;
+        let extend = self.renewals.extend_sent(self.ticket, ttl);
+        let sent = extend.sent;
+        let cmd = protocol::extend(&self.id, ttl);
+        let live: i64 = extend.answered(self.locker.call(&cmd, true).await)?;
         if !protocol::was_live(live) {
             if self.renewals.remove(self.ticket) {
                 self.state.mark_lost(reason::RAN_OUT.to_string());

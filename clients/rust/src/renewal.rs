@@ -81,6 +81,38 @@ impl ExtendTurn {
     }
 }
 
+/// An extend on its way (rule 15), from its send until its answer is taken (`answered`).
+/// Dropped before that (its future dropped by a timeout or a `select!`, or a panic), the
+/// extend may have run all the same: it counts as unanswered, as one failed unavailable.
+pub(crate) struct ExtendSent<'a> {
+    renewals: &'a Renewals,
+    ticket: Ticket,
+    /// When it was sent (at or before).
+    pub(crate) sent: Instant,
+    ttl: Duration,
+    answered: bool,
+}
+
+impl ExtendSent<'_> {
+    /// The extend's answer (live or not, or an error, returned), taken: when unavailable, the
+    /// lease counts as ending no later than `ttl` from its send.
+    pub(crate) fn answered<T>(mut self, answer: Result<T, Error>) -> Result<T, Error> {
+        self.answered = true;
+        let (ticket, sent, ttl) = (self.ticket, self.sent, self.ttl);
+        answer.map_err(|e| self.renewals.extend_failed(ticket, sent, ttl, e))
+    }
+}
+
+impl Drop for ExtendSent<'_> {
+    fn drop(&mut self) {
+        if !self.answered {
+            let cause = "an extend dropped before its answer (it may have run)".to_string();
+            let end = self.sent + self.ttl;
+            self.renewals.end_no_later_than(self.ticket, end, cause);
+        }
+    }
+}
+
 /// A batch's outcome: its renewals, when it was sent, and each one's reply.
 struct Answered {
     batch: Vec<Renewal>,
@@ -178,24 +210,35 @@ impl Renewals {
         extended
     }
 
+    /// An extend of `ticket` to `ttl`, sent now: answered through the returned guard, or
+    /// counted as unanswered if that is dropped first.
+    pub(crate) fn extend_sent(&self, ticket: Ticket, ttl: Duration) -> ExtendSent<'_> {
+        ExtendSent {
+            renewals: self,
+            ticket,
+            sent: Instant::now(),
+            ttl,
+            answered: false,
+        }
+    }
+
     /// An extend of `ticket` to `ttl`, sent at `sent`, failed with `e`, which it returns. When
     /// unavailable, it may have run all the same and shortened the lease: the deadline becomes
     /// no later than `sent + ttl` (rule 15), the hold renewed at once if that is sooner.
-    pub(crate) fn extend_failed(
-        &self,
-        ticket: Ticket,
-        sent: Instant,
-        ttl: Duration,
-        e: Error,
-    ) -> Error {
+    fn extend_failed(&self, ticket: Ticket, sent: Instant, ttl: Duration, e: Error) -> Error {
         if matches!(e, Error::Unavailable { .. }) {
-            let mut book = self.0.book();
-            book.schedule
-                .end_no_later_than(ticket, sent + ttl, Instant::now(), e.to_string());
-            drop(book);
-            self.0.wake.notify_one();
+            self.end_no_later_than(ticket, sent + ttl, e.to_string());
         }
         e
+    }
+
+    /// `ticket`'s lease counted as ending no later than `end`, for `cause` (rule 15).
+    fn end_no_later_than(&self, ticket: Ticket, end: Instant, cause: String) {
+        let mut book = self.0.book();
+        book.schedule
+            .end_no_later_than(ticket, end, Instant::now(), cause);
+        drop(book);
+        self.0.wake.notify_one();
     }
 
     /// The lags of the renewals answered since the last call (feature `bench`).

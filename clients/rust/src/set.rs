@@ -324,7 +324,8 @@ impl SetGuard {
     /// `LockGuard::extend`'s). Each member's extend is sent after its renewal in flight by the
     /// old ttl, if any, is answered. A ttl under 1 ms is `Error::InvalidArgument`. A
     /// member's extend that fails as `Error::Unavailable` may have run: its lease is counted as
-    /// ending no later than `ttl` from when it was sent, as `LockGuard::extend` counts it.
+    /// ending no later than `ttl` from when it was sent, as `LockGuard::extend` counts it; so
+    /// is one whose answer was not taken because this future was dropped.
     pub async fn extend(&self, ttl: Duration) -> Result<bool, Error> {
         check_ttl(ttl)?;
         if !self.state.is_held() {
@@ -345,12 +346,10 @@ impl SetGuard {
                 owner: m.owner.clone(),
                 token,
             };
-            let sent = Instant::now();
-            let live: i64 = m
-                .locker
-                .call(&protocol::extend(&id, ttl), true)
-                .await
-                .map_err(|e| m.renewals.extend_failed(ticket, sent, ttl, e))?;
+            let extend = m.renewals.extend_sent(ticket, ttl);
+            let sent = extend.sent;
+            let live: i64 =
+                extend.answered(m.locker.call(&protocol::extend(&id, ttl), true).await)?;
             if !protocol::was_live(live) {
                 if m.renewals.remove(ticket) {
                     self.state.lose(key, reason::RAN_OUT.to_string());

@@ -3,9 +3,11 @@
 //! a retryable reply to an acquire; a renewal refused; 1,000 holds on one connection, one of
 //! them released and one lost while the others go on being renewed; an extend while a renewal
 //! with the old ttl is in flight; an extend made while another of the same hold (or set) is in
-//! flight; a shorter extend whose reply was lost (rule 15).
+//! flight; a shorter extend whose reply was lost, or whose future was dropped after it was
+//! sent (rule 15).
 
 use std::future::Future;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use redis_lock_client::{redis, Error, LockGuard, Locker};
@@ -331,6 +333,89 @@ async fn a_watchdog_hold_whose_shorter_extend_got_no_reply_is_renewed_by_it() {
         "{left:?} left"
     );
     assert!(g.release().await.unwrap());
+}
+
+/// A locker through a proxy that forwards the first extend to 1 s at once (the server runs it)
+/// and holds its reply back 2 s, and what the proxy forwarded.
+fn one_second_reply_held(s: &Server) -> (Locker, Arc<Extends>) {
+    let (one, held) = (Duration::from_secs(1), Duration::from_secs(2));
+    let (port, extends) = extend_proxy(s.port, one, held, Held::Reply);
+    let client = redis::Client::open(format!("redis://127.0.0.1:{port}/")).unwrap();
+    (Locker::new(client), extends)
+}
+
+/// `extend` (to 1 s) under a 300 ms timeout, which runs out: its future is dropped after it was
+/// sent (the proxy forwarded it), its reply held. When it was called (at or before its send).
+async fn dropped_after_sending(
+    extend: impl Future<Output = Result<bool, Error>>,
+    extends: &Extends,
+) -> Instant {
+    let called = Instant::now();
+    let timed_out = tokio::time::timeout(Duration::from_millis(300), extend).await;
+    assert!(timed_out.is_err(), "answered: {timed_out:?}");
+    let sent = extends.forwarded();
+    let one = Duration::from_secs(1);
+    assert!(sent.iter().any(|f| f.ttl == one), "sent: {sent:?}");
+    called
+}
+
+/// Rules 15 and 20: an extend whose future is dropped after it was sent (a timeout ran out, a
+/// `select!` took another branch) may have run: it counts as unanswered. A fixed 30 s lease
+/// extended to 1 s that way is lost by `LOST_BY` after the extend was called, as the server
+/// frees it 1 s after the extend (not 30 s after the grant).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fixed_lease_whose_shorter_extend_was_dropped_after_sending_ends_by_it() {
+    let s = Server::start();
+    let (l, extends) = one_second_reply_held(&s);
+    let g = l.lock("k").ttl(Duration::from_secs(30)).watchdog(false);
+    let g = g.acquire().await.unwrap().unwrap();
+    let called = dropped_after_sending(g.extend(Duration::from_secs(1)), &extends).await;
+    let lost = tokio::time::timeout_at((called + LOST_BY).into(), g.lost()).await;
+    let reason = lost.expect("lost by LOST_BY after the extend was called");
+    assert_eq!(
+        reason,
+        "the lease ended (a fixed lease, not extended in time)"
+    );
+}
+
+/// As above with the watchdog on: renewed at once by 1 s, so `LOST_BY` after the extend was
+/// called the hold is live with at most 1 s left on the server, and a later extend answers true.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watchdog_hold_whose_shorter_extend_was_dropped_after_sending_is_renewed_by_it() {
+    let s = Server::start();
+    let (l, extends) = one_second_reply_held(&s);
+    let g = l.lock("k").ttl(Duration::from_secs(30)).acquire().await;
+    let g = g.unwrap().unwrap();
+    let called = dropped_after_sending(g.extend(Duration::from_secs(1)), &extends).await;
+    tokio::time::sleep_until((called + LOST_BY).into()).await;
+    assert!(!g.is_lost(), "{:?}", g.lost_reason());
+    let left = left(&s, "k").expect("still held on the server");
+    assert!(
+        left > Duration::ZERO && left <= Duration::from_secs(1),
+        "{left:?} left"
+    );
+    assert!(
+        g.extend(Duration::from_secs(5)).await.unwrap(),
+        "live: true"
+    );
+    assert!(g.release().await.unwrap());
+}
+
+/// As the fixed lease above for a lock set of two keys: its first member's extend to 1 s is
+/// dropped after it was sent, and the set is lost by `LOST_BY` after the extend was called.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fixed_set_whose_shorter_extend_was_dropped_after_sending_ends_by_it() {
+    let s = Server::start();
+    let (l, extends) = one_second_reply_held(&s);
+    let set = l.lock_set(["a", "b"]).ttl(Duration::from_secs(30));
+    let set = set.watchdog(false).acquire().await.unwrap().unwrap();
+    let called = dropped_after_sending(set.extend(Duration::from_secs(1)), &extends).await;
+    let lost = tokio::time::timeout_at((called + LOST_BY).into(), set.lost()).await;
+    let reason = lost.expect("lost by LOST_BY after the extend was called");
+    assert_eq!(
+        reason,
+        "a: the lease ended (a fixed lease, not extended in time)"
+    );
 }
 
 /// The lock server is a replica: `LOCK.ACQUIRE` answers `READONLY` (rule 19), asked again with
