@@ -336,4 +336,3 @@ pub fn flushed(db: Option<i32>) {
     t.schedule.rekey(|key| kept(key).then(|| key.clone()));
     t.parked.retain(kept);
 }
-
