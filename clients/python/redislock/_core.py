@@ -554,7 +554,8 @@ class LockBase:
         try:
             return (yield from self._extend(ttl))
         finally:
-            yield self._in_state, _now(self._give_extend_turn)
+            # One store, without a step: a second cancellation cannot keep the turn taken.
+            self._extend_in_flight = False
 
     def _take_extend_turn(self) -> bool:
         """Whether no other extend of this object is in flight, now taken (state lock held)."""
@@ -562,9 +563,6 @@ class LockBase:
             return False
         self._extend_in_flight = True
         return True
-
-    def _give_extend_turn(self) -> None:
-        self._extend_in_flight = False
 
     def _extend(self, ttl: Optional[float]) -> Steps[bool]:
         """Rule 20: ``LOCK.EXTEND`` now, so the lease ends ``ttl`` (checked) from now (None: the
